@@ -1,0 +1,1 @@
+//! GGUF header reader and writer (placeholder).

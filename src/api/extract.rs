@@ -1,0 +1,189 @@
+//! Finding the requested model in a request, and rewriting it on the way upstream.
+
+use bytes::Bytes;
+use http::{header, HeaderMap};
+use http_body_util::{BodyExt, Limited};
+
+use crate::error::Error;
+
+/// Reads a whole request body, refusing more than `limit` bytes (413).
+pub async fn read_body<B>(headers: &HeaderMap, body: B, limit: u64) -> Result<Bytes, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(Error::BodyTooLarge(limit));
+    }
+    match Limited::new(body, limit as usize).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Error::BodyTooLarge(limit)),
+        Err(e) => Err(Error::BadRequest(format!("could not read the request body: {e}"))),
+    }
+}
+
+/// How the body carries the model id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BodyKind {
+    Json(serde_json::Value),
+    Multipart(String),
+    Form,
+    Other,
+}
+
+pub fn content_type(headers: &HeaderMap) -> &str {
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+/// Parses the body as llama-swap does: JSON only when the content type says so, else multipart or form.
+pub fn classify(headers: &HeaderMap, body: &[u8]) -> BodyKind {
+    let ct = content_type(headers);
+    if ct.contains("application/json") {
+        return serde_json::from_slice(body).map_or(BodyKind::Other, BodyKind::Json);
+    }
+    if ct.starts_with("multipart/form-data") {
+        if let Some(boundary) = boundary(ct) {
+            return BodyKind::Multipart(boundary);
+        }
+    }
+    if ct.starts_with("application/x-www-form-urlencoded") {
+        return BodyKind::Form;
+    }
+    BodyKind::Other
+}
+
+/// The `model` named in the body, and whether the client asked for a stream.
+pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
+    match kind {
+        BodyKind::Json(v) => (
+            v.get("model").and_then(|m| m.as_str()).map(String::from),
+            v.get("stream").and_then(|s| s.as_bool()).unwrap_or(false),
+        ),
+        BodyKind::Multipart(b) => {
+            let field = |name: &str| multipart_parts(body, b).into_iter().find(|p| p.name == name && p.filename.is_none());
+            let text = |name: &str| field(name).map(|p| String::from_utf8_lossy(&body[p.data]).into_owned());
+            (text("model"), text("stream").as_deref() == Some("true"))
+        }
+        BodyKind::Form | BodyKind::Other => {
+            let text = String::from_utf8_lossy(body);
+            (query_param(&text, "model"), query_param(&text, "stream").as_deref() == Some("true"))
+        }
+    }
+}
+
+/// A query-string parameter, percent-decoded.
+pub fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+        (decode(k) == name).then(|| decode(v))
+    })
+}
+
+fn boundary(content_type: &str) -> Option<String> {
+    content_type.split(';').find_map(|p| {
+        let p = p.trim();
+        p.strip_prefix("boundary=").map(|b| b.trim_matches('"').to_string())
+    })
+}
+
+/// One part of a multipart body, as byte ranges into it.
+#[derive(Debug, Clone)]
+pub struct Part {
+    pub name: String,
+    pub filename: Option<String>,
+    pub data: std::ops::Range<usize>,
+}
+
+/// Splits a multipart body into parts without copying it.
+pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<Part> {
+    let delim = format!("--{boundary}");
+    let mut parts = Vec::new();
+    let mut pos = match find(body, delim.as_bytes(), 0) {
+        Some(p) => p + delim.len(),
+        None => return parts,
+    };
+    loop {
+        if body[pos..].starts_with(b"--") {
+            break;
+        }
+        let Some(head_end) = find(body, b"\r\n\r\n", pos) else { break };
+        let head = String::from_utf8_lossy(&body[pos..head_end]);
+        let data_start = head_end + 4;
+        let Some(next) = find(body, format!("\r\n{delim}").as_bytes(), data_start) else { break };
+        let disposition = head.lines().find(|l| l.to_ascii_lowercase().starts_with("content-disposition")).unwrap_or("");
+        let param = |key: &str| {
+            disposition.split(';').find_map(|p| p.trim().strip_prefix(&format!("{key}=")).map(|v| v.trim_matches('"').to_string()))
+        };
+        parts.push(Part { name: param("name").unwrap_or_default(), filename: param("filename"), data: data_start..next });
+        pos = next + 2 + delim.len();
+    }
+    parts
+}
+
+fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    if from > haystack.len() {
+        return None;
+    }
+    haystack[from..].windows(needle.len()).position(|w| w == needle).map(|p| p + from)
+}
+
+/// Replaces the value of the text field `model` in a multipart body; other bytes stay as they are.
+pub fn rewrite_multipart_model(body: &[u8], boundary: &str, model: &str) -> Option<Bytes> {
+    let part = multipart_parts(body, boundary).into_iter().find(|p| p.name == "model" && p.filename.is_none())?;
+    let mut out = Vec::with_capacity(body.len() + model.len());
+    out.extend_from_slice(&body[..part.data.start]);
+    out.extend_from_slice(model.as_bytes());
+    out.extend_from_slice(&body[part.data.end..]);
+    Some(Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn multipart(model_first: bool) -> (String, Vec<u8>) {
+        let b = "XyZ";
+        let model = "--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n";
+        let file = "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n\x00\x01--X\r\n\r\n";
+        let body = if model_first { format!("{model}{file}--XyZ--\r\n") } else { format!("{file}{model}--XyZ--\r\n") };
+        (b.to_string(), body.into_bytes())
+    }
+
+    #[test]
+    fn finds_the_model_field_wherever_it_is() {
+        for first in [true, false] {
+            let (b, body) = multipart(first);
+            let (model, _) = model_from_body(&BodyKind::Multipart(b), &body);
+            assert_eq!(model.as_deref(), Some("whisper"));
+        }
+    }
+
+    #[test]
+    fn rewriting_the_model_keeps_the_file_exact() {
+        let (b, body) = multipart(true);
+        let out = rewrite_multipart_model(&body, &b, "large-v3").unwrap();
+        let parts = multipart_parts(&out, &b);
+        let file = parts.iter().find(|p| p.name == "file").unwrap();
+        assert_eq!(&out[file.data.clone()], b"\x00\x01--X\r\n");
+        let model = parts.iter().find(|p| p.name == "model").unwrap();
+        assert_eq!(&out[model.data.clone()], b"large-v3");
+    }
+
+    #[test]
+    fn json_only_when_the_content_type_says_so() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        assert_eq!(classify(&h, br#"{"model":"a"}"#), BodyKind::Other);
+        h.insert(header::CONTENT_TYPE, "application/json; charset=utf-8".parse().unwrap());
+        let kind = classify(&h, br#"{"model":"a","stream":true}"#);
+        assert_eq!(model_from_body(&kind, b""), (Some("a".into()), true));
+    }
+
+    #[test]
+    fn query_params_are_decoded() {
+        assert_eq!(query_param("a=1&model=my%2Fmodel", "model").as_deref(), Some("my/model"));
+        assert_eq!(query_param("a=1", "model"), None);
+    }
+}

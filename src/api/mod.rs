@@ -1,0 +1,233 @@
+//! The HTTP API: llama-swap's routes, auth, CORS and error rendering.
+
+mod admin;
+pub mod auth;
+pub mod extract;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+
+use crate::body::{full, Body, BoxError};
+use crate::config::Config;
+use crate::error::{render, Error};
+use crate::fleet::Fleet;
+use crate::logs::Logs;
+use crate::proxy::{self, HttpClient, Outgoing};
+use extract::BodyKind;
+
+/// Limits on what a client may send.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request body that is read to find the model (JSON with base64 images, audio uploads).
+    pub body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { body_bytes: 128 * 1024 * 1024 }
+    }
+}
+
+/// Everything a request handler needs.
+pub struct App {
+    pub fleet: Fleet,
+    pub config: Arc<Config>,
+    pub logs: Arc<Logs>,
+    pub limits: Limits,
+    keys: auth::Keys,
+    clients: BTreeMap<String, HttpClient>,
+}
+
+impl App {
+    pub fn new(fleet: Fleet, logs: Arc<Logs>, limits: Limits) -> App {
+        let config = fleet.config().clone();
+        let clients = config
+            .models
+            .values()
+            .map(|m| (m.id.clone(), proxy::client(m.timeouts.connect, m.timeouts.keepalive, m.timeouts.idle_conn)))
+            .collect();
+        App { keys: auth::Keys::new(&config.api_keys), config, fleet, logs, limits, clients }
+    }
+}
+
+/// POST routes whose JSON (or form) body names the model; the value is the path sent upstream.
+fn model_route(path: &str) -> Option<String> {
+    const DIRECT: &[&str] = &[
+        "/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
+        "/v1/embeddings", "/reranking", "/rerank", "/v1/rerank", "/v1/reranking", "/infill", "/completion",
+        "/v1/audio/speech", "/v1/audio/voices", "/v1/images/generations", "/sdapi/v1/txt2img", "/sdapi/v1/img2img",
+        "/v1/audio/transcriptions", "/v1/images/edits",
+    ];
+    const VERSIONLESS: &[&str] = &[
+        "/v/chat/completions", "/v/responses", "/v/completions", "/v/messages", "/v/messages/count_tokens",
+        "/v/embeddings", "/v/rerank", "/v/reranking",
+    ];
+    if DIRECT.contains(&path) {
+        Some(path.to_string())
+    } else if VERSIONLESS.contains(&path) {
+        Some(path[2..].to_string())
+    } else if path == "/audioapi/v1/tasks/run" {
+        Some("/v1/tasks/run".to_string())
+    } else {
+        None
+    }
+}
+
+/// GET routes that name the model in the query.
+fn query_route(path: &str) -> bool {
+    matches!(path, "/v1/audio/voices" | "/sdapi/v1/loras" | "/props")
+}
+
+/// Handles one request. Never fails: errors become responses.
+pub async fn handle<B>(app: Arc<App>, req: Request<B>, remote: SocketAddr) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
+{
+    let accept = req.headers().get(header::ACCEPT).cloned();
+    let mut resp = match route(&app, req, remote).await {
+        Ok(resp) => resp,
+        Err(err) => render(&err, accept.as_ref()),
+    };
+    if !resp.headers().contains_key(header::CONTENT_TYPE) && resp.status() == StatusCode::NO_CONTENT {
+        resp.headers_mut().remove(header::CONTENT_LENGTH);
+    }
+    resp
+}
+
+async fn route<B>(app: &Arc<App>, req: Request<B>, remote: SocketAddr) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
+{
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    if method == Method::OPTIONS {
+        return Ok(admin::preflight(req.headers()));
+    }
+    match (method.as_str(), path.as_str()) {
+        ("GET" | "HEAD", "/health" | "/wol-health") => return Ok(text(StatusCode::OK, "OK")),
+        ("GET" | "HEAD", "/") => return Ok(redirect(StatusCode::FOUND, "/ui")),
+        (_, "/upstream") => return Ok(redirect(StatusCode::FOUND, "/ui/models")),
+        _ => {}
+    }
+    if !app.keys.allows(req.headers()) {
+        return Err(Error::Unauthorized);
+    }
+    if let Some(rest) = path.strip_prefix("/upstream/") {
+        let rest = rest.to_string();
+        return upstream_passthrough(app, req, &rest, remote).await;
+    }
+    if method == Method::POST {
+        if let Some(upstream_path) = model_route(&path) {
+            return dispatch(app, req, upstream_path, remote).await;
+        }
+    }
+    if (method == Method::GET || method == Method::HEAD) && query_route(&path) {
+        return dispatch(app, req, path, remote).await;
+    }
+    admin::route(app, req, &method, &path).await
+}
+
+/// Finds the model, starts or waits for it, rewrites the body if asked, forwards and streams back.
+async fn dispatch<B>(app: &Arc<App>, req: Request<B>, upstream_path: String, remote: SocketAddr) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let (mut parts, body) = req.into_parts();
+    let query = parts.uri.query().map(String::from);
+    let (name, bytes, kind) = if parts.method == Method::GET || parts.method == Method::HEAD {
+        let name = query.as_deref().and_then(|q| extract::query_param(q, "model"));
+        (name, Bytes::new(), BodyKind::Other)
+    } else {
+        let bytes = extract::read_body(&parts.headers, body, app.limits.body_bytes).await?;
+        let kind = extract::classify(&parts.headers, &bytes);
+        let (name, _stream) = extract::model_from_body(&kind, &bytes);
+        (name, bytes, kind)
+    };
+    let name = name.filter(|n| !n.is_empty()).ok_or(Error::NoModel)?;
+    let id = app.config.real_model_name(&name).ok_or(Error::UnknownModel)?.to_string();
+    let model = &app.config.models[&id];
+    let bytes = match (&model.use_model_name, kind) {
+        (Some(upstream_name), BodyKind::Json(mut v)) => {
+            v["model"] = serde_json::Value::String(upstream_name.clone());
+            Bytes::from(serde_json::to_vec(&v).map_err(|e| Error::Internal(e.to_string()))?)
+        }
+        (Some(upstream_name), BodyKind::Multipart(boundary)) => {
+            extract::rewrite_multipart_model(&bytes, &boundary, upstream_name).unwrap_or(bytes)
+        }
+        _ => bytes,
+    };
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    }
+    let lease = app.fleet.acquire(&id).await?;
+    let path_and_query = match query {
+        Some(q) => format!("{upstream_path}?{q}"),
+        None => upstream_path,
+    };
+    let out = Outgoing { base: model.proxy.clone(), path_and_query, parts, body: full(bytes), client_addr: Some(remote.ip()) };
+    proxy::forward(&app.clients[&id], out, model.timeouts.response_header, lease).await
+}
+
+/// `/upstream/<model>/<path>`: the longest prefix that names a model wins; the rest goes upstream as
+/// it was sent, percent-encoding included, with the request body streamed.
+async fn upstream_passthrough<B>(app: &Arc<App>, req: Request<B>, rest: &str, remote: SocketAddr) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    let segments: Vec<&str> = rest.split('/').collect();
+    let found = (1..=segments.len()).rev().find_map(|n| {
+        let raw = segments[..n].join("/");
+        let decoded = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy().into_owned();
+        app.config.real_model_name(&decoded).map(|id| (id.to_string(), n))
+    });
+    let (id, n) = found.ok_or(Error::UnknownModel)?;
+    let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+    if n == segments.len() {
+        let status = if matches!(*req.method(), Method::GET | Method::HEAD) {
+            StatusCode::MOVED_PERMANENTLY
+        } else {
+            StatusCode::PERMANENT_REDIRECT
+        };
+        return Ok(redirect(status, &format!("/upstream/{rest}/{query}")));
+    }
+    let tail = format!("/{}", segments[n..].join("/"));
+    let lease = app.fleet.acquire(&id).await?;
+    let model = &app.config.models[&id];
+    let (parts, body) = req.into_parts();
+    let body = body.map_err(Into::into).boxed();
+    let out = Outgoing { base: model.proxy.clone(), path_and_query: format!("{tail}{query}"), parts, body, client_addr: Some(remote.ip()) };
+    proxy::forward(&app.clients[&id], out, model.timeouts.response_header, lease).await
+}
+
+pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(full(body))
+        .expect("valid response")
+}
+
+pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(value.to_string()))
+        .expect("valid response")
+}
+
+fn redirect(status: StatusCode, to: &str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::LOCATION, to)
+        .body(crate::body::empty())
+        .expect("valid response")
+}

@@ -1,0 +1,297 @@
+//! Configuration: a llama-swap config file, read unchanged.
+//!
+//! Two stages: [`expand`] runs llama-swap's pipeline on a located YAML tree ([`yaml`]), then
+//! [`decode`] turns the tree into the typed, validated [`Config`] that the rest of corral uses.
+
+mod decode;
+mod expand;
+mod read;
+pub mod yaml;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use yaml::Loc;
+
+/// A config error that names where it is: file, line, column and key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub loc: Option<Loc>,
+    pub key: Option<String>,
+    pub msg: String,
+}
+
+impl ConfigError {
+    pub fn at(loc: Loc, key: Option<String>, msg: String) -> Self {
+        ConfigError { loc: Some(loc), key, msg }
+    }
+
+    pub fn plain(msg: impl Into<String>) -> Self {
+        ConfigError { loc: None, key: None, msg: msg.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(loc) = &self.loc {
+            write!(f, "{loc}: ")?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where a config comes from: `--config` and/or `--config-dir`, as llama-swap takes them.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    pub file: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
+}
+
+impl Sources {
+    /// The files to read, in merge order: the file, then the directory's `*.yml|*.yaml` sorted by name.
+    pub fn files(&self) -> Result<Vec<PathBuf>, ConfigError> {
+        let mut files = Vec::new();
+        if let Some(f) = &self.file {
+            files.push(f.clone());
+        }
+        if let Some(dir) = &self.dir {
+            let entries = std::fs::read_dir(dir)
+                .map_err(|e| ConfigError::plain(format!("{}: cannot read config directory: {e}", dir.display())))?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yml" | "yaml")))
+                .collect();
+            found.sort();
+            for p in found {
+                if let Some(f) = &self.file {
+                    if same_file(f, &p) {
+                        return Err(ConfigError::plain(format!("{} is given both with --config and inside --config-dir", p.display())));
+                    }
+                }
+                files.push(p);
+            }
+        }
+        if files.is_empty() {
+            return Err(ConfigError::plain("no config given: use --config FILE and/or --config-dir DIR"));
+        }
+        Ok(files)
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// A loaded config and the warnings found on the way (unknown keys, clamped values).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<String>,
+}
+
+/// Loads the given sources; `env` answers `${env.X}` (tests pass a map, `main` the process environment).
+pub fn load(sources: &Sources, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    let mut texts = Vec::new();
+    for path in sources.files()? {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::plain(format!("{}: cannot read config: {e}", path.display())))?;
+        texts.push((Arc::from(path.display().to_string()), text));
+    }
+    load_texts(&texts, env)
+}
+
+/// Loads configs from (file name, text) pairs.
+pub fn load_texts(texts: &[(Arc<str>, String)], env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    let tree = expand::load_sources(texts, env)?;
+    let tree = expand::resolve(tree)?;
+    let mut warnings = Vec::new();
+    let config = decode::decode(&tree, &mut warnings)?;
+    Ok(Loaded { config, warnings })
+}
+
+/// Loads one YAML string (tests and the embedded demo).
+pub fn load_str(name: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    load_texts(&[(Arc::from(name), text.to_string())], env)
+}
+
+// === the typed config ===
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogToStdout {
+    Proxy,
+    Upstream,
+    Both,
+    None,
+}
+
+impl LogToStdout {
+    pub fn proxy(self) -> bool {
+        matches!(self, LogToStdout::Proxy | LogToStdout::Both)
+    }
+    pub fn upstream(self) -> bool {
+        matches!(self, LogToStdout::Upstream | LogToStdout::Both)
+    }
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub health_check_timeout: Duration,
+    pub log_level: String,
+    pub log_time_format: String,
+    pub log_to_stdout: LogToStdout,
+    pub metrics_max_in_memory: u64,
+    pub capture_buffer_mb: u64,
+    pub store_path: Option<String>,
+    pub ui_session_headers: Vec<String>,
+    pub performance_disabled: bool,
+    pub performance_every: Duration,
+    pub start_port: u16,
+    pub send_loading_state: bool,
+    pub include_aliases_in_list: bool,
+    pub global_ttl: Duration,
+    pub unload_timeout: Duration,
+    pub api_keys: Vec<String>,
+    /// Models by id, sorted.
+    pub models: BTreeMap<String, ModelConfig>,
+    pub groups: Vec<Group>,
+    pub matrix: Option<Matrix>,
+    pub profiles: BTreeMap<String, Profile>,
+    pub selectors: BTreeMap<String, Selector>,
+    pub peers: BTreeMap<String, Peer>,
+    pub ignore_paths: Vec<regex::Regex>,
+    pub preload: Vec<String>,
+    pub fifo_priority: BTreeMap<String, i64>,
+}
+
+/// One `models.<id>` entry.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub id: String,
+    /// The command, split like a POSIX shell; run directly, never through a shell.
+    pub argv: Vec<String>,
+    /// `cmdStop`, split, with `${PID}` still in it.
+    pub cmd_stop: Option<Vec<String>>,
+    pub proxy: String,
+    pub port: Option<u16>,
+    pub aliases: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// `None` for `checkEndpoint: none`.
+    pub check_endpoint: Option<String>,
+    /// Idle time before unloading; `None` never unloads.
+    pub ttl: Option<Duration>,
+    pub unload_timeout: Duration,
+    pub unlisted: bool,
+    pub use_model_name: Option<String>,
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub concurrency_limit: usize,
+    pub filters: Filters,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    pub send_loading_state: bool,
+    pub timeouts: Timeouts,
+    pub ignore_websockets: bool,
+    pub capabilities: Capabilities,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Filters {
+    pub strip_params: Vec<String>,
+    pub set_params: serde_json::Map<String, serde_json::Value>,
+    pub set_params_by_id: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub keepalive: Duration,
+    /// `None`: no limit on waiting for the upstream's response headers.
+    pub response_header: Option<Duration>,
+    pub tls_handshake: Duration,
+    pub expect_continue: Duration,
+    pub idle_conn: Duration,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Capabilities {
+    pub input: Vec<String>,
+    pub output: Vec<String>,
+    pub tools: bool,
+    pub reranker: bool,
+    pub context: u64,
+}
+
+/// A swap group (`groups.<id>`, or the implicit `(default)` group of models in no group).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub id: String,
+    pub swap: bool,
+    pub exclusive: bool,
+    pub persistent: bool,
+    pub members: Vec<String>,
+}
+
+pub const DEFAULT_GROUP: &str = "(default)";
+
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub vars: BTreeMap<String, String>,
+    pub evict_costs: BTreeMap<String, i64>,
+    pub sets: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub description: String,
+    /// requested id → target; `None` disables the requested id.
+    pub pins: BTreeMap<String, Option<String>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Selector {
+    pub strategy: String,
+    pub targets: Vec<String>,
+    pub spillover: u64,
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub unlisted: bool,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub proxy: String,
+    pub api_key: Option<String>,
+    pub models: Vec<String>,
+    pub filters: Filters,
+    pub timeouts: Timeouts,
+}
+
+impl Config {
+    /// The model id a requested name means: an exact id first, then an alias.
+    pub fn real_model_name(&self, name: &str) -> Option<&str> {
+        if let Some((id, _)) = self.models.get_key_value(name) {
+            return Some(id);
+        }
+        self.models.values().find(|m| m.aliases.iter().any(|a| a == name)).map(|m| m.id.as_str())
+    }
+
+    /// The group a model belongs to (every model has one).
+    pub fn group_of(&self, model: &str) -> &Group {
+        self.groups.iter().find(|g| g.members.iter().any(|m| m == model)).expect("every model is in a group")
+    }
+}
+
+#[cfg(test)]
+mod tests;

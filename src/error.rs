@@ -1,0 +1,159 @@
+//! One error type for everything a client can be told, and one function that renders it.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+
+use crate::body::{full, Body};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    #[error("no model id could be identified")]
+    NoModel,
+    #[error("no router for requested model")]
+    UnknownModel,
+    #[error("Too many requests")]
+    ConcurrencyLimit,
+    #[error("unspecific error: {0}")]
+    StartFailed(String),
+    #[error("unspecific error: group: model unloaded")]
+    Unloaded,
+    #[error("{0} is shutting down")]
+    ShuttingDown(String),
+    #[error("upstream error: {0}")]
+    Upstream(String),
+    #[error("upstream did not send response headers within {0}s")]
+    UpstreamTimeout(u64),
+    #[error("request body is larger than the limit of {0} bytes")]
+    BodyTooLarge(u64),
+    #[error("unauthorized: invalid or missing API key")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::NoModel | Error::UnknownModel | Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::ConcurrencyLimit => StatusCode::TOO_MANY_REQUESTS,
+            Error::StartFailed(_) | Error::Unloaded | Error::ShuttingDown(_) | Error::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Conflict(_) => StatusCode::CONFLICT,
+        }
+    }
+
+    /// The `error.code` of the envelope: llama-swap's names by status.
+    pub fn code(&self) -> &'static str {
+        if matches!(self, Error::ConcurrencyLimit) {
+            return "concurrency_limit";
+        }
+        status_code_name(self.status())
+    }
+}
+
+pub fn status_code_name(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "bad_request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        409 => "conflict",
+        413 => "payload_too_large",
+        429 => "rate_limit_exceeded",
+        502 => "bad_gateway",
+        503 => "service_unavailable",
+        504 => "gateway_timeout",
+        400..=499 => "invalid_request",
+        _ => "internal_error",
+    }
+}
+
+fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    }
+}
+
+/// Renders an error as llama-swap does: plain text, HTML or the JSON envelope, by `Accept`.
+pub fn render(err: &Error, accept: Option<&HeaderValue>) -> Response<Body> {
+    let mut resp = render_message(err.status(), err.code(), &err.to_string(), accept);
+    match err {
+        Error::ConcurrencyLimit => {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        Error::Unauthorized => {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"llama-swap\""));
+        }
+        _ => {}
+    }
+    resp
+}
+
+pub fn render_message(status: StatusCode, code: &str, message: &str, accept: Option<&HeaderValue>) -> Response<Body> {
+    let accept = accept.and_then(|a| a.to_str().ok()).unwrap_or("");
+    let (content_type, body) = if accept.contains("text/plain") {
+        ("text/plain; charset=utf-8", format!("corral: {message}"))
+    } else if accept.contains("text/html") {
+        let escaped = message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        ("text/html; charset=utf-8", format!("<!doctype html><html><body><h1>{status}</h1><p>{escaped}</p></body></html>"))
+    } else {
+        let envelope = serde_json::json!({
+            "src": "corral",
+            "error": { "message": message, "type": error_type(status), "param": null, "code": code },
+        });
+        ("application/json", envelope.to_string())
+    };
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(full(Bytes::from(body)))
+        .expect("static response parts are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_maps_to_its_status_and_code() {
+        let cases = [
+            (Error::NoModel, 404, "not_found"),
+            (Error::UnknownModel, 404, "not_found"),
+            (Error::ConcurrencyLimit, 429, "concurrency_limit"),
+            (Error::StartFailed("x".into()), 500, "internal_error"),
+            (Error::Upstream("x".into()), 502, "bad_gateway"),
+            (Error::UpstreamTimeout(1), 504, "gateway_timeout"),
+            (Error::BodyTooLarge(1), 413, "payload_too_large"),
+            (Error::Unauthorized, 401, "unauthorized"),
+            (Error::Conflict("x".into()), 409, "conflict"),
+        ];
+        for (err, status, code) in cases {
+            assert_eq!(err.status().as_u16(), status, "{err:?}");
+            assert_eq!(err.code(), code, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn accept_chooses_the_body_format() {
+        let plain = render(&Error::UnknownModel, Some(&HeaderValue::from_static("text/plain")));
+        assert_eq!(plain.headers()[header::CONTENT_TYPE], "text/plain; charset=utf-8");
+        let json = render(&Error::ConcurrencyLimit, None);
+        assert_eq!(json.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(json.headers()[header::RETRY_AFTER], "1");
+    }
+}

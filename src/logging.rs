@@ -1,0 +1,49 @@
+//! corral's own log lines go to stdout (per `logToStdout`) and into the `/logs` rings.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::EnvFilter;
+
+use crate::config::Config;
+use crate::logs::Logs;
+
+#[derive(Clone)]
+struct Tee {
+    logs: Arc<Logs>,
+    to_stdout: bool,
+}
+
+impl Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.logs.proxy.write(buf);
+        if self.to_stdout {
+            self.logs.combined.write(buf);
+            let _ = std::io::stdout().write_all(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().flush()
+    }
+}
+
+impl<'a> MakeWriter<'a> for Tee {
+    type Writer = Tee;
+    fn make_writer(&'a self) -> Tee {
+        self.clone()
+    }
+}
+
+/// Installs the global subscriber. `RUST_LOG` overrides `logLevel`.
+pub fn init(config: &Config, logs: Arc<Logs>) {
+    let level = match config.log_level.as_str() {
+        "warn" => "warn",
+        l => l,
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("corral={level},warn")));
+    let tee = Tee { logs, to_stdout: config.log_to_stdout.proxy() };
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_target(false).with_writer(tee).try_init();
+}

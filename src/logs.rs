@@ -1,0 +1,94 @@
+//! Log rings: the last 100 KiB of each stream, with live subscribers that can never block a writer.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::broadcast;
+
+pub const RING_BYTES: usize = 100 * 1024;
+
+/// A bounded byte history plus a broadcast of new writes. A subscriber that falls behind loses bytes
+/// (and is told how many), the writer never waits.
+pub struct LogRing {
+    history: Mutex<VecDeque<u8>>,
+    live: broadcast::Sender<Bytes>,
+    capacity: usize,
+}
+
+impl Default for LogRing {
+    fn default() -> Self {
+        LogRing::new(RING_BYTES)
+    }
+}
+
+impl LogRing {
+    pub fn new(capacity: usize) -> Self {
+        LogRing { history: Mutex::new(VecDeque::new()), live: broadcast::channel(1024).0, capacity }
+    }
+
+    pub fn write(&self, data: &[u8]) {
+        {
+            let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            let data = &data[data.len().saturating_sub(self.capacity)..];
+            let overflow = (h.len() + data.len()).saturating_sub(self.capacity);
+            h.drain(..overflow);
+            h.extend(data);
+        }
+        let _ = self.live.send(Bytes::copy_from_slice(data));
+    }
+
+    pub fn history(&self) -> Vec<u8> {
+        self.history.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Bytes> {
+        self.live.subscribe()
+    }
+
+    /// The last `n` lines, for error messages.
+    pub fn tail_lines(&self, n: usize) -> String {
+        let text = String::from_utf8_lossy(&self.history()).into_owned();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+/// corral's own log lines go here as well as to tracing, so `/logs` shows them.
+#[derive(Default)]
+pub struct Logs {
+    pub proxy: Arc<LogRing>,
+    pub upstream: Arc<LogRing>,
+    /// What `/logs` returns: the streams chosen by `logToStdout`.
+    pub combined: Arc<LogRing>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_keeps_only_the_newest_bytes() {
+        let ring = LogRing::new(10);
+        ring.write(b"0123456789");
+        ring.write(b"abc");
+        assert_eq!(ring.history(), b"3456789abc");
+        ring.write(b"this is longer than ten");
+        assert_eq!(ring.history(), b"r than ten");
+    }
+
+    #[test]
+    fn tail_lines_skips_blank_lines() {
+        let ring = LogRing::new(1000);
+        ring.write(b"a\nb\n\nc\nd\n");
+        assert_eq!(ring.tail_lines(2), "c\nd");
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_new_writes() {
+        let ring = LogRing::new(100);
+        let mut rx = ring.subscribe();
+        ring.write(b"hello");
+        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"hello"));
+    }
+}

@@ -1,0 +1,164 @@
+//! The `corral` command: parse the command line, load the config, bind, and hand over to the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use corral::config::{self, Sources};
+use corral::logs::Logs;
+use tokio_util::sync::CancellationToken;
+
+mod cli;
+mod plan;
+
+const EXIT_CONFIG: u8 = 64;
+const DEMO_CONFIG: &str = include_str!("../config/demo.yaml");
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = match cli::parse(&args) {
+        Ok(cmd) => cmd,
+        Err(msg) => {
+            eprintln!("corral: {msg}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match cmd {
+        cli::Command::Help => {
+            println!("{}", cli::USAGE);
+            ExitCode::SUCCESS
+        }
+        cli::Command::Version => {
+            println!("corral {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        cli::Command::FakeEngine(args) => ExitCode::from(fakellm::main_with_args(args) as u8),
+        cli::Command::Check(opts) => match load(&opts) {
+            Ok(loaded) => {
+                print!("{}", plan::render(&loaded.config));
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        cli::Command::Serve(opts) => serve(opts),
+    }
+}
+
+/// `${env.X}` lookups see the process environment plus `CORRAL_EXE`, the path of this binary.
+fn env_lookup(name: &str) -> Option<String> {
+    if name == "CORRAL_EXE" {
+        if let Ok(v) = std::env::var(name) {
+            return Some(v);
+        }
+        return std::env::current_exe().ok().map(|p| p.display().to_string());
+    }
+    std::env::var(name).ok()
+}
+
+fn load(opts: &cli::ServeOptions) -> Result<config::Loaded, ExitCode> {
+    let result = if opts.sources.file.is_none() && opts.sources.dir.is_none() {
+        config::load_str("config/demo.yaml (embedded)", DEMO_CONFIG, &env_lookup)
+    } else {
+        config::load(&opts.sources, &env_lookup)
+    };
+    match result {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                eprintln!("corral: warning: {w}");
+            }
+            Ok(loaded)
+        }
+        Err(e) => {
+            eprintln!("corral: config error: {e}");
+            Err(ExitCode::from(EXIT_CONFIG))
+        }
+    }
+}
+
+fn serve(opts: cli::ServeOptions) -> ExitCode {
+    let loaded = match load(&opts) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let logs = Arc::new(Logs::default());
+    corral::logging::init(&loaded.config, logs.clone());
+    if opts.sources.file.is_none() && opts.sources.dir.is_none() {
+        tracing::info!("no --config given: serving the embedded demo config (two fake models)");
+    }
+    if opts.watch_config {
+        tracing::warn!("--watch-config: live reload is not supported yet; restart corral to apply changes");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("corral: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(opts.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("corral: cannot listen on {}: {e}", opts.listen);
+                return ExitCode::FAILURE;
+            }
+        };
+        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!("corral {} listening on http://{addr}", env!("CARGO_PKG_VERSION"));
+        let shutdown = CancellationToken::new();
+        let abort = CancellationToken::new();
+        tokio::spawn(watch_signals(shutdown.clone(), abort.clone()));
+        let options = corral::Options {
+            state_dir: state_dir(),
+            state_key: state_key(&opts.sources, opts.listen),
+            ..Default::default()
+        };
+        match corral::run(loaded.config, listener, logs, options, shutdown, abort.clone()).await {
+            Ok(()) if abort.is_cancelled() => ExitCode::from(130),
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("corral: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// First SIGTERM/SIGINT: drain and stop. Second: stop at once.
+async fn watch_signals(shutdown: CancellationToken, abort: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return;
+    };
+    let next = async {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    };
+    let first = next.await;
+    tracing::info!("{first}: shutting down (send it again to stop at once)");
+    shutdown.cancel();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    abort.cancel();
+}
+
+fn state_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("CORRAL_STATE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(base.join("corral"))
+}
+
+fn state_key(sources: &Sources, listen: SocketAddr) -> String {
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.canonicalize().unwrap_or(p.clone()).display().to_string()).unwrap_or_default();
+    format!("{}{}@{}", path(&sources.file), path(&sources.dir), listen)
+}

@@ -1,0 +1,43 @@
+//! `corral check`: the resolved plan, model by model, without starting anything.
+
+use std::fmt::Write;
+
+use corral::config::Config;
+
+pub fn render(config: &Config) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "config ok: {} model(s), {} group(s)", config.models.len(), config.groups.len());
+    for m in config.models.values() {
+        let group = config.group_of(&m.id);
+        let _ = writeln!(out, "\nmodel {}", m.id);
+        let _ = writeln!(out, "  argv:        {}", shell_words(&m.argv));
+        if let Some(stop) = &m.cmd_stop {
+            let _ = writeln!(out, "  cmdStop:     {}", shell_words(stop));
+        }
+        let _ = writeln!(out, "  port:        {}", m.port.map_or("-".into(), |p| p.to_string()));
+        let _ = writeln!(out, "  proxy:       {}", m.proxy);
+        let _ = writeln!(out, "  health:      {}", m.check_endpoint.as_deref().unwrap_or("none (ready at spawn)"));
+        let _ = writeln!(
+            out,
+            "  group:       {} (swap: {}, exclusive: {}, persistent: {})",
+            group.id, group.swap, group.exclusive, group.persistent
+        );
+        if !m.aliases.is_empty() {
+            let _ = writeln!(out, "  aliases:     {}", m.aliases.join(", "));
+        }
+        let _ = writeln!(
+            out,
+            "  timeouts:    load {}s, unload {}s, swap stop {}s, ttl {}",
+            config.health_check_timeout.as_secs(),
+            m.unload_timeout.as_secs(),
+            config.health_check_timeout.as_secs(),
+            m.ttl.map_or("never".into(), |t| format!("{}s", t.as_secs()))
+        );
+        let _ = writeln!(out, "  concurrency: {}", m.concurrency_limit);
+    }
+    out
+}
+
+fn shell_words(argv: &[String]) -> String {
+    argv.iter().map(|a| shlex::try_quote(a).map(|q| q.into_owned()).unwrap_or_else(|_| a.clone())).collect::<Vec<_>>().join(" ")
+}

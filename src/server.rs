@@ -1,0 +1,119 @@
+//! Accepting connections and the shutdown sequence.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, App, Limits};
+use crate::config::Config;
+use crate::fleet::Fleet;
+use crate::logs::Logs;
+use crate::supervisor::sweep::StateFile;
+use crate::supervisor::Spawner;
+
+/// How to run, beyond the config file.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub limits: Limits,
+    /// Where the state file of process groups lives (`None`: no state file, marker sweep only).
+    pub state_dir: Option<PathBuf>,
+    /// Identifies this corral across restarts (config path and listen address).
+    pub state_key: String,
+    /// How long in-flight requests may take to finish after a shutdown signal.
+    pub drain_timeout: Duration,
+    /// Slowloris bound: the time a client has to send its request head.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            limits: Limits::default(),
+            state_dir: None,
+            state_key: "corral".into(),
+            drain_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves until `shutdown` is cancelled, then drains and stops every child. Cancelling `abort` at any
+/// point kills the children at once and returns.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    logs: Arc<Logs>,
+    opts: Options,
+    shutdown: CancellationToken,
+    abort: CancellationToken,
+) -> std::io::Result<()> {
+    let state_file = StateFile::new(opts.state_dir.clone(), &opts.state_key);
+    let swept = state_file.sweep();
+    if !swept.is_empty() {
+        tracing::warn!("killed process groups left by a previous run: {swept:?}");
+    }
+    let spawner = Spawner::start(tokio::runtime::Handle::current())?;
+    let fleet = Fleet::new(Arc::new(config), spawner, logs.clone(), state_file);
+    let app = Arc::new(App::new(fleet.clone(), logs, opts.limits));
+    let ttl = tokio::spawn(fleet.clone().run_ttl());
+
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_read_timeout)
+        .max_buf_size(64 * 1024)
+        .max_headers(100);
+    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(100).max_header_list_size(64 * 1024);
+    let graceful = GracefulShutdown::new();
+
+    loop {
+        let (stream, remote) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = abort.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = service_fn(move |req| {
+            let app = app.clone();
+            async move { Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await) }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: draining {} connection(s)", graceful.count());
+    let stop = async {
+        if tokio::time::timeout(opts.drain_timeout, graceful.shutdown()).await.is_err() {
+            tracing::warn!("in-flight requests did not finish within {}s", opts.drain_timeout.as_secs());
+        }
+        fleet.shutdown().await;
+    };
+    tokio::select! {
+        _ = stop => {}
+        _ = abort.cancelled() => {
+            tracing::warn!("stopping at once");
+            fleet.kill_all();
+        }
+    }
+    ttl.abort();
+    Ok(())
+}

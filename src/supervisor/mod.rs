@@ -1,0 +1,260 @@
+//! Supervision of one engine process: spawn, capture its output, probe readiness, stop.
+//!
+//! Theory of operation: every child is forked by the [`Spawner`] thread into its own process group,
+//! with stdin from /dev/null and a parent-death signal, so it dies with corral. A task waits on the
+//! child and publishes its exit on a `watch` channel; nothing ever waits on its pipes, which a
+//! grandchild may hold open forever. Stopping signals the whole group: cmdStop or SIGTERM, then
+//! SIGKILL after the grace period, and the stop returns only once the child has been reaped.
+
+mod spawner;
+pub mod sweep;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+pub use spawner::Spawner;
+
+use crate::logs::{LogRing, Logs};
+
+/// What a process needs to run, resolved from the config.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    pub id: String,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cmd_stop: Option<Vec<String>>,
+    /// Full URL polled for readiness; `None` means ready once spawned.
+    pub health_url: Option<http::Uri>,
+    pub load_timeout: Duration,
+}
+
+/// Why a start failed. Every waiter for the start gets this.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StartError {
+    #[error("failed to start command '{cmd}': {error}")]
+    Spawn { cmd: String, error: String },
+    #[error("upstream command exited prematurely ({status}){}", tail_text(.tail))]
+    Exited { status: String, tail: String },
+    #[error("health check timed out after {}s{}", .after.as_secs(), tail_text(.tail))]
+    Timeout { after: Duration, tail: String },
+    #[error("model unloaded")]
+    Aborted,
+}
+
+fn tail_text(tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("; last output:\n{tail}")
+    }
+}
+
+/// Where a child's output goes.
+#[derive(Clone)]
+pub struct Sinks {
+    pub model: Arc<LogRing>,
+    pub logs: Arc<Logs>,
+    pub upstream_to_stdout: bool,
+}
+
+/// A running child.
+pub struct Process {
+    pub pid: u32,
+    exit: watch::Receiver<Option<String>>,
+    sinks: Sinks,
+}
+
+impl Process {
+    pub async fn spawn(spawner: &Spawner, spec: &ProcessSpec, sinks: Sinks, marker: &str) -> Result<Process, StartError> {
+        let mut cmd = tokio::process::Command::new(&spec.argv[0]);
+        cmd.args(&spec.argv[1..])
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .env(sweep::MARKER_VAR, marker)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = spawner
+            .spawn(cmd)
+            .await
+            .map_err(|e| StartError::Spawn { cmd: spec.argv.join(" "), error: e.to_string() })?;
+        let pid = child.id().unwrap_or(0);
+        for pipe in [child.stdout.take().map(Pipe::Out), child.stderr.take().map(Pipe::Err)].into_iter().flatten() {
+            tokio::spawn(capture(pipe, sinks.clone()));
+        }
+        let (tx, exit) = watch::channel(None);
+        tokio::spawn(async move {
+            let status = match child.wait().await {
+                Ok(s) => describe_status(s),
+                Err(e) => format!("wait failed: {e}"),
+            };
+            let _ = tx.send(Some(status));
+        });
+        Ok(Process { pid, exit, sinks })
+    }
+
+    /// Resolves with a description of the exit status once the child has exited and been reaped.
+    pub async fn exited(&self) -> String {
+        let mut rx = self.exit.clone();
+        loop {
+            if let Some(status) = rx.borrow_and_update().clone() {
+                return status;
+            }
+            if rx.changed().await.is_err() {
+                return "unknown".into();
+            }
+        }
+    }
+
+    pub fn has_exited(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+
+    /// The last lines the child printed.
+    pub fn tail(&self) -> String {
+        self.sinks.model.tail_lines(20)
+    }
+
+    /// Polls the health URL until it answers 200: quickly at first (a small model is ready in
+    /// milliseconds), then every 100 ms. A 503 "Loading model" is just loading.
+    pub async fn wait_ready(&self, spec: &ProcessSpec, health: &HealthClient) -> Result<(), StartError> {
+        let Some(url) = &spec.health_url else { return Ok(()) };
+        let started = Instant::now();
+        let deadline = tokio::time::sleep(spec.load_timeout);
+        tokio::pin!(deadline);
+        let mut interval = Duration::from_millis(5);
+        loop {
+            tokio::select! {
+                status = self.exited() => {
+                    tokio::time::sleep(Duration::from_millis(50)).await; // let the last output arrive
+                    return Err(StartError::Exited { status, tail: self.tail() });
+                }
+                _ = &mut deadline => return Err(StartError::Timeout { after: spec.load_timeout, tail: self.tail() }),
+                ok = health.probe(url) => if ok { return Ok(()) },
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = &mut deadline => return Err(StartError::Timeout { after: spec.load_timeout, tail: self.tail() }),
+            }
+            let cap = if started.elapsed() < Duration::from_secs(5) { 20 } else { 100 };
+            interval = (interval * 2).min(Duration::from_millis(cap));
+        }
+    }
+
+    /// Stops the process group: cmdStop or SIGTERM, SIGKILL after `grace`, then waits for the reap.
+    pub async fn stop(&self, spec: &ProcessSpec, grace: Duration, spawner: &Spawner) {
+        if self.has_exited() {
+            signal_group(self.pid, Signal::SIGKILL); // grandchildren left in the group
+            return;
+        }
+        match &spec.cmd_stop {
+            Some(argv) => {
+                let argv: Vec<String> = argv.iter().map(|a| a.replace("${PID}", &self.pid.to_string())).collect();
+                let mut cmd = tokio::process::Command::new(&argv[0]);
+                cmd.args(&argv[1..]).envs(spec.env.iter().map(|(k, v)| (k, v)));
+                match spawner.spawn(cmd).await {
+                    Ok(mut child) => {
+                        tokio::spawn(async move { child.wait().await });
+                    }
+                    Err(e) => {
+                        tracing::warn!(model = %spec.id, "cmdStop failed ({e}); sending SIGTERM");
+                        signal_group(self.pid, Signal::SIGTERM);
+                    }
+                }
+            }
+            None => signal_group(self.pid, Signal::SIGTERM),
+        }
+        if tokio::time::timeout(grace, self.exited()).await.is_err() {
+            tracing::warn!(model = %spec.id, pid = self.pid, "did not stop within {}s; sending SIGKILL", grace.as_secs_f32());
+        }
+        signal_group(self.pid, Signal::SIGKILL);
+        self.exited().await;
+    }
+
+    /// Kills the group at once (a second shutdown signal).
+    pub fn kill_now(&self) {
+        signal_group(self.pid, Signal::SIGKILL);
+    }
+}
+
+fn signal_group(pgid: u32, signal: Signal) {
+    if pgid > 1 {
+        let _ = killpg(Pid::from_raw(pgid as i32), signal);
+    }
+}
+
+fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => {
+            let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string());
+            format!("killed by signal {name}")
+        }
+        _ => "unknown exit".into(),
+    }
+}
+
+enum Pipe {
+    Out(tokio::process::ChildStdout),
+    Err(tokio::process::ChildStderr),
+}
+
+/// Copies a pipe into the log rings until EOF. It never blocks the child: rings drop old bytes.
+async fn capture(pipe: Pipe, sinks: Sinks) {
+    let mut buf = vec![0u8; 8192];
+    let mut reader: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match pipe {
+        Pipe::Out(p) => Box::new(p),
+        Pipe::Err(p) => Box::new(p),
+    };
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let data = &buf[..n];
+                sinks.model.write(data);
+                sinks.logs.upstream.write(data);
+                if sinks.upstream_to_stdout {
+                    sinks.logs.combined.write(data);
+                    use std::io::Write;
+                    let _ = std::io::stdout().write_all(data);
+                }
+            }
+        }
+    }
+}
+
+/// A small client for health probes.
+#[derive(Clone)]
+pub struct HealthClient {
+    client: Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>,
+}
+
+impl Default for HealthClient {
+    fn default() -> Self {
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        connector.set_nodelay(true);
+        HealthClient { client: Client::builder(TokioExecutor::new()).build(connector) }
+    }
+}
+
+impl HealthClient {
+    /// True when the URL answers 200 within two seconds.
+    pub async fn probe(&self, url: &http::Uri) -> bool {
+        let fut = async {
+            let resp = self.client.get(url.clone()).await.ok()?;
+            let ok = resp.status() == http::StatusCode::OK;
+            let _ = resp.into_body().collect().await;
+            Some(ok)
+        };
+        matches!(tokio::time::timeout(Duration::from_secs(2), fut).await, Ok(Some(true)))
+    }
+}
