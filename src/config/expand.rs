@@ -243,6 +243,9 @@ pub fn resolve(mut root: Node) -> Result<Node, ConfigError> {
             }
         }
     }
+    if let Value::Map(entries) = &mut root.value {
+        entries.retain(|(k, _)| k != "macros");
+    }
     check_leftovers(&root, "")?;
     Ok(root)
 }

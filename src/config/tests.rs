@@ -1,0 +1,187 @@
+//! The loading pipeline against llama-swap's rules (COMPAT.md §1.1-1.4).
+
+use super::*;
+use std::collections::HashMap;
+
+fn env_of(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    move |k| map.get(k).cloned()
+}
+
+fn load(yaml: &str) -> Config {
+    load_str("t.yaml", yaml, &|_| None).unwrap().config
+}
+
+fn load_err(yaml: &str) -> String {
+    load_str("t.yaml", yaml, &|_| None).unwrap_err().to_string()
+}
+
+#[test]
+fn ports_go_in_sorted_id_order_only_to_models_whose_cmd_uses_them() {
+    let c = load(
+        "startPort: 9000\nmodels:\n  zed: {cmd: 'srv --port ${PORT}'}\n  alpha: {cmd: 'srv --port ${PORT}'}\n  fixed: {cmd: 'srv --port 7777', proxy: 'http://127.0.0.1:7777'}\n  mid: {cmd: 'srv -p ${PORT}'}\n",
+    );
+    assert_eq!(c.models["alpha"].argv, ["srv", "--port", "9000"]);
+    assert_eq!(c.models["mid"].argv, ["srv", "-p", "9001"]);
+    assert_eq!(c.models["zed"].argv, ["srv", "--port", "9002"]);
+    assert_eq!(c.models["zed"].proxy, "http://localhost:9002");
+    assert_eq!(c.models["fixed"].port, Some(7777));
+}
+
+#[test]
+fn proxy_port_without_cmd_port_is_an_error() {
+    let err = load_err("models:\n  m:\n    cmd: srv --port 8000\n");
+    assert!(err.contains("proxy uses ${PORT} but cmd does not"), "{err}");
+}
+
+#[test]
+fn macros_resolve_last_declared_first_so_later_ones_see_earlier_ones() {
+    let c = load(
+        "macros:\n  bin: /opt/llama-server\n  base: '${bin} --host 127.0.0.1'\nmodels:\n  m:\n    cmd: '${base} --port ${PORT} --alias ${MODEL_ID}'\n",
+    );
+    assert_eq!(c.models["m"].argv, ["/opt/llama-server", "--host", "127.0.0.1", "--port", "5800", "--alias", "m"]);
+}
+
+#[test]
+fn forward_macro_references_are_unknown() {
+    let err = load_err("macros:\n  a: '${b}'\n  b: x\nmodels:\n  m: {cmd: '${a}', proxy: 'http://h:1'}\n");
+    assert!(err.contains("unknown macro '${b}'") && err.contains("t.yaml:5"), "{err}");
+}
+
+#[test]
+fn model_macros_override_globals_and_keep_their_type() {
+    let c = load(
+        "macros:\n  ctx: 4096\nmodels:\n  m:\n    macros: {ctx: 8192}\n    cmd: 'srv -c ${ctx}'\n    proxy: 'http://h:1'\n    metadata: {ctx: '${ctx}', label: 'ctx=${ctx}', '${ctx}': literal-key}\n",
+    );
+    let m = &c.models["m"];
+    assert_eq!(m.argv, ["srv", "-c", "8192"]);
+    assert_eq!(m.metadata["ctx"], serde_json::json!(8192));
+    assert_eq!(m.metadata["label"], serde_json::json!("ctx=8192"));
+    assert!(m.metadata.contains_key("${ctx}"));
+}
+
+#[test]
+fn port_macro_is_an_integer_in_metadata() {
+    let c = load("models:\n  m:\n    cmd: 'srv --port ${PORT}'\n    metadata: {port: '${PORT}'}\n");
+    assert_eq!(c.models["m"].metadata["port"], serde_json::json!(5800));
+}
+
+#[test]
+fn reserved_and_invalid_macro_names_are_rejected() {
+    assert!(load_err("macros: {PORT: 1}\nmodels: {}\n").contains("reserved"));
+    assert!(load_err("macros: {'bad name': 1}\nmodels: {}\n").contains("must match"));
+    assert!(load_err("macros: {a: '${a}x'}\nmodels: {}\n").contains("references itself"));
+}
+
+#[test]
+fn comment_lines_and_continuations_in_cmd() {
+    let c = load("models:\n  m:\n    proxy: 'http://h:1'\n    cmd: |\n      srv \\\n        # a comment line\n        --flag 'two words' \\\n        --x\n");
+    assert_eq!(c.models["m"].argv, ["srv", "--flag", "two words", "--x"]);
+}
+
+#[test]
+fn env_substitution_happens_first_and_ignores_comments() {
+    let env = env_of(&[("KEY", "k1"), ("BIN", "/bin/srv")]);
+    let yaml = "# ${env.UNSET} in a comment is fine\napiKeys: [${env.KEY}]\nmodels:\n  m: {cmd: '${env.BIN} --x', proxy: 'http://h:1'} # ${env.ALSO_UNSET}\n";
+    let c = load_str("t.yaml", yaml, &env).unwrap().config;
+    assert_eq!(c.api_keys, ["k1"]);
+    assert_eq!(c.models["m"].argv[0], "/bin/srv");
+    let err = load_str("t.yaml", "apiKeys: [${env.NOPE}]\n", &env).unwrap_err().to_string();
+    assert!(err.contains("t.yaml:1:11") && err.contains("'NOPE' is not set"), "{err}");
+}
+
+#[test]
+fn cmd_stop_keeps_pid_for_stop_time() {
+    let c = load("models:\n  m: {cmd: 'srv', proxy: 'http://h:1', cmdStop: 'kill -TERM ${PID}'}\n");
+    assert_eq!(c.models["m"].cmd_stop.as_deref().unwrap(), ["kill", "-TERM", "${PID}"]);
+    assert!(load_err("models:\n  m: {cmd: 'srv ${PID}', proxy: 'http://h:1'}\n").contains("unknown macro '${PID}'"));
+}
+
+#[test]
+fn several_files_merge_with_llama_swap_rules() {
+    let a = "apiKeys: [a]\nmacros: {x: 1}\nmodels:\n  m1: {cmd: srv, proxy: 'http://h:1'}\n";
+    let b = "apiKeys: [b]\nmacros: {y: 2}\nmodels:\n  m2: {cmd: srv, proxy: 'http://h:2'}\n";
+    let texts = vec![(Arc::from("a.yaml"), a.to_string()), (Arc::from("b.yaml"), b.to_string())];
+    let c = load_texts(&texts, &|_| None).unwrap().config;
+    assert_eq!(c.api_keys, ["a", "b"]);
+    assert_eq!(c.models.len(), 2);
+    let dup = vec![(Arc::from("a.yaml"), a.to_string()), (Arc::from("c.yaml"), a.replace("apiKeys: [a]", ""))];
+    let err = load_texts(&dup, &|_| None).unwrap_err().to_string();
+    assert!(err.contains("duplicate models \"m1\""), "{err}");
+    let conflict = vec![(Arc::from("a.yaml"), "healthCheckTimeout: 30\n".to_string()), (Arc::from("b.yaml"), "healthCheckTimeout: 60\n".to_string())];
+    assert!(load_texts(&conflict, &|_| None).unwrap_err().to_string().contains("conflict at \"healthCheckTimeout\""));
+}
+
+#[test]
+fn defaults_follow_llama_swap() {
+    let c = load("healthCheckTimeout: 5\nglobalTTL: 60\nmodels:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1', ttl: 0, concurrencyLimit: 3}\n");
+    assert_eq!(c.health_check_timeout, Duration::from_secs(15), "clamped to 15");
+    assert_eq!(c.models["a"].ttl, Some(Duration::from_secs(60)));
+    assert_eq!(c.models["b"].ttl, None);
+    assert_eq!(c.models["a"].concurrency_limit, 10);
+    assert_eq!(c.models["b"].concurrency_limit, 3);
+    assert_eq!(c.models["a"].unload_timeout, Duration::from_secs(10));
+    assert_eq!(c.models["a"].check_endpoint.as_deref(), Some("/health"));
+    assert_eq!(c.groups.len(), 1);
+    assert_eq!(c.groups[0].id, DEFAULT_GROUP);
+}
+
+#[test]
+fn groups_in_both_spellings_and_their_errors() {
+    let models = "models:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1'}\n";
+    let legacy = load(&format!("{models}groups:\n  g: {{swap: false, members: [a]}}\n"));
+    let routed = load(&format!("{models}routing:\n  router:\n    settings:\n      groups:\n        g: {{swap: false, members: [a]}}\n"));
+    for c in [legacy, routed] {
+        assert_eq!(c.group_of("a").id, "g");
+        assert!(!c.group_of("a").swap);
+        assert_eq!(c.group_of("b").id, DEFAULT_GROUP);
+    }
+    assert!(load_err(&format!("{models}groups:\n  g: {{members: [a, a]}}\n")).contains("listed twice"));
+    assert!(load_err(&format!("{models}groups:\n  g: {{members: [a]}}\n  h: {{members: [a]}}\n")).contains("already in group"));
+    assert!(load_err(&format!("{models}groups:\n  g: {{members: [zz]}}\n")).contains("no model config for \"zz\""));
+    let both = format!("{models}groups: {{}}\nrouting:\n  router:\n    use: group\n");
+    assert!(load_err(&both).contains("cannot be combined"));
+}
+
+#[test]
+fn aliases_and_set_params_by_id_keys_must_be_unique() {
+    let c = load("models:\n  a:\n    cmd: srv\n    proxy: 'http://h:1'\n    aliases: [x]\n    filters:\n      setParamsByID:\n        '${MODEL_ID}:high': {temperature: 1}\n");
+    assert_eq!(c.real_model_name("a:high"), Some("a"));
+    assert_eq!(c.real_model_name("x"), Some("a"));
+    let err = load_err("models:\n  a: {cmd: srv, proxy: 'http://h:1', aliases: [x]}\n  b: {cmd: srv, proxy: 'http://h:1', aliases: [x]}\n");
+    assert!(err.contains("alias \"x\" is also used"), "{err}");
+}
+
+#[test]
+fn type_errors_name_file_line_and_key() {
+    let err = load_err("models:\n  m:\n    cmd: srv\n    proxy: 'http://h:1'\n    ttl: soon\n");
+    assert_eq!(err, "t.yaml:5:10: models.m.ttl: must be an integer, not a string");
+    let err = load_err("logToStdout: sometimes\n");
+    assert!(err.starts_with("t.yaml:1:14: logToStdout:"), "{err}");
+}
+
+#[test]
+fn unknown_keys_are_warnings_that_name_them() {
+    let loaded = load_str("t.yaml", "models:\n  m: {cmd: srv, proxy: 'http://h:1', tll: 5}\nfancy: 1\n", &|_| None).unwrap();
+    assert!(loaded.warnings.iter().any(|w| w.contains("models.m.tll")), "{:?}", loaded.warnings);
+    assert!(loaded.warnings.iter().any(|w| w.contains("t.yaml:3:8: unknown key fancy")), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn validation_of_values() {
+    assert!(load_err("apiKeys: ['has space']\n").contains("no spaces"));
+    assert!(load_err("performance: {every: 1s}\n").contains("at least 5s"));
+    assert!(load_err("upstream: {ignorePaths: ['(']}\n").contains("invalid regex"));
+    assert!(load_err("models:\n  m: {cmd: srv, proxy: 'http://h:1', capabilities: {in: [smell]}}\n").contains("\"smell\""));
+    assert!(load_err("models:\n  m: {cmd: 'srv \"unbalanced', proxy: 'http://h:1'}\n").contains("unbalanced"));
+    assert!(load_err("models:\n  m: {proxy: 'http://h:1'}\n").contains("empty command"));
+    assert!(load_err("peers:\n  p: {models: [x]}\n").contains("needs a proxy"));
+    assert!(load_err("selectors:\n  s: {strategy: random, targets: [a]}\n").contains("warm, pin or spillover"));
+}
+
+#[test]
+fn go_durations() {
+    assert_eq!(decode::parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+    assert_eq!(decode::parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+    assert_eq!(decode::parse_go_duration("5"), None);
+}
