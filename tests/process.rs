@@ -1,0 +1,212 @@
+//! Supervision: failed starts, stops, and what is left when corral itself stops or dies.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+
+/// A child that exits while loading fails every waiting request at once, with its exit status and
+/// the last lines it printed, long before the health-check timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_before_ready_fails_fast_with_the_stderr_tail() {
+    let yaml = format!("healthCheckTimeout: 60\nmodels:\n{}", fake_model("a", "--loading-ms 5000 --stderr-lines 30 --exit-after-ms 300 --exit-code 3", ""));
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let started = Instant::now();
+    let waiters: Vec<_> = (0..3).map(|_| tokio::spawn({ let url = url.clone(); async move { post_json(&url, &chat("a")).await } })).collect();
+    for w in waiters {
+        let resp = w.await.unwrap();
+        assert_eq!(resp.status, 500);
+        let msg = resp.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(msg.contains("exited prematurely (exit status 3)"), "{msg}");
+        assert!(msg.contains("stderr line 30") && msg.contains("exiting as told"), "{msg}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(3), "failed fast, not at the timeout: {:?}", started.elapsed());
+    assert!(h.running().await.is_empty(), "back to stopped");
+    // the next request tries again
+    assert_eq!(post_json(&url, &chat("a")).await.status, 500);
+    assert_eq!(h.count_events("a", "spawned"), 2);
+    h.stop().await;
+}
+
+/// A command that cannot be executed is reported with the command and the OS error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_binary_is_reported() {
+    let h = Harness::start("models:\n  a: {cmd: /nonexistent/llama-server --port 1, proxy: 'http://127.0.0.1:1'}\n").await;
+    let resp = post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await;
+    assert_eq!(resp.status, 500);
+    let msg = resp.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("failed to start command '/nonexistent/llama-server --port 1'") && msg.contains("No such file"), "{msg}");
+    h.stop().await;
+}
+
+/// healthCheckTimeout bounds a load that never becomes healthy; the process group is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_healthy_times_out_and_is_killed() {
+    let yaml = format!("healthCheckTimeout: 15\nmodels:\n{}", fake_model("a", "--never-healthy", ""));
+    let h = Harness::start(&yaml).await;
+    let resp = tokio::time::timeout(Duration::from_secs(30), post_json(&format!("{}/v1/chat/completions", h.url), &chat("a"))).await.unwrap();
+    assert_eq!(resp.status, 500);
+    assert!(resp.text().contains("health check timed out after 15s"), "{}", resp.text());
+    assert_no_survivors(&h.marker, Duration::from_secs(8)).await;
+    h.stop().await;
+}
+
+/// An engine that ignores SIGTERM is SIGKILLed after unloadTimeout; a forked grandchild holding the
+/// pipes open neither blocks the stop nor survives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_escalates_and_takes_the_group() {
+    let yaml = format!("models:\n{}", fake_model("a", "--ignore-sigterm --fork-grandchild", "unloadTimeout: 1"));
+    let h = Harness::start(&yaml).await;
+    assert_eq!(post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await.status, 200);
+    assert!(marked_pids(&h.marker).len() >= 2, "engine and grandchild run");
+    let started = Instant::now();
+    assert_eq!(get(&format!("{}/unload", h.url)).await.status, 200);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(4), "SIGKILL after the 1 s grace: {took:?}");
+    assert_no_survivors(&h.marker, Duration::from_secs(2)).await;
+    h.stop().await;
+}
+
+/// cmdStop replaces SIGTERM, with ${PID} set to the engine's pid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cmd_stop_is_used_with_the_pid() {
+    let yaml = format!("models:\n{}", fake_model("a", "", "cmdStop: kill -TERM ${PID}"));
+    let h = Harness::start(&yaml).await;
+    assert_eq!(post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await.status, 200);
+    assert_eq!(get(&format!("{}/unload", h.url)).await.status, 200);
+    assert_eq!(h.count_events("a", "sigterm"), 1);
+    h.stop().await;
+}
+
+// === corral as a process ===
+
+struct Proc {
+    child: Child,
+    url: String,
+    marker: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the corral binary on port 0 with `yaml` and waits until it listens.
+fn spawn_corral(yaml: &str, state_dir: &std::path::Path) -> Proc {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), format!("startPort: {}\n{yaml}", free_port_range(8))).unwrap();
+    spawn_corral_in(dir, state_dir)
+}
+
+/// Starts corral on the `config.yaml` in `dir` (a restart reuses the same file, as in real life).
+fn spawn_corral_in(dir: tempfile::TempDir, state_dir: &std::path::Path) -> Proc {
+    let marker = new_marker();
+    let config = dir.path().join("config.yaml");
+    let mut child = Command::new(CORRAL)
+        .args(["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .env("ENGINE", engine())
+        .env("DIR", dir.path())
+        .env("MARKER", &marker)
+        .env("CORRAL_STATE_DIR", state_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("corral.stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("corral printed its address").unwrap();
+        if let Some(addr) = line.split("listening on ").nth(1) {
+            break addr.trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Proc { child, url, marker, dir }
+}
+
+async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "corral did not exit in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+fn two_models() -> String {
+    format!("models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\n", fake_model("a", "", ""), fake_model("b", "--fork-grandchild", ""))
+}
+
+/// SIGKILL of corral leaves no engine alive: the parent-death signal takes the children, and the
+/// next start sweeps what escaped (here a forked grandchild).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_corral_leaves_no_engine_behind() {
+    let state = tempfile::tempdir().unwrap();
+    let mut p = spawn_corral(&two_models(), state.path());
+    for m in ["a", "b"] {
+        assert_eq!(post_json(&format!("{}/v1/chat/completions", p.url), &chat(m)).await.status, 200);
+    }
+    assert!(marked_pids(&p.marker).len() >= 3);
+    signal(&p.child, nix::sys::signal::Signal::SIGKILL);
+    p.child.wait().unwrap();
+    // direct children die with corral; the grandchild is in b's group and is left for the sweep
+    eventually(Duration::from_secs(2), "engines died with corral", || marked_pids(&p.marker).len() <= 1).await;
+    assert_eq!(marked_pids(&p.marker).len(), 1, "the grandchild escaped the parent-death signal");
+
+    // the next corral on the same config and state dir sweeps it before serving
+    let dir = std::mem::replace(&mut p.dir, tempfile::tempdir().unwrap());
+    let again = spawn_corral_in(dir, state.path());
+    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+    assert_eq!(post_json(&format!("{}/v1/chat/completions", again.url), &chat("a")).await.status, 200);
+}
+
+/// SIGTERM drains an in-flight stream, stops every engine, and exits 0 with nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_exits_cleanly() {
+    let state = tempfile::tempdir().unwrap();
+    let mut p = spawn_corral(&two_models(), state.path());
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("b")).await.status, 200);
+    let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 8, "interval_ms": 100}});
+    let stream = tokio::spawn(async move { stream_frames(&url, &body).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    signal(&p.child, nix::sys::signal::Signal::SIGTERM);
+    let (resp, frames) = stream.await.unwrap();
+    assert_eq!(resp.status, 200);
+    let text: String = frames.iter().map(|(_, f)| String::from_utf8_lossy(f).into_owned()).collect();
+    assert!(text.contains("[DONE]"), "the in-flight stream completed: {text}");
+    let status = wait_exit(&mut p.child, Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0));
+    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+}
+
+/// A second signal stops at once, killing the engines without waiting for a drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_signal_stops_at_once() {
+    let state = tempfile::tempdir().unwrap();
+    let yaml = format!("models:\n{}", fake_model("a", "--ignore-sigterm", "unloadTimeout: 30"));
+    let mut p = spawn_corral(&yaml, state.path());
+    assert_eq!(post_json(&format!("{}/v1/chat/completions", p.url), &chat("a")).await.status, 200);
+    signal(&p.child, nix::sys::signal::Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(&p.child, nix::sys::signal::Signal::SIGINT);
+    let started = Instant::now();
+    let status = wait_exit(&mut p.child, Duration::from_secs(30)).await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(status.code(), Some(130));
+    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+}

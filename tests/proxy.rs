@@ -1,0 +1,218 @@
+//! Routing and forwarding: how the model is found, what reaches the engine, how answers stream back.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use support::*;
+
+fn one_model(extra: &str) -> String {
+    format!("models:\n{}", fake_model("a", "", extra))
+}
+
+/// Unknown models and requests without a model get llama-swap's 404 envelope; nothing is spawned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_or_missing_model_is_404_with_the_envelope() {
+    let h = Harness::start(&one_model("")).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    for model in ["nope", "../../etc/passwd", "$(touch /tmp/corral-pwn)", "a;rm -rf /"] {
+        let resp = post_json(&url, &chat(model)).await;
+        assert_eq!(resp.status, 404);
+        assert_eq!(
+            resp.json(),
+            json!({"src": "corral", "error": {"message": "no router for requested model", "type": "invalid_request_error", "param": null, "code": "not_found"}})
+        );
+    }
+    let missing = post_json(&url, &json!({"messages": []})).await;
+    assert_eq!((missing.status, missing.json()["error"]["message"].as_str()), (404, Some("no model id could be identified")));
+    let plain = request("POST", &url, &[("content-type", "application/json"), ("accept", "text/plain")], r#"{"model":"x"}"#).await;
+    assert_eq!(plain.text(), "corral: no router for requested model");
+    assert!(!std::path::Path::new("/tmp/corral-pwn").exists());
+    assert_eq!(h.count_events("a", "spawned"), 0);
+    let other = get(&format!("{}/no/such/route", h.url)).await;
+    assert_eq!(other.status, 404);
+    h.stop().await;
+}
+
+fn multipart(boundary: &str, model: &str, file: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
+    body.extend_from_slice(file);
+    body.extend_from_slice(format!("\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n{model}\r\n--{boundary}--\r\n").as_bytes());
+    body
+}
+
+/// A multipart upload is routed by its `model` field (even after the file) and reaches the engine byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multipart_is_routed_by_its_model_field_and_the_file_is_exact() {
+    let h = Harness::start(&one_model("aliases: [whisper]")).await;
+    let file: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let body = multipart("corralBoundary42", "whisper", &file);
+    let resp = request(
+        "POST",
+        &format!("{}/v1/audio/transcriptions", h.url),
+        &[("content-type", "multipart/form-data; boundary=corralBoundary42")],
+        body,
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let v = resp.json();
+    assert_eq!(v["file_bytes"], file.len());
+    assert_eq!(v["file_sha256"], hex(&Sha256::digest(&file)));
+    assert_eq!(v["model"], "whisper");
+    h.stop().await;
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `useModelName` rewrites the model sent upstream, in JSON and multipart bodies alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn use_model_name_rewrites_json_and_multipart() {
+    let h = Harness::start(&one_model("useModelName: upstream-name")).await;
+    let resp = post_json(&format!("{}/v1/chat/completions", h.url), &json!({"model": "a", "temperature": 0.5, "messages": []})).await;
+    let seen = &resp.json()["fakellm"]["request"];
+    assert_eq!(seen["model"], "upstream-name");
+    assert_eq!(seen["temperature"], 0.5, "other fields are untouched");
+    let file = b"RIFF....WAVEfmt ".to_vec();
+    let body = multipart("b0undary", "a", &file);
+    let resp = request("POST", &format!("{}/v1/audio/transcriptions", h.url), &[("content-type", "multipart/form-data; boundary=b0undary")], body).await;
+    assert_eq!(resp.json()["model"], "upstream-name");
+    assert_eq!(resp.json()["file_sha256"], hex(&Sha256::digest(&file)));
+    h.stop().await;
+}
+
+/// `/upstream/<model>` redirects to the slash form; `/upstream/<model>/<path>` passes through with the
+/// rest of the path exactly as sent, choosing the longest model id that prefixes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_passthrough_and_redirect() {
+    let yaml = format!("models:\n{}{}groups:\n  g: {{swap: false, members: [org/m, org]}}\n", fake_model("org/m", "", ""), fake_model("org", "", ""));
+    let h = Harness::start(&yaml).await;
+    let redirect = get(&format!("{}/upstream/org/m?x=1", h.url)).await;
+    assert_eq!(redirect.status, 301);
+    assert_eq!(redirect.header("location"), Some("/upstream/org/m/?x=1"));
+    let post = request("POST", &format!("{}/upstream/org/m", h.url), &[], "").await;
+    assert_eq!(post.status, 308);
+
+    let resp = request("PUT", &format!("{}/upstream/org/m/some%2Fpath/x?q=a%20b", h.url), &[], "payload").await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let echo = resp.json();
+    assert_eq!(echo["method"], "PUT");
+    assert_eq!(echo["path"], "/some%2Fpath/x");
+    assert_eq!(echo["query"], "q=a%20b");
+    assert_eq!(echo["body_bytes"], 7);
+    let slots = get(&format!("{}/upstream/org/slots", h.url)).await;
+    assert!(slots.json().is_array(), "org (not org/m) answered /slots: {}", slots.text());
+    assert_eq!(get(&format!("{}/upstream/unknown/x", h.url)).await.status, 404);
+    h.stop().await;
+}
+
+/// With apiKeys, every route but /health needs a key, given as Bearer, x-api-key or Basic password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_guard_everything_but_health() {
+    let h = Harness::start(&format!("apiKeys: [k-123]\n{}", one_model(""))).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let body = chat("a").to_string();
+    let denied = request("POST", &url, &[("content-type", "application/json")], body.clone()).await;
+    assert_eq!(denied.status, 401);
+    assert_eq!(denied.header("www-authenticate"), Some("Basic realm=\"llama-swap\""));
+    assert_eq!(denied.json()["error"]["type"], "authentication_error");
+    let wrong = request("POST", &url, &[("content-type", "application/json"), ("authorization", "Bearer k-124")], body.clone()).await;
+    assert_eq!(wrong.status, 401);
+    assert_eq!(get(&format!("{}/v1/models", h.url)).await.status, 401);
+    assert_eq!(get(&format!("{}/running", h.url)).await.status, 401);
+    assert_eq!(get(&format!("{}/health", h.url)).await.status, 200);
+    use base64::Engine;
+    let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("user:k-123"));
+    for (name, value) in [("authorization", "Bearer k-123"), ("x-api-key", "k-123"), ("authorization", basic.as_str())] {
+        let ok = request("POST", &url, &[("content-type", "application/json"), (name, value)], body.clone()).await;
+        assert_eq!(ok.status, 200, "{name}");
+    }
+    h.stop().await;
+}
+
+/// SSE chunks reach the client one by one, as the engine writes them, with the no-buffering header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_chunks_arrive_one_by_one() {
+    let h = Harness::start(&one_model("")).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200); // warm up the model
+    let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 5, "interval_ms": 200}});
+    let (resp, frames) = stream_frames(&url, &body).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("content-type"), Some("text/event-stream"));
+    assert_eq!(resp.header("x-accel-buffering"), Some("no"));
+    assert!(resp.header("content-length").is_none());
+    let needle = br#""content":"tok"#;
+    let tokens: Vec<_> = frames.iter().filter(|(_, f)| f.windows(needle.len()).any(|w| w == needle)).collect();
+    assert_eq!(tokens.len(), 5, "each token chunk is its own frame");
+    let first = tokens[0].0;
+    let last = tokens[4].0;
+    assert!(last - first >= Duration::from_millis(700), "chunks spread over time, not buffered: {first:?}..{last:?}");
+    h.stop().await;
+}
+
+/// A client that goes away mid-stream closes the upstream request within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_reaches_the_engine() {
+    let h = Harness::start(&one_model("")).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 100, "interval_ms": 100}});
+    let stream = tokio::spawn(async move { stream_frames(&url, &body).await });
+    eventually(Duration::from_secs(5), "stream started", || h.count_requests("a", "/v1/chat/completions") >= 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stream.abort();
+    let gone = std::time::Instant::now();
+    eventually(Duration::from_secs(1), "peer_closed at the engine", || h.count_events("a", "peer_closed") == 1).await;
+    assert!(gone.elapsed() < Duration::from_secs(1));
+    let running = get(&format!("{}/running", h.url)).await.json();
+    assert_eq!(running["running"][0]["inFlight"], 0, "the lease was released");
+    h.stop().await;
+}
+
+/// Bodies over the limit get 413 before they are read; oversized headers get 431.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_limits_give_413_and_431() {
+    let opts = corral::Options { limits: corral::api::Limits { body_bytes: 1024 }, ..Default::default() };
+    let h = Harness::start_with(&one_model(""), opts).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let big = json!({"model": "a", "messages": [{"role": "user", "content": "x".repeat(4000)}]});
+    let resp = post_json(&url, &big).await;
+    assert_eq!(resp.status, 413);
+    let huge_header = "h".repeat(70 * 1024);
+    let resp = request("GET", &format!("{}/v1/models", h.url), &[("x-big", huge_header.as_str())], Bytes::new()).await;
+    assert_eq!(resp.status, 431);
+    assert_eq!(h.count_events("a", "spawned"), 0);
+    h.stop().await;
+}
+
+/// OPTIONS gets permissive CORS; versionless `/v/...` and query-routed GET routes reach the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_versionless_and_query_routes() {
+    let h = Harness::start(&one_model("")).await;
+    let pre = request("OPTIONS", &format!("{}/v1/chat/completions", h.url), &[("access-control-request-headers", "x-custom, authorization")], "").await;
+    assert_eq!(pre.status, 204);
+    assert_eq!(pre.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(pre.header("access-control-allow-headers"), Some("x-custom, authorization"));
+    let v = post_json(&format!("{}/v/chat/completions", h.url), &chat("a")).await;
+    assert_eq!(v.json()["object"], "chat.completion", "forwarded as /chat/completions");
+    let props = get(&format!("{}/props?model=a", h.url)).await;
+    assert_eq!(props.json()["total_slots"], 1);
+    h.stop().await;
+}
+
+/// Embeddings and rerank are routed like chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_and_rerank_are_routed() {
+    let h = Harness::start(&one_model("")).await;
+    let e = post_json(&format!("{}/v1/embeddings", h.url), &json!({"model": "a", "input": ["x", "y"]})).await;
+    assert_eq!(e.json()["data"].as_array().unwrap().len(), 2);
+    let r = post_json(&format!("{}/v1/rerank", h.url), &json!({"model": "a", "query": "q", "documents": ["a", "b"]})).await;
+    assert_eq!(r.json()["results"].as_array().unwrap().len(), 2);
+    h.stop().await;
+}
