@@ -7,7 +7,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = BoxBody<Bytes, BoxError>;
 
 pub fn full(data: impl Into<Bytes>) -> Body {
-    Full::new(data.into()).map_err(|never| match never {}).boxed()
+    Full::new(data.into())
+        .map_err(|never| match never {})
+        .boxed()
 }
 
 pub fn empty() -> Body {

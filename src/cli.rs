@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use corral::config::Sources;
 
-pub const USAGE: &str = "usage: corral [--config FILE] [--config-dir DIR] [--listen ADDR] [--watch-config]
+pub const USAGE: &str =
+    "usage: corral [--config FILE] [--config-dir DIR] [--listen ADDR] [--watch-config]
        corral check --config FILE [--config-dir DIR]
        corral fake-engine --port N [...]   (a small llama-server imitation for demos and tests)
        corral --version
@@ -37,7 +38,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         }
         _ => false,
     };
-    let mut opts = ServeOptions { sources: Sources::default(), listen: parse_listen(":8080")?, watch_config: false };
+    let mut opts = ServeOptions {
+        sources: Sources::default(),
+        listen: parse_listen(":8080")?,
+        watch_config: false,
+    };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -45,7 +50,12 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             _ => (arg.clone(), None),
         };
         let flag = flag.trim_start_matches('-');
-        let mut value = |name: &str| inline.clone().or_else(|| it.next()).ok_or_else(|| format!("--{name} needs a value"));
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("--{name} needs a value"))
+        };
         match flag {
             "config" => opts.sources.file = Some(PathBuf::from(value("config")?)),
             "config-dir" => opts.sources.dir = Some(PathBuf::from(value("config-dir")?)),
@@ -56,12 +66,20 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
-    Ok(if check { Command::Check(opts) } else { Command::Serve(opts) })
+    Ok(if check {
+        Command::Check(opts)
+    } else {
+        Command::Serve(opts)
+    })
 }
 
 /// `:8080` means every interface, as in Go; `host:port` and `[v6]:port` as usual.
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    let full = if s.starts_with(':') { format!("0.0.0.0{s}") } else { s.to_string() };
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
     if let Ok(addr) = full.parse() {
         return Ok(addr);
     }

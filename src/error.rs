@@ -42,9 +42,10 @@ impl Error {
         match self {
             Error::NoModel | Error::UnknownModel | Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::ConcurrencyLimit => StatusCode::TOO_MANY_REQUESTS,
-            Error::StartFailed(_) | Error::Unloaded | Error::ShuttingDown(_) | Error::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            Error::StartFailed(_)
+            | Error::Unloaded
+            | Error::ShuttingDown(_)
+            | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Upstream(_) => StatusCode::BAD_GATEWAY,
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -75,7 +76,7 @@ pub fn status_code_name(status: StatusCode) -> &'static str {
         502 => "bad_gateway",
         503 => "service_unavailable",
         504 => "gateway_timeout",
-        400..=499 => "invalid_request",
+        _ if status.is_client_error() => "invalid_request",
         _ => "internal_error",
     }
 }
@@ -84,7 +85,7 @@ fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         401 => "authentication_error",
         429 => "rate_limit_error",
-        400..=499 => "invalid_request_error",
+        _ if status.is_client_error() => "invalid_request_error",
         _ => "server_error",
     }
 }
@@ -94,23 +95,38 @@ pub fn render(err: &Error, accept: Option<&HeaderValue>) -> Response<Body> {
     let mut resp = render_message(err.status(), err.code(), &err.to_string(), accept);
     match err {
         Error::ConcurrencyLimit => {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         Error::Unauthorized => {
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"llama-swap\""));
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"llama-swap\""),
+            );
         }
         _ => {}
     }
     resp
 }
 
-pub fn render_message(status: StatusCode, code: &str, message: &str, accept: Option<&HeaderValue>) -> Response<Body> {
+pub fn render_message(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    accept: Option<&HeaderValue>,
+) -> Response<Body> {
     let accept = accept.and_then(|a| a.to_str().ok()).unwrap_or("");
     let (content_type, body) = if accept.contains("text/plain") {
         ("text/plain; charset=utf-8", format!("corral: {message}"))
     } else if accept.contains("text/html") {
-        let escaped = message.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-        ("text/html; charset=utf-8", format!("<!doctype html><html><body><h1>{status}</h1><p>{escaped}</p></body></html>"))
+        let escaped = message
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
+        (
+            "text/html; charset=utf-8",
+            format!("<!doctype html><html><body><h1>{status}</h1><p>{escaped}</p></body></html>"),
+        )
     } else {
         let envelope = serde_json::json!({
             "src": "corral",
@@ -150,8 +166,14 @@ mod tests {
 
     #[test]
     fn accept_chooses_the_body_format() {
-        let plain = render(&Error::UnknownModel, Some(&HeaderValue::from_static("text/plain")));
-        assert_eq!(plain.headers()[header::CONTENT_TYPE], "text/plain; charset=utf-8");
+        let plain = render(
+            &Error::UnknownModel,
+            Some(&HeaderValue::from_static("text/plain")),
+        );
+        assert_eq!(
+            plain.headers()[header::CONTENT_TYPE],
+            "text/plain; charset=utf-8"
+        );
         let json = render(&Error::ConcurrencyLimit, None);
         assert_eq!(json.headers()[header::CONTENT_TYPE], "application/json");
         assert_eq!(json.headers()[header::RETRY_AFTER], "1");

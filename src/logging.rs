@@ -39,11 +39,17 @@ impl<'a> MakeWriter<'a> for Tee {
 
 /// Installs the global subscriber. `RUST_LOG` overrides `logLevel`.
 pub fn init(config: &Config, logs: Arc<Logs>) {
-    let level = match config.log_level.as_str() {
-        "warn" => "warn",
-        l => l,
+    let level = config.log_level.as_str();
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("corral={level},warn")));
+    let tee = Tee {
+        logs,
+        to_stdout: config.log_to_stdout.proxy(),
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("corral={level},warn")));
-    let tee = Tee { logs, to_stdout: config.log_to_stdout.proxy() };
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_target(false).with_writer(tee).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(tee)
+        .try_init();
 }

@@ -24,7 +24,11 @@ impl Default for LogRing {
 
 impl LogRing {
     pub fn new(capacity: usize) -> Self {
-        LogRing { history: Mutex::new(VecDeque::new()), live: broadcast::channel(1024).0, capacity }
+        LogRing {
+            history: Mutex::new(VecDeque::new()),
+            live: broadcast::channel(1024).0,
+            capacity,
+        }
     }
 
     pub fn write(&self, data: &[u8]) {
@@ -39,7 +43,12 @@ impl LogRing {
     }
 
     pub fn history(&self) -> Vec<u8> {
-        self.history.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect()
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .collect()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Bytes> {

@@ -51,7 +51,9 @@ fn env_lookup(name: &str) -> Option<String> {
         if let Ok(v) = std::env::var(name) {
             return Some(v);
         }
-        return std::env::current_exe().ok().map(|p| p.display().to_string());
+        return std::env::current_exe()
+            .ok()
+            .map(|p| p.display().to_string());
     }
     std::env::var(name).ok()
 }
@@ -87,9 +89,14 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
         tracing::info!("no --config given: serving the embedded demo config (two fake models)");
     }
     if opts.watch_config {
-        tracing::warn!("--watch-config: live reload is not supported yet; restart corral to apply changes");
+        tracing::warn!(
+            "--watch-config: live reload is not supported yet; restart corral to apply changes"
+        );
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("corral: cannot start the runtime: {e}");
@@ -104,8 +111,14 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        tracing::info!("corral {} listening on http://{addr}", env!("CARGO_PKG_VERSION"));
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        tracing::info!(
+            "corral {} listening on http://{addr}",
+            env!("CARGO_PKG_VERSION")
+        );
         let shutdown = CancellationToken::new();
         let abort = CancellationToken::new();
         tokio::spawn(watch_signals(shutdown.clone(), abort.clone()));
@@ -114,7 +127,16 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
             state_key: state_key(&opts.sources, opts.listen),
             ..Default::default()
         };
-        match corral::run(loaded.config, listener, logs, options, shutdown, abort.clone()).await {
+        match corral::run(
+            loaded.config,
+            listener,
+            logs,
+            options,
+            shutdown,
+            abort.clone(),
+        )
+        .await
+        {
             Ok(()) if abort.is_cancelled() => ExitCode::from(130),
             Ok(()) => {
                 tracing::info!("stopped");
@@ -131,7 +153,10 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
 /// First SIGTERM/SIGINT: drain and stop. Second: stop at once.
 async fn watch_signals(shutdown: CancellationToken, abort: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return;
     };
     let next = async {
@@ -154,11 +179,17 @@ fn state_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("CORRAL_STATE_DIR") {
         return Some(PathBuf::from(dir));
     }
-    let base = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
     Some(base.join("corral"))
 }
 
 fn state_key(sources: &Sources, listen: SocketAddr) -> String {
-    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.canonicalize().unwrap_or(p.clone()).display().to_string()).unwrap_or_default();
+    let path = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| p.canonicalize().unwrap_or(p.clone()).display().to_string())
+            .unwrap_or_default()
+    };
     format!("{}{}@{}", path(&sources.file), path(&sources.dir), listen)
 }

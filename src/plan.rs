@@ -6,7 +6,12 @@ use corral::config::Config;
 
 pub fn render(config: &Config) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "config ok: {} model(s), {} group(s)", config.models.len(), config.groups.len());
+    let _ = writeln!(
+        out,
+        "config ok: {} model(s), {} group(s)",
+        config.models.len(),
+        config.groups.len()
+    );
     for m in config.models.values() {
         let group = config.group_of(&m.id);
         let _ = writeln!(out, "\nmodel {}", m.id);
@@ -14,9 +19,19 @@ pub fn render(config: &Config) -> String {
         if let Some(stop) = &m.cmd_stop {
             let _ = writeln!(out, "  cmdStop:     {}", shell_words(stop));
         }
-        let _ = writeln!(out, "  port:        {}", m.port.map_or("-".into(), |p| p.to_string()));
+        let _ = writeln!(
+            out,
+            "  port:        {}",
+            m.port.map_or("-".into(), |p| p.to_string())
+        );
         let _ = writeln!(out, "  proxy:       {}", m.proxy);
-        let _ = writeln!(out, "  health:      {}", m.check_endpoint.as_deref().unwrap_or("none (ready at spawn)"));
+        let _ = writeln!(
+            out,
+            "  health:      {}",
+            m.check_endpoint
+                .as_deref()
+                .unwrap_or("none (ready at spawn)")
+        );
         let _ = writeln!(
             out,
             "  group:       {} (swap: {}, exclusive: {}, persistent: {})",
@@ -31,7 +46,8 @@ pub fn render(config: &Config) -> String {
             config.health_check_timeout.as_secs(),
             m.unload_timeout.as_secs(),
             config.health_check_timeout.as_secs(),
-            m.ttl.map_or("never".into(), |t| format!("{}s", t.as_secs()))
+            m.ttl
+                .map_or("never".into(), |t| format!("{}s", t.as_secs()))
         );
         let _ = writeln!(out, "  concurrency: {}", m.concurrency_limit);
     }
@@ -39,5 +55,12 @@ pub fn render(config: &Config) -> String {
 }
 
 fn shell_words(argv: &[String]) -> String {
-    argv.iter().map(|a| shlex::try_quote(a).map(|q| q.into_owned()).unwrap_or_else(|_| a.clone())).collect::<Vec<_>>().join(" ")
+    argv.iter()
+        .map(|a| {
+            shlex::try_quote(a)
+                .map(|q| q.into_owned())
+                .unwrap_or_else(|_| a.clone())
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

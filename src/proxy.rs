@@ -28,11 +28,22 @@ pub fn client(connect: Duration, keepalive: Duration, idle: Duration) -> HttpCli
     connector.set_connect_timeout(Some(connect));
     connector.set_keepalive(Some(keepalive));
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).pool_idle_timeout(idle).pool_max_idle_per_host(64).build(connector)
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(idle)
+        .pool_max_idle_per_host(64)
+        .build(connector)
 }
 
-const HOP_BY_HOP: &[&str] =
-    &["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host"];
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<String> = headers
@@ -41,7 +52,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
         .collect();
-    for name in HOP_BY_HOP.iter().copied().chain(listed.iter().map(String::as_str)) {
+    for name in HOP_BY_HOP
+        .iter()
+        .copied()
+        .chain(listed.iter().map(String::as_str))
+    {
         headers.remove(name);
     }
 }
@@ -68,7 +83,11 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
     let mut parts = out.parts;
     strip_hop_by_hop(&mut parts.headers);
     if let Some(ip) = out.client_addr {
-        let value = match parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        let value = match parts
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+        {
             Some(prior) => format!("{prior}, {ip}"),
             None => ip.to_string(),
         };
@@ -81,7 +100,9 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
     let req = Request::from_parts(parts, out.body);
     let send = client.request(req);
     let resp = match response_header_timeout {
-        Some(t) => tokio::time::timeout(t, send).await.map_err(|_| Error::UpstreamTimeout(t.as_secs()))?,
+        Some(t) => tokio::time::timeout(t, send)
+            .await
+            .map_err(|_| Error::UpstreamTimeout(t.as_secs()))?,
         None => send.await,
     }
     .map_err(|e| Error::Upstream(describe(&e)))?;
@@ -93,9 +114,14 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     if is_sse {
-        parts.headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        parts
+            .headers
+            .insert("x-accel-buffering", HeaderValue::from_static("no"));
     }
-    let body = GuardedBody { inner: body.map_err(|e| Box::new(e) as BoxError).boxed(), _guard: guard };
+    let body = GuardedBody {
+        inner: body.map_err(|e| Box::new(e) as BoxError).boxed(),
+        _guard: guard,
+    };
     Ok(Response::from_parts(parts, BodyExt::boxed(body)))
 }
 
@@ -118,7 +144,10 @@ pub struct GuardedBody<G> {
 
 impl<G> GuardedBody<G> {
     pub fn new(inner: Body, guard: G) -> Self {
-        GuardedBody { inner, _guard: guard }
+        GuardedBody {
+            inner,
+            _guard: guard,
+        }
     }
 }
 
@@ -126,7 +155,10 @@ impl<G: Unpin> HttpBody for GuardedBody<G> {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         Pin::new(&mut self.inner).poll_frame(cx)
     }
 

@@ -71,7 +71,11 @@ pub async fn run(
         .header_read_timeout(opts.header_read_timeout)
         .max_buf_size(64 * 1024)
         .max_headers(100);
-    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(100).max_header_list_size(64 * 1024);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(100)
+        .max_header_list_size(64 * 1024);
     let graceful = GracefulShutdown::new();
 
     loop {
@@ -93,7 +97,9 @@ pub async fn run(
             let app = app.clone();
             async move { Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await) }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;
@@ -102,8 +108,14 @@ pub async fn run(
     drop(listener);
     tracing::info!("shutting down: draining {} connection(s)", graceful.count());
     let stop = async {
-        if tokio::time::timeout(opts.drain_timeout, graceful.shutdown()).await.is_err() {
-            tracing::warn!("in-flight requests did not finish within {}s", opts.drain_timeout.as_secs());
+        if tokio::time::timeout(opts.drain_timeout, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "in-flight requests did not finish within {}s",
+                opts.drain_timeout.as_secs()
+            );
         }
         fleet.shutdown().await;
     };

@@ -13,19 +13,43 @@ use support::*;
 /// the last lines it printed, long before the health-check timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_before_ready_fails_fast_with_the_stderr_tail() {
-    let yaml = format!("healthCheckTimeout: 60\nmodels:\n{}", fake_model("a", "--loading-ms 5000 --stderr-lines 30 --exit-after-ms 300 --exit-code 3", ""));
+    let yaml = format!(
+        "healthCheckTimeout: 60\nmodels:\n{}",
+        fake_model(
+            "a",
+            "--loading-ms 5000 --stderr-lines 30 --exit-after-ms 300 --exit-code 3",
+            ""
+        )
+    );
     let h = Harness::start(&yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
     let started = Instant::now();
-    let waiters: Vec<_> = (0..3).map(|_| tokio::spawn({ let url = url.clone(); async move { post_json(&url, &chat("a")).await } })).collect();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { post_json(&url, &chat("a")).await }
+            })
+        })
+        .collect();
     for w in waiters {
         let resp = w.await.unwrap();
         assert_eq!(resp.status, 500);
-        let msg = resp.json()["error"]["message"].as_str().unwrap().to_string();
+        let msg = resp.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(msg.contains("exited prematurely (exit status 3)"), "{msg}");
-        assert!(msg.contains("stderr line 30") && msg.contains("exiting as told"), "{msg}");
+        assert!(
+            msg.contains("stderr line 30") && msg.contains("exiting as told"),
+            "{msg}"
+        );
     }
-    assert!(started.elapsed() < Duration::from_secs(3), "failed fast, not at the timeout: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "failed fast, not at the timeout: {:?}",
+        started.elapsed()
+    );
     assert!(h.running().await.is_empty(), "back to stopped");
     // the next request tries again
     assert_eq!(post_json(&url, &chat("a")).await.status, 500);
@@ -36,22 +60,44 @@ async fn crash_before_ready_fails_fast_with_the_stderr_tail() {
 /// A command that cannot be executed is reported with the command and the OS error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_binary_is_reported() {
-    let h = Harness::start("models:\n  a: {cmd: /nonexistent/llama-server --port 1, proxy: 'http://127.0.0.1:1'}\n").await;
+    let h = Harness::start(
+        "models:\n  a: {cmd: /nonexistent/llama-server --port 1, proxy: 'http://127.0.0.1:1'}\n",
+    )
+    .await;
     let resp = post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await;
     assert_eq!(resp.status, 500);
-    let msg = resp.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(msg.contains("failed to start command '/nonexistent/llama-server --port 1'") && msg.contains("No such file"), "{msg}");
+    let msg = resp.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("failed to start command '/nonexistent/llama-server --port 1'")
+            && msg.contains("No such file"),
+        "{msg}"
+    );
     h.stop().await;
 }
 
 /// healthCheckTimeout bounds a load that never becomes healthy; the process group is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_healthy_times_out_and_is_killed() {
-    let yaml = format!("healthCheckTimeout: 15\nmodels:\n{}", fake_model("a", "--never-healthy", ""));
+    let yaml = format!(
+        "healthCheckTimeout: 15\nmodels:\n{}",
+        fake_model("a", "--never-healthy", "")
+    );
     let h = Harness::start(&yaml).await;
-    let resp = tokio::time::timeout(Duration::from_secs(30), post_json(&format!("{}/v1/chat/completions", h.url), &chat("a"))).await.unwrap();
+    let resp = tokio::time::timeout(
+        Duration::from_secs(30),
+        post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")),
+    )
+    .await
+    .unwrap();
     assert_eq!(resp.status, 500);
-    assert!(resp.text().contains("health check timed out after 15s"), "{}", resp.text());
+    assert!(
+        resp.text().contains("health check timed out after 15s"),
+        "{}",
+        resp.text()
+    );
     assert_no_survivors(&h.marker, Duration::from_secs(8)).await;
     h.stop().await;
 }
@@ -60,14 +106,32 @@ async fn never_healthy_times_out_and_is_killed() {
 /// pipes open neither blocks the stop nor survives it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_escalates_and_takes_the_group() {
-    let yaml = format!("models:\n{}", fake_model("a", "--ignore-sigterm --fork-grandchild", "unloadTimeout: 1"));
+    let yaml = format!(
+        "models:\n{}",
+        fake_model(
+            "a",
+            "--ignore-sigterm --fork-grandchild",
+            "unloadTimeout: 1"
+        )
+    );
     let h = Harness::start(&yaml).await;
-    assert_eq!(post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await.status, 200);
-    assert!(marked_pids(&h.marker).len() >= 2, "engine and grandchild run");
+    assert_eq!(
+        post_json(&format!("{}/v1/chat/completions", h.url), &chat("a"))
+            .await
+            .status,
+        200
+    );
+    assert!(
+        marked_pids(&h.marker).len() >= 2,
+        "engine and grandchild run"
+    );
     let started = Instant::now();
     assert_eq!(get(&format!("{}/unload", h.url)).await.status, 200);
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(4), "SIGKILL after the 1 s grace: {took:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "SIGKILL after the 1 s grace: {took:?}"
+    );
     assert_no_survivors(&h.marker, Duration::from_secs(2)).await;
     h.stop().await;
 }
@@ -75,9 +139,17 @@ async fn stop_escalates_and_takes_the_group() {
 /// cmdStop replaces SIGTERM, with ${PID} set to the engine's pid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cmd_stop_is_used_with_the_pid() {
-    let yaml = format!("models:\n{}", fake_model("a", "", "cmdStop: kill -TERM ${PID}"));
+    let yaml = format!(
+        "models:\n{}",
+        fake_model("a", "", "cmdStop: kill -TERM ${PID}")
+    );
     let h = Harness::start(&yaml).await;
-    assert_eq!(post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await.status, 200);
+    assert_eq!(
+        post_json(&format!("{}/v1/chat/completions", h.url), &chat("a"))
+            .await
+            .status,
+        200
+    );
     assert_eq!(get(&format!("{}/unload", h.url)).await.status, 200);
     assert_eq!(h.count_events("a", "sigterm"), 1);
     h.stop().await;
@@ -102,7 +174,11 @@ impl Drop for Proc {
 /// Starts the corral binary on port 0 with `yaml` and waits until it listens.
 fn spawn_corral(yaml: &str, state_dir: &std::path::Path) -> Proc {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.yaml"), format!("startPort: {}\n{yaml}", free_port_range(8))).unwrap();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        format!("startPort: {}\n{yaml}", free_port_range(8)),
+    )
+    .unwrap();
     spawn_corral_in(dir, state_dir)
 }
 
@@ -111,7 +187,12 @@ fn spawn_corral_in(dir: tempfile::TempDir, state_dir: &std::path::Path) -> Proc 
     let marker = new_marker();
     let config = dir.path().join("config.yaml");
     let mut child = Command::new(CORRAL)
-        .args(["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .env("ENGINE", engine())
         .env("DIR", dir.path())
         .env("MARKER", &marker)
@@ -129,7 +210,12 @@ fn spawn_corral_in(dir: tempfile::TempDir, state_dir: &std::path::Path) -> Proc 
         }
     };
     std::thread::spawn(move || for _ in lines {});
-    Proc { child, url, marker, dir }
+    Proc {
+        child,
+        url,
+        marker,
+        dir,
+    }
 }
 
 async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
@@ -148,7 +234,11 @@ fn signal(child: &Child, sig: nix::sys::signal::Signal) {
 }
 
 fn two_models() -> String {
-    format!("models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\n", fake_model("a", "", ""), fake_model("b", "--fork-grandchild", ""))
+    format!(
+        "models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\n",
+        fake_model("a", "", ""),
+        fake_model("b", "--fork-grandchild", "")
+    )
 }
 
 /// SIGKILL of corral leaves no engine alive: the parent-death signal takes the children, and the
@@ -158,20 +248,37 @@ async fn sigkill_of_corral_leaves_no_engine_behind() {
     let state = tempfile::tempdir().unwrap();
     let mut p = spawn_corral(&two_models(), state.path());
     for m in ["a", "b"] {
-        assert_eq!(post_json(&format!("{}/v1/chat/completions", p.url), &chat(m)).await.status, 200);
+        assert_eq!(
+            post_json(&format!("{}/v1/chat/completions", p.url), &chat(m))
+                .await
+                .status,
+            200
+        );
     }
     assert!(marked_pids(&p.marker).len() >= 3);
     signal(&p.child, nix::sys::signal::Signal::SIGKILL);
     p.child.wait().unwrap();
     // direct children die with corral; the grandchild is in b's group and is left for the sweep
-    eventually(Duration::from_secs(2), "engines died with corral", || marked_pids(&p.marker).len() <= 1).await;
-    assert_eq!(marked_pids(&p.marker).len(), 1, "the grandchild escaped the parent-death signal");
+    eventually(Duration::from_secs(2), "engines died with corral", || {
+        marked_pids(&p.marker).len() <= 1
+    })
+    .await;
+    assert_eq!(
+        marked_pids(&p.marker).len(),
+        1,
+        "the grandchild escaped the parent-death signal"
+    );
 
     // the next corral on the same config and state dir sweeps it before serving
     let dir = std::mem::replace(&mut p.dir, tempfile::tempdir().unwrap());
     let again = spawn_corral_in(dir, state.path());
     assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
-    assert_eq!(post_json(&format!("{}/v1/chat/completions", again.url), &chat("a")).await.status, 200);
+    assert_eq!(
+        post_json(&format!("{}/v1/chat/completions", again.url), &chat("a"))
+            .await
+            .status,
+        200
+    );
 }
 
 /// SIGTERM drains an in-flight stream, stops every engine, and exits 0 with nothing left behind.
@@ -187,8 +294,14 @@ async fn sigterm_drains_and_exits_cleanly() {
     signal(&p.child, nix::sys::signal::Signal::SIGTERM);
     let (resp, frames) = stream.await.unwrap();
     assert_eq!(resp.status, 200);
-    let text: String = frames.iter().map(|(_, f)| String::from_utf8_lossy(f).into_owned()).collect();
-    assert!(text.contains("[DONE]"), "the in-flight stream completed: {text}");
+    let text: String = frames
+        .iter()
+        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
+        .collect();
+    assert!(
+        text.contains("[DONE]"),
+        "the in-flight stream completed: {text}"
+    );
     let status = wait_exit(&mut p.child, Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0));
     assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
@@ -198,9 +311,17 @@ async fn sigterm_drains_and_exits_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_signal_stops_at_once() {
     let state = tempfile::tempdir().unwrap();
-    let yaml = format!("models:\n{}", fake_model("a", "--ignore-sigterm", "unloadTimeout: 30"));
+    let yaml = format!(
+        "models:\n{}",
+        fake_model("a", "--ignore-sigterm", "unloadTimeout: 30")
+    );
     let mut p = spawn_corral(&yaml, state.path());
-    assert_eq!(post_json(&format!("{}/v1/chat/completions", p.url), &chat("a")).await.status, 200);
+    assert_eq!(
+        post_json(&format!("{}/v1/chat/completions", p.url), &chat("a"))
+            .await
+            .status,
+        200
+    );
     signal(&p.child, nix::sys::signal::Signal::SIGTERM);
     tokio::time::sleep(Duration::from_millis(300)).await;
     signal(&p.child, nix::sys::signal::Signal::SIGINT);

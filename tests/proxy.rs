@@ -18,7 +18,12 @@ fn one_model(extra: &str) -> String {
 async fn unknown_or_missing_model_is_404_with_the_envelope() {
     let h = Harness::start(&one_model("")).await;
     let url = format!("{}/v1/chat/completions", h.url);
-    for model in ["nope", "../../etc/passwd", "$(touch /tmp/corral-pwn)", "a;rm -rf /"] {
+    for model in [
+        "nope",
+        "../../etc/passwd",
+        "$(touch /tmp/corral-pwn)",
+        "a;rm -rf /",
+    ] {
         let resp = post_json(&url, &chat(model)).await;
         assert_eq!(resp.status, 404);
         assert_eq!(
@@ -27,8 +32,20 @@ async fn unknown_or_missing_model_is_404_with_the_envelope() {
         );
     }
     let missing = post_json(&url, &json!({"messages": []})).await;
-    assert_eq!((missing.status, missing.json()["error"]["message"].as_str()), (404, Some("no model id could be identified")));
-    let plain = request("POST", &url, &[("content-type", "application/json"), ("accept", "text/plain")], r#"{"model":"x"}"#).await;
+    assert_eq!(
+        (missing.status, missing.json()["error"]["message"].as_str()),
+        (404, Some("no model id could be identified"))
+    );
+    let plain = request(
+        "POST",
+        &url,
+        &[
+            ("content-type", "application/json"),
+            ("accept", "text/plain"),
+        ],
+        r#"{"model":"x"}"#,
+    )
+    .await;
     assert_eq!(plain.text(), "corral: no router for requested model");
     assert!(!std::path::Path::new("/tmp/corral-pwn").exists());
     assert_eq!(h.count_events("a", "spawned"), 0);
@@ -49,12 +66,17 @@ fn multipart(boundary: &str, model: &str, file: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multipart_is_routed_by_its_model_field_and_the_file_is_exact() {
     let h = Harness::start(&one_model("aliases: [whisper]")).await;
-    let file: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let file: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     let body = multipart("corralBoundary42", "whisper", &file);
     let resp = request(
         "POST",
         &format!("{}/v1/audio/transcriptions", h.url),
-        &[("content-type", "multipart/form-data; boundary=corralBoundary42")],
+        &[(
+            "content-type",
+            "multipart/form-data; boundary=corralBoundary42",
+        )],
         body,
     )
     .await;
@@ -74,13 +96,23 @@ fn hex(bytes: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn use_model_name_rewrites_json_and_multipart() {
     let h = Harness::start(&one_model("useModelName: upstream-name")).await;
-    let resp = post_json(&format!("{}/v1/chat/completions", h.url), &json!({"model": "a", "temperature": 0.5, "messages": []})).await;
+    let resp = post_json(
+        &format!("{}/v1/chat/completions", h.url),
+        &json!({"model": "a", "temperature": 0.5, "messages": []}),
+    )
+    .await;
     let seen = &resp.json()["fakellm"]["request"];
     assert_eq!(seen["model"], "upstream-name");
     assert_eq!(seen["temperature"], 0.5, "other fields are untouched");
     let file = b"RIFF....WAVEfmt ".to_vec();
     let body = multipart("b0undary", "a", &file);
-    let resp = request("POST", &format!("{}/v1/audio/transcriptions", h.url), &[("content-type", "multipart/form-data; boundary=b0undary")], body).await;
+    let resp = request(
+        "POST",
+        &format!("{}/v1/audio/transcriptions", h.url),
+        &[("content-type", "multipart/form-data; boundary=b0undary")],
+        body,
+    )
+    .await;
     assert_eq!(resp.json()["model"], "upstream-name");
     assert_eq!(resp.json()["file_sha256"], hex(&Sha256::digest(&file)));
     h.stop().await;
@@ -90,7 +122,11 @@ async fn use_model_name_rewrites_json_and_multipart() {
 /// rest of the path exactly as sent, choosing the longest model id that prefixes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_passthrough_and_redirect() {
-    let yaml = format!("models:\n{}{}groups:\n  g: {{swap: false, members: [org/m, org]}}\n", fake_model("org/m", "", ""), fake_model("org", "", ""));
+    let yaml = format!(
+        "models:\n{}{}groups:\n  g: {{swap: false, members: [org/m, org]}}\n",
+        fake_model("org/m", "", ""),
+        fake_model("org", "", "")
+    );
     let h = Harness::start(&yaml).await;
     let redirect = get(&format!("{}/upstream/org/m?x=1", h.url)).await;
     assert_eq!(redirect.status, 301);
@@ -98,7 +134,13 @@ async fn upstream_passthrough_and_redirect() {
     let post = request("POST", &format!("{}/upstream/org/m", h.url), &[], "").await;
     assert_eq!(post.status, 308);
 
-    let resp = request("PUT", &format!("{}/upstream/org/m/some%2Fpath/x?q=a%20b", h.url), &[], "payload").await;
+    let resp = request(
+        "PUT",
+        &format!("{}/upstream/org/m/some%2Fpath/x?q=a%20b", h.url),
+        &[],
+        "payload",
+    )
+    .await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     let echo = resp.json();
     assert_eq!(echo["method"], "PUT");
@@ -106,8 +148,15 @@ async fn upstream_passthrough_and_redirect() {
     assert_eq!(echo["query"], "q=a%20b");
     assert_eq!(echo["body_bytes"], 7);
     let slots = get(&format!("{}/upstream/org/slots", h.url)).await;
-    assert!(slots.json().is_array(), "org (not org/m) answered /slots: {}", slots.text());
-    assert_eq!(get(&format!("{}/upstream/unknown/x", h.url)).await.status, 404);
+    assert!(
+        slots.json().is_array(),
+        "org (not org/m) answered /slots: {}",
+        slots.text()
+    );
+    assert_eq!(
+        get(&format!("{}/upstream/unknown/x", h.url)).await.status,
+        404
+    );
     h.stop().await;
 }
 
@@ -117,19 +166,50 @@ async fn api_keys_guard_everything_but_health() {
     let h = Harness::start(&format!("apiKeys: [k-123]\n{}", one_model(""))).await;
     let url = format!("{}/v1/chat/completions", h.url);
     let body = chat("a").to_string();
-    let denied = request("POST", &url, &[("content-type", "application/json")], body.clone()).await;
+    let denied = request(
+        "POST",
+        &url,
+        &[("content-type", "application/json")],
+        body.clone(),
+    )
+    .await;
     assert_eq!(denied.status, 401);
-    assert_eq!(denied.header("www-authenticate"), Some("Basic realm=\"llama-swap\""));
+    assert_eq!(
+        denied.header("www-authenticate"),
+        Some("Basic realm=\"llama-swap\"")
+    );
     assert_eq!(denied.json()["error"]["type"], "authentication_error");
-    let wrong = request("POST", &url, &[("content-type", "application/json"), ("authorization", "Bearer k-124")], body.clone()).await;
+    let wrong = request(
+        "POST",
+        &url,
+        &[
+            ("content-type", "application/json"),
+            ("authorization", "Bearer k-124"),
+        ],
+        body.clone(),
+    )
+    .await;
     assert_eq!(wrong.status, 401);
     assert_eq!(get(&format!("{}/v1/models", h.url)).await.status, 401);
     assert_eq!(get(&format!("{}/running", h.url)).await.status, 401);
     assert_eq!(get(&format!("{}/health", h.url)).await.status, 200);
     use base64::Engine;
-    let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("user:k-123"));
-    for (name, value) in [("authorization", "Bearer k-123"), ("x-api-key", "k-123"), ("authorization", basic.as_str())] {
-        let ok = request("POST", &url, &[("content-type", "application/json"), (name, value)], body.clone()).await;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("user:k-123")
+    );
+    for (name, value) in [
+        ("authorization", "Bearer k-123"),
+        ("x-api-key", "k-123"),
+        ("authorization", basic.as_str()),
+    ] {
+        let ok = request(
+            "POST",
+            &url,
+            &[("content-type", "application/json"), (name, value)],
+            body.clone(),
+        )
+        .await;
         assert_eq!(ok.status, 200, "{name}");
     }
     h.stop().await;
@@ -148,11 +228,17 @@ async fn sse_chunks_arrive_one_by_one() {
     assert_eq!(resp.header("x-accel-buffering"), Some("no"));
     assert!(resp.header("content-length").is_none());
     let needle = br#""content":"tok"#;
-    let tokens: Vec<_> = frames.iter().filter(|(_, f)| f.windows(needle.len()).any(|w| w == needle)).collect();
+    let tokens: Vec<_> = frames
+        .iter()
+        .filter(|(_, f)| f.windows(needle.len()).any(|w| w == needle))
+        .collect();
     assert_eq!(tokens.len(), 5, "each token chunk is its own frame");
     let first = tokens[0].0;
     let last = tokens[4].0;
-    assert!(last - first >= Duration::from_millis(700), "chunks spread over time, not buffered: {first:?}..{last:?}");
+    assert!(
+        last - first >= Duration::from_millis(700),
+        "chunks spread over time, not buffered: {first:?}..{last:?}"
+    );
     h.stop().await;
 }
 
@@ -164,28 +250,46 @@ async fn client_disconnect_reaches_the_engine() {
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 100, "interval_ms": 100}});
     let stream = tokio::spawn(async move { stream_frames(&url, &body).await });
-    eventually(Duration::from_secs(5), "stream started", || h.count_requests("a", "/v1/chat/completions") >= 2).await;
+    eventually(Duration::from_secs(5), "stream started", || {
+        h.count_requests("a", "/v1/chat/completions") >= 2
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     stream.abort();
     let gone = std::time::Instant::now();
-    eventually(Duration::from_secs(1), "peer_closed at the engine", || h.count_events("a", "peer_closed") == 1).await;
+    eventually(Duration::from_secs(1), "peer_closed at the engine", || {
+        h.count_events("a", "peer_closed") == 1
+    })
+    .await;
     assert!(gone.elapsed() < Duration::from_secs(1));
     let running = get(&format!("{}/running", h.url)).await.json();
-    assert_eq!(running["running"][0]["inFlight"], 0, "the lease was released");
+    assert_eq!(
+        running["running"][0]["inFlight"], 0,
+        "the lease was released"
+    );
     h.stop().await;
 }
 
 /// Bodies over the limit get 413 before they are read; oversized headers get 431.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn size_limits_give_413_and_431() {
-    let opts = corral::Options { limits: corral::api::Limits { body_bytes: 1024 }, ..Default::default() };
+    let opts = corral::Options {
+        limits: corral::api::Limits { body_bytes: 1024 },
+        ..Default::default()
+    };
     let h = Harness::start_with(&one_model(""), opts).await;
     let url = format!("{}/v1/chat/completions", h.url);
     let big = json!({"model": "a", "messages": [{"role": "user", "content": "x".repeat(4000)}]});
     let resp = post_json(&url, &big).await;
     assert_eq!(resp.status, 413);
     let huge_header = "h".repeat(70 * 1024);
-    let resp = request("GET", &format!("{}/v1/models", h.url), &[("x-big", huge_header.as_str())], Bytes::new()).await;
+    let resp = request(
+        "GET",
+        &format!("{}/v1/models", h.url),
+        &[("x-big", huge_header.as_str())],
+        Bytes::new(),
+    )
+    .await;
     assert_eq!(resp.status, 431);
     assert_eq!(h.count_events("a", "spawned"), 0);
     h.stop().await;
@@ -195,12 +299,25 @@ async fn size_limits_give_413_and_431() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_versionless_and_query_routes() {
     let h = Harness::start(&one_model("")).await;
-    let pre = request("OPTIONS", &format!("{}/v1/chat/completions", h.url), &[("access-control-request-headers", "x-custom, authorization")], "").await;
+    let pre = request(
+        "OPTIONS",
+        &format!("{}/v1/chat/completions", h.url),
+        &[("access-control-request-headers", "x-custom, authorization")],
+        "",
+    )
+    .await;
     assert_eq!(pre.status, 204);
     assert_eq!(pre.header("access-control-allow-origin"), Some("*"));
-    assert_eq!(pre.header("access-control-allow-headers"), Some("x-custom, authorization"));
+    assert_eq!(
+        pre.header("access-control-allow-headers"),
+        Some("x-custom, authorization")
+    );
     let v = post_json(&format!("{}/v/chat/completions", h.url), &chat("a")).await;
-    assert_eq!(v.json()["object"], "chat.completion", "forwarded as /chat/completions");
+    assert_eq!(
+        v.json()["object"],
+        "chat.completion",
+        "forwarded as /chat/completions"
+    );
     let props = get(&format!("{}/props?model=a", h.url)).await;
     assert_eq!(props.json()["total_slots"], 1);
     h.stop().await;
@@ -210,9 +327,17 @@ async fn cors_versionless_and_query_routes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeddings_and_rerank_are_routed() {
     let h = Harness::start(&one_model("")).await;
-    let e = post_json(&format!("{}/v1/embeddings", h.url), &json!({"model": "a", "input": ["x", "y"]})).await;
+    let e = post_json(
+        &format!("{}/v1/embeddings", h.url),
+        &json!({"model": "a", "input": ["x", "y"]}),
+    )
+    .await;
     assert_eq!(e.json()["data"].as_array().unwrap().len(), 2);
-    let r = post_json(&format!("{}/v1/rerank", h.url), &json!({"model": "a", "query": "q", "documents": ["a", "b"]})).await;
+    let r = post_json(
+        &format!("{}/v1/rerank", h.url),
+        &json!({"model": "a", "query": "q", "documents": ["a", "b"]}),
+    )
+    .await;
     assert_eq!(r.json()["results"].as_array().unwrap().len(), 2);
     h.stop().await;
 }

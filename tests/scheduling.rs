@@ -8,7 +8,12 @@ use serde_json::json;
 use support::*;
 
 fn running(models: &serde_json::Value) -> Vec<String> {
-    let mut ids: Vec<String> = models["running"].as_array().unwrap().iter().map(|m| m["model"].as_str().unwrap().to_string()).collect();
+    let mut ids: Vec<String> = models["running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["model"].as_str().unwrap().to_string())
+        .collect();
     ids.sort();
     ids
 }
@@ -16,7 +21,11 @@ fn running(models: &serde_json::Value) -> Vec<String> {
 /// A model is started by its first request, not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn models_start_lazily_on_first_use() {
-    let h = Harness::start(&format!("models:\n{}", fake_model("a", "--loading-ms 200", ""))).await;
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("a", "--loading-ms 200", "")
+    ))
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(running(&get(&format!("{}/running", h.url)).await.json()).is_empty());
     assert_eq!(h.count_events("a", "spawned"), 0);
@@ -26,17 +35,34 @@ async fn models_start_lazily_on_first_use() {
     let resp = post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(resp.json()["model"], "a");
-    assert_eq!(running(&get(&format!("{}/running", h.url)).await.json()), ["a"]);
-    assert_eq!(get(&format!("{}/v1/models", h.url)).await.json()["data"][0]["status"]["value"], "loaded");
+    assert_eq!(
+        running(&get(&format!("{}/running", h.url)).await.json()),
+        ["a"]
+    );
+    assert_eq!(
+        get(&format!("{}/v1/models", h.url)).await.json()["data"][0]["status"]["value"],
+        "loaded"
+    );
     h.stop().await;
 }
 
 /// However many requests arrive for a cold model at once, it is spawned once and all are served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_first_requests_start_one_process() {
-    let h = Harness::start(&format!("models:\n{}", fake_model("a", "--loading-ms 500", "concurrencyLimit: 100"))).await;
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("a", "--loading-ms 500", "concurrencyLimit: 100")
+    ))
+    .await;
     let url = format!("{}/v1/chat/completions", h.url);
-    let tasks: Vec<_> = (0..50).map(|_| tokio::spawn({ let url = url.clone(); async move { post_json(&url, &chat("a")).await.status } })).collect();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { post_json(&url, &chat("a")).await.status }
+            })
+        })
+        .collect();
     for t in tasks {
         assert_eq!(t.await.unwrap(), 200);
     }
@@ -47,13 +73,24 @@ async fn fifty_concurrent_first_requests_start_one_process() {
 /// The implicit default group swaps: one model at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_group_swaps_models() {
-    let yaml = format!("models:\n{}{}", fake_model("a", "", ""), fake_model("b", "", ""));
+    let yaml = format!(
+        "models:\n{}{}",
+        fake_model("a", "", ""),
+        fake_model("b", "", "")
+    );
     let h = Harness::start(&yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     assert_eq!(post_json(&url, &chat("b")).await.status, 200);
-    assert_eq!(running(&get(&format!("{}/running", h.url)).await.json()), ["b"]);
-    assert_eq!(h.count_events("a", "sigterm"), 1, "a was stopped gracefully");
+    assert_eq!(
+        running(&get(&format!("{}/running", h.url)).await.json()),
+        ["b"]
+    );
+    assert_eq!(
+        h.count_events("a", "sigterm"),
+        1,
+        "a was stopped gracefully"
+    );
     h.stop().await;
 }
 
@@ -73,31 +110,59 @@ async fn group_rules_swap_exclusive_persistent() {
     for m in ["p", "a", "b"] {
         assert_eq!(post_json(&url, &chat(m)).await.status, 200);
     }
-    assert_eq!(running(&get(&format!("{}/running", h.url)).await.json()), ["a", "b", "p"], "swap:false keeps a and b; p is persistent");
+    assert_eq!(
+        running(&get(&format!("{}/running", h.url)).await.json()),
+        ["a", "b", "p"],
+        "swap:false keeps a and b; p is persistent"
+    );
     assert_eq!(post_json(&url, &chat("n")).await.status, 200);
-    assert_eq!(running(&get(&format!("{}/running", h.url)).await.json()), ["a", "b", "n", "p"], "a non-exclusive group evicts nothing outside");
+    assert_eq!(
+        running(&get(&format!("{}/running", h.url)).await.json()),
+        ["a", "b", "n", "p"],
+        "a non-exclusive group evicts nothing outside"
+    );
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
-    assert_eq!(running(&get(&format!("{}/running", h.url)).await.json()), ["a", "b", "p"], "the exclusive group evicts n but not persistent p");
+    assert_eq!(
+        running(&get(&format!("{}/running", h.url)).await.json()),
+        ["a", "b", "p"],
+        "the exclusive group evicts n but not persistent p"
+    );
     h.stop().await;
 }
 
 /// A swap waits for the victim's in-flight stream to finish; the stream is never cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_eviction_while_a_request_is_in_flight() {
-    let yaml = format!("models:\n{}{}", fake_model("a", "", ""), fake_model("b", "", ""));
+    let yaml = format!(
+        "models:\n{}{}",
+        fake_model("a", "", ""),
+        fake_model("b", "", "")
+    );
     let h = Harness::start(&yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
     let long = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 10, "interval_ms": 100}});
-    let stream = tokio::spawn({ let url = url.clone(); async move { stream_frames(&url, &long).await } });
-    eventually(Duration::from_secs(5), "a serving", || h.count_requests("a", "/v1/chat/completions") >= 1).await;
+    let stream = tokio::spawn({
+        let url = url.clone();
+        async move { stream_frames(&url, &long).await }
+    });
+    eventually(Duration::from_secs(5), "a serving", || {
+        h.count_requests("a", "/v1/chat/completions") >= 1
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let t0 = Instant::now();
     let b = post_json(&url, &chat("b")).await;
     assert_eq!(b.status, 200);
     let (_, frames) = stream.await.unwrap();
-    let text: String = frames.iter().map(|(_, f)| String::from_utf8_lossy(f).into_owned()).collect();
+    let text: String = frames
+        .iter()
+        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
+        .collect();
     assert!(text.contains("data: [DONE]"), "the stream finished: {text}");
-    assert!(t0.elapsed() >= Duration::from_millis(500), "b waited for a to drain");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(500),
+        "b waited for a to drain"
+    );
     h.stop().await;
 }
 
@@ -110,8 +175,14 @@ async fn ttl_unloads_idle_models() {
     let (_, frames) = stream_frames(&url, &long).await;
     assert!(frames.len() > 5);
     // the 1.5 s stream outlived the TTL: the model must still be up right after it
-    assert_eq!(running(&get(&format!("{}/running", h.url)).await.json()), ["a"]);
-    eventually(Duration::from_secs(4), "ttl unload", || h.count_events("a", "sigterm") == 1).await;
+    assert_eq!(
+        running(&get(&format!("{}/running", h.url)).await.json()),
+        ["a"]
+    );
+    eventually(Duration::from_secs(4), "ttl unload", || {
+        h.count_events("a", "sigterm") == 1
+    })
+    .await;
     h.wait_running(&[], Duration::from_secs(2)).await;
     h.stop().await;
 }
@@ -119,15 +190,38 @@ async fn ttl_unloads_idle_models() {
 /// `/unload` and `/api/models/unload/<id>` stop models and return once they have stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unload_routes_stop_models() {
-    let yaml = format!("models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\n", fake_model("a", "", "aliases: [alpha]"), fake_model("b", "", ""));
+    let yaml = format!(
+        "models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\n",
+        fake_model("a", "", "aliases: [alpha]"),
+        fake_model("b", "", "")
+    );
     let h = Harness::start(&yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     assert_eq!(post_json(&url, &chat("b")).await.status, 200);
-    let one = request("POST", &format!("{}/api/models/unload/alpha", h.url), &[], "").await;
+    let one = request(
+        "POST",
+        &format!("{}/api/models/unload/alpha", h.url),
+        &[],
+        "",
+    )
+    .await;
     assert_eq!(one.status, 200);
-    assert_eq!(running(&get(&format!("{}/running", h.url)).await.json()), ["b"]);
-    assert_eq!(request("POST", &format!("{}/api/models/unload/nope", h.url), &[], "").await.status, 404);
+    assert_eq!(
+        running(&get(&format!("{}/running", h.url)).await.json()),
+        ["b"]
+    );
+    assert_eq!(
+        request(
+            "POST",
+            &format!("{}/api/models/unload/nope", h.url),
+            &[],
+            ""
+        )
+        .await
+        .status,
+        404
+    );
     let all = get(&format!("{}/unload", h.url)).await;
     assert_eq!((all.status, all.text().as_str()), (200, "OK"));
     assert!(running(&get(&format!("{}/running", h.url)).await.json()).is_empty());
@@ -139,16 +233,30 @@ async fn unload_routes_stop_models() {
 /// `concurrencyLimit` counts waiting plus in-flight requests; beyond it, 429 with Retry-After: 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_limit_answers_429() {
-    let h = Harness::start(&format!("models:\n{}", fake_model("a", "", "concurrencyLimit: 1"))).await;
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("a", "", "concurrencyLimit: 1")
+    ))
+    .await;
     let url = format!("{}/v1/chat/completions", h.url);
     let long = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 5, "interval_ms": 100}});
-    let first = tokio::spawn({ let url = url.clone(); async move { stream_frames(&url, &long).await } });
-    eventually(Duration::from_secs(5), "first in flight", || h.count_requests("a", "/v1/chat/completions") >= 1).await;
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { stream_frames(&url, &long).await }
+    });
+    eventually(Duration::from_secs(5), "first in flight", || {
+        h.count_requests("a", "/v1/chat/completions") >= 1
+    })
+    .await;
     let second = post_json(&url, &chat("a")).await;
     assert_eq!(second.status, 429);
     assert_eq!(second.header("retry-after"), Some("1"));
     assert_eq!(second.json()["error"]["code"], "concurrency_limit");
     assert_eq!(first.await.unwrap().0.status, 200);
-    assert_eq!(post_json(&url, &chat("a")).await.status, 200, "the slot is free again");
+    assert_eq!(
+        post_json(&url, &chat("a")).await.status,
+        200,
+        "the slot is free again"
+    );
     h.stop().await;
 }

@@ -14,7 +14,12 @@ use crate::error::Error;
 use crate::fleet::Phase;
 use crate::logs::LogRing;
 
-pub async fn route<B>(app: &Arc<App>, req: Request<B>, method: &Method, path: &str) -> Result<Response<Body>, Error> {
+pub async fn route<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    method: &Method,
+    path: &str,
+) -> Result<Response<Body>, Error> {
     let get = *method == Method::GET || *method == Method::HEAD;
     match path {
         "/v1/models" | "/models" if get => Ok(models(app, req.headers())),
@@ -32,31 +37,56 @@ pub async fn route<B>(app: &Arc<App>, req: Request<B>, method: &Method, path: &s
             &json!({"version": env!("CARGO_PKG_VERSION"), "commit": option_env!("CORRAL_COMMIT").unwrap_or("unknown"), "build_date": option_env!("CORRAL_BUILD_DATE").unwrap_or("unknown")}),
         )),
         "/logs" if get => {
-            let wants_html = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"));
+            let wants_html = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.contains("text/html"));
             if wants_html {
-                return Ok(Response::builder().status(StatusCode::FOUND).header(header::LOCATION, "/ui/").body(crate::body::empty()).expect("valid"));
+                return Ok(Response::builder()
+                    .status(StatusCode::FOUND)
+                    .header(header::LOCATION, "/ui/")
+                    .body(crate::body::empty())
+                    .expect("valid"));
             }
             Ok(plain_stream(Bytes::from(app.logs.combined.history()), None))
         }
         _ if get && (path == "/logs/stream" || path.starts_with("/logs/stream/")) => {
-            let id = path.trim_start_matches("/logs/stream").trim_start_matches('/');
+            let id = path
+                .trim_start_matches("/logs/stream")
+                .trim_start_matches('/');
             let ring: Arc<LogRing> = match id {
                 "" => app.logs.combined.clone(),
                 "proxy" => app.logs.proxy.clone(),
                 "upstream" => app.logs.upstream.clone(),
                 other => {
-                    let decoded = percent_encoding::percent_decode_str(other).decode_utf8_lossy().into_owned();
-                    let model = app.config.real_model_name(&decoded).ok_or_else(|| Error::BadRequest(format!("unknown log stream {decoded:?}")))?;
+                    let decoded = percent_encoding::percent_decode_str(other)
+                        .decode_utf8_lossy()
+                        .into_owned();
+                    let model = app.config.real_model_name(&decoded).ok_or_else(|| {
+                        Error::BadRequest(format!("unknown log stream {decoded:?}"))
+                    })?;
                     app.fleet.model_logs(model).ok_or(Error::UnknownModel)?
                 }
             };
-            let with_history = !req.uri().query().unwrap_or("").split('&').any(|p| p == "no-history" || p.starts_with("no-history="));
+            let with_history = !req
+                .uri()
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .any(|p| p == "no-history" || p.starts_with("no-history="));
             Ok(log_stream(&ring, with_history))
         }
         _ if *method == Method::POST && path.starts_with("/api/models/unload/") => {
             let raw = &path["/api/models/unload/".len()..];
-            let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy().into_owned();
-            let id = app.config.real_model_name(&name).ok_or_else(|| Error::NotFound("model not found".into()))?.to_string();
+            let name = percent_encoding::percent_decode_str(raw)
+                .decode_utf8_lossy()
+                .into_owned();
+            let id = app
+                .config
+                .real_model_name(&name)
+                .ok_or_else(|| Error::NotFound("model not found".into()))?
+                .to_string();
             app.fleet.unload(Some(&[id])).await;
             Ok(text(StatusCode::OK, "OK"))
         }
@@ -69,28 +99,33 @@ pub async fn route<B>(app: &Arc<App>, req: Request<B>, method: &Method, path: &s
 }
 
 fn log_stream(ring: &Arc<LogRing>, with_history: bool) -> Response<Body> {
-    let history = if with_history { Some(Bytes::from(ring.history())) } else { None };
+    let history = if with_history {
+        Some(Bytes::from(ring.history()))
+    } else {
+        None
+    };
     plain_stream(history.unwrap_or_default(), Some(ring.subscribe()))
 }
 
 /// A chunked text/plain body: `first`, then whatever the receiver brings, until the client leaves.
-fn plain_stream(first: Bytes, live: Option<tokio::sync::broadcast::Receiver<Bytes>>) -> Response<Body> {
+fn plain_stream(
+    first: Bytes,
+    live: Option<tokio::sync::broadcast::Receiver<Bytes>>,
+) -> Response<Body> {
     use futures_util::stream;
     let first = stream::iter((!first.is_empty()).then(|| Ok(http_body::Frame::data(first))));
     let body: Body = match live {
         None => StreamBody::new(first).boxed(),
         Some(rx) => {
             let rest = stream::unfold(rx, |mut rx| async move {
-                loop {
-                    match rx.recv().await {
-                        Ok(data) => return Some((Ok(http_body::Frame::data(data)), rx)),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                            let note = Bytes::from(format!("\n--- {n} messages dropped ---\n"));
-                            return Some((Ok(http_body::Frame::data(note)), rx));
-                        }
-                        Err(_) => return None,
+                let data = match rx.recv().await {
+                    Ok(data) => data,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        Bytes::from(format!("\n--- {n} messages dropped ---\n"))
                     }
-                }
+                    Err(_) => return None,
+                };
+                Some((Ok(http_body::Frame::data(data)), rx))
             });
             StreamBody::new(futures_util::StreamExt::chain(first, rest)).boxed()
         }
@@ -104,12 +139,18 @@ fn plain_stream(first: Bytes, live: Option<tokio::sync::broadcast::Receiver<Byte
 }
 
 fn models(app: &App, headers: &HeaderMap) -> Response<Body> {
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let snapshot = app.fleet.snapshot();
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
-        let loaded = snapshot.iter().any(|s| s.model == m.id && s.state == Phase::Ready);
-        let mut record = json!({"id": m.id, "object": "model", "created": created, "owned_by": "corral"});
+        let loaded = snapshot
+            .iter()
+            .any(|s| s.model == m.id && s.state == Phase::Ready);
+        let mut record =
+            json!({"id": m.id, "object": "model", "created": created, "owned_by": "corral"});
         if let Some(name) = &m.name {
             record["name"] = json!(name);
         }
@@ -126,16 +167,19 @@ fn models(app: &App, headers: &HeaderMap) -> Response<Body> {
         data.push(record);
         if app.config.include_aliases_in_list {
             for alias in &m.aliases {
-                data.push(json!({"id": alias, "object": "model", "created": created, "owned_by": "corral",
+                data.push(
+                    json!({"id": alias, "object": "model", "created": created, "owned_by": "corral",
                     "meta": {"llamaswap": {"type": "alias", "modelID": m.id}},
-                    "status": {"value": if loaded { "loaded" } else { "unloaded" }}}));
+                    "status": {"value": if loaded { "loaded" } else { "unloaded" }}}),
+                );
             }
         }
     }
     data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
     if let Some(origin) = headers.get(header::ORIGIN) {
-        resp.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        resp.headers_mut()
+            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
     }
     resp
 }
@@ -161,14 +205,26 @@ pub fn preflight(headers: &HeaderMap) -> Response<Body> {
     let requested = headers
         .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(',').map(str::trim).filter(|h| !h.is_empty() && h.bytes().all(is_token_byte)).collect::<Vec<_>>().join(", "))
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty() && h.bytes().all(is_token_byte))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "Content-Type, Authorization, Accept, X-Requested-With".into());
     Response::builder()
         .status(StatusCode::NO_CONTENT)
         .header(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
-        .header(header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, PUT, PATCH, DELETE, OPTIONS")
-        .header(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_str(&requested).unwrap_or(HeaderValue::from_static("Content-Type")))
+        .header(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            "GET, POST, PUT, PATCH, DELETE, OPTIONS",
+        )
+        .header(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_str(&requested).unwrap_or(HeaderValue::from_static("Content-Type")),
+        )
         .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
         .body(crate::body::empty())
         .expect("valid")

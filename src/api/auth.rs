@@ -10,7 +10,11 @@ pub struct Keys(Vec<[u8; 32]>);
 
 impl Keys {
     pub fn new(keys: &[String]) -> Keys {
-        Keys(keys.iter().map(|k| Sha256::digest(k.as_bytes()).into()).collect())
+        Keys(
+            keys.iter()
+                .map(|k| Sha256::digest(k.as_bytes()).into())
+                .collect(),
+        )
     }
 
     pub fn required(&self) -> bool {
@@ -22,17 +26,27 @@ impl Keys {
         if self.0.is_empty() {
             return true;
         }
-        let Some(presented) = presented_key(headers) else { return false };
+        let Some(presented) = presented_key(headers) else {
+            return false;
+        };
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.0.iter().fold(0u8, |found, k| found | k.ct_eq(&digest).unwrap_u8()) == 1
+        self.0
+            .iter()
+            .fold(0u8, |found, k| found | k.ct_eq(&digest).unwrap_u8())
+            == 1
     }
 }
 
 /// The key a request presents: Basic password, then Bearer token, then `x-api-key`.
 pub fn presented_key(headers: &HeaderMap) -> Option<String> {
-    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if let Some(encoded) = auth.strip_prefix("Basic ") {
-        let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .ok()?;
         let text = String::from_utf8(decoded).ok()?;
         if let Some((_, password)) = text.split_once(':') {
             if !password.is_empty() {
@@ -45,7 +59,11 @@ pub fn presented_key(headers: &HeaderMap) -> Option<String> {
             return Some(token.trim().to_string());
         }
     }
-    headers.get("x-api-key").and_then(|v| v.to_str().ok()).filter(|k| !k.is_empty()).map(String::from)
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty())
+        .map(String::from)
 }
 
 #[cfg(test)]
@@ -54,7 +72,10 @@ mod tests {
 
     fn headers(name: &str, value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(http::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+        h.insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
         h
     }
 

@@ -12,14 +12,19 @@ where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(Error::BodyTooLarge(limit));
     }
     match Limited::new(body, limit as usize).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Error::BodyTooLarge(limit)),
-        Err(e) => Err(Error::BadRequest(format!("could not read the request body: {e}"))),
+        Err(e) => Err(Error::BadRequest(format!(
+            "could not read the request body: {e}"
+        ))),
     }
 }
 
@@ -33,7 +38,10 @@ pub enum BodyKind {
 }
 
 pub fn content_type(headers: &HeaderMap) -> &str {
-    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }
 
 /// Parses the body as llama-swap does: JSON only when the content type says so, else multipart or form.
@@ -61,13 +69,22 @@ pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
             v.get("stream").and_then(|s| s.as_bool()).unwrap_or(false),
         ),
         BodyKind::Multipart(b) => {
-            let field = |name: &str| multipart_parts(body, b).into_iter().find(|p| p.name == name && p.filename.is_none());
-            let text = |name: &str| field(name).map(|p| String::from_utf8_lossy(&body[p.data]).into_owned());
+            let field = |name: &str| {
+                multipart_parts(body, b)
+                    .into_iter()
+                    .find(|p| p.name == name && p.filename.is_none())
+            };
+            let text = |name: &str| {
+                field(name).map(|p| String::from_utf8_lossy(&body[p.data]).into_owned())
+            };
             (text("model"), text("stream").as_deref() == Some("true"))
         }
         BodyKind::Form | BodyKind::Other => {
             let text = String::from_utf8_lossy(body);
-            (query_param(&text, "model"), query_param(&text, "stream").as_deref() == Some("true"))
+            (
+                query_param(&text, "model"),
+                query_param(&text, "stream").as_deref() == Some("true"),
+            )
         }
     }
 }
@@ -76,7 +93,11 @@ pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
 pub fn query_param(query: &str, name: &str) -> Option<String> {
     query.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let decode = |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(&s.replace('+', " "))
+                .decode_utf8_lossy()
+                .into_owned()
+        };
         (decode(k) == name).then(|| decode(v))
     })
 }
@@ -84,7 +105,8 @@ pub fn query_param(query: &str, name: &str) -> Option<String> {
 fn boundary(content_type: &str) -> Option<String> {
     content_type.split(';').find_map(|p| {
         let p = p.trim();
-        p.strip_prefix("boundary=").map(|b| b.trim_matches('"').to_string())
+        p.strip_prefix("boundary=")
+            .map(|b| b.trim_matches('"').to_string())
     })
 }
 
@@ -108,15 +130,30 @@ pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<Part> {
         if body[pos..].starts_with(b"--") {
             break;
         }
-        let Some(head_end) = find(body, b"\r\n\r\n", pos) else { break };
+        let Some(head_end) = find(body, b"\r\n\r\n", pos) else {
+            break;
+        };
         let head = String::from_utf8_lossy(&body[pos..head_end]);
         let data_start = head_end + 4;
-        let Some(next) = find(body, format!("\r\n{delim}").as_bytes(), data_start) else { break };
-        let disposition = head.lines().find(|l| l.to_ascii_lowercase().starts_with("content-disposition")).unwrap_or("");
-        let param = |key: &str| {
-            disposition.split(';').find_map(|p| p.trim().strip_prefix(&format!("{key}=")).map(|v| v.trim_matches('"').to_string()))
+        let Some(next) = find(body, format!("\r\n{delim}").as_bytes(), data_start) else {
+            break;
         };
-        parts.push(Part { name: param("name").unwrap_or_default(), filename: param("filename"), data: data_start..next });
+        let disposition = head
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("content-disposition"))
+            .unwrap_or("");
+        let param = |key: &str| {
+            disposition.split(';').find_map(|p| {
+                p.trim()
+                    .strip_prefix(&format!("{key}="))
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        };
+        parts.push(Part {
+            name: param("name").unwrap_or_default(),
+            filename: param("filename"),
+            data: data_start..next,
+        });
         pos = next + 2 + delim.len();
     }
     parts
@@ -126,12 +163,17 @@ fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     if from > haystack.len() {
         return None;
     }
-    haystack[from..].windows(needle.len()).position(|w| w == needle).map(|p| p + from)
+    haystack[from..]
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| p + from)
 }
 
 /// Replaces the value of the text field `model` in a multipart body; other bytes stay as they are.
 pub fn rewrite_multipart_model(body: &[u8], boundary: &str, model: &str) -> Option<Bytes> {
-    let part = multipart_parts(body, boundary).into_iter().find(|p| p.name == "model" && p.filename.is_none())?;
+    let part = multipart_parts(body, boundary)
+        .into_iter()
+        .find(|p| p.name == "model" && p.filename.is_none())?;
     let mut out = Vec::with_capacity(body.len() + model.len());
     out.extend_from_slice(&body[..part.data.start]);
     out.extend_from_slice(model.as_bytes());
@@ -147,7 +189,11 @@ mod tests {
         let b = "XyZ";
         let model = "--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n";
         let file = "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n\x00\x01--X\r\n\r\n";
-        let body = if model_first { format!("{model}{file}--XyZ--\r\n") } else { format!("{file}{model}--XyZ--\r\n") };
+        let body = if model_first {
+            format!("{model}{file}--XyZ--\r\n")
+        } else {
+            format!("{file}{model}--XyZ--\r\n")
+        };
         (b.to_string(), body.into_bytes())
     }
 
@@ -176,14 +222,20 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
         assert_eq!(classify(&h, br#"{"model":"a"}"#), BodyKind::Other);
-        h.insert(header::CONTENT_TYPE, "application/json; charset=utf-8".parse().unwrap());
+        h.insert(
+            header::CONTENT_TYPE,
+            "application/json; charset=utf-8".parse().unwrap(),
+        );
         let kind = classify(&h, br#"{"model":"a","stream":true}"#);
         assert_eq!(model_from_body(&kind, b""), (Some("a".into()), true));
     }
 
     #[test]
     fn query_params_are_decoded() {
-        assert_eq!(query_param("a=1&model=my%2Fmodel", "model").as_deref(), Some("my/model"));
+        assert_eq!(
+            query_param("a=1&model=my%2Fmodel", "model").as_deref(),
+            Some("my/model")
+        );
         assert_eq!(query_param("a=1", "model"), None);
     }
 }

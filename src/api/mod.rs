@@ -29,7 +29,9 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { body_bytes: 128 * 1024 * 1024 }
+        Limits {
+            body_bytes: 128 * 1024 * 1024,
+        }
     }
 }
 
@@ -49,23 +51,60 @@ impl App {
         let clients = config
             .models
             .values()
-            .map(|m| (m.id.clone(), proxy::client(m.timeouts.connect, m.timeouts.keepalive, m.timeouts.idle_conn)))
+            .map(|m| {
+                (
+                    m.id.clone(),
+                    proxy::client(
+                        m.timeouts.connect,
+                        m.timeouts.keepalive,
+                        m.timeouts.idle_conn,
+                    ),
+                )
+            })
             .collect();
-        App { keys: auth::Keys::new(&config.api_keys), config, fleet, logs, limits, clients }
+        App {
+            keys: auth::Keys::new(&config.api_keys),
+            config,
+            fleet,
+            logs,
+            limits,
+            clients,
+        }
     }
 }
 
 /// POST routes whose JSON (or form) body names the model; the value is the path sent upstream.
 fn model_route(path: &str) -> Option<String> {
     const DIRECT: &[&str] = &[
-        "/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
-        "/v1/embeddings", "/reranking", "/rerank", "/v1/rerank", "/v1/reranking", "/infill", "/completion",
-        "/v1/audio/speech", "/v1/audio/voices", "/v1/images/generations", "/sdapi/v1/txt2img", "/sdapi/v1/img2img",
-        "/v1/audio/transcriptions", "/v1/images/edits",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/completions",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/embeddings",
+        "/reranking",
+        "/rerank",
+        "/v1/rerank",
+        "/v1/reranking",
+        "/infill",
+        "/completion",
+        "/v1/audio/speech",
+        "/v1/audio/voices",
+        "/v1/images/generations",
+        "/sdapi/v1/txt2img",
+        "/sdapi/v1/img2img",
+        "/v1/audio/transcriptions",
+        "/v1/images/edits",
     ];
     const VERSIONLESS: &[&str] = &[
-        "/v/chat/completions", "/v/responses", "/v/completions", "/v/messages", "/v/messages/count_tokens",
-        "/v/embeddings", "/v/rerank", "/v/reranking",
+        "/v/chat/completions",
+        "/v/responses",
+        "/v/completions",
+        "/v/messages",
+        "/v/messages/count_tokens",
+        "/v/embeddings",
+        "/v/rerank",
+        "/v/reranking",
     ];
     if DIRECT.contains(&path) {
         Some(path.to_string())
@@ -94,13 +133,18 @@ where
         Ok(resp) => resp,
         Err(err) => render(&err, accept.as_ref()),
     };
-    if !resp.headers().contains_key(header::CONTENT_TYPE) && resp.status() == StatusCode::NO_CONTENT {
+    if !resp.headers().contains_key(header::CONTENT_TYPE) && resp.status() == StatusCode::NO_CONTENT
+    {
         resp.headers_mut().remove(header::CONTENT_LENGTH);
     }
     resp
 }
 
-async fn route<B>(app: &Arc<App>, req: Request<B>, remote: SocketAddr) -> Result<Response<Body>, Error>
+async fn route<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    remote: SocketAddr,
+) -> Result<Response<Body>, Error>
 where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
@@ -135,7 +179,12 @@ where
 }
 
 /// Finds the model, starts or waits for it, rewrites the body if asked, forwards and streams back.
-async fn dispatch<B>(app: &Arc<App>, req: Request<B>, upstream_path: String, remote: SocketAddr) -> Result<Response<Body>, Error>
+async fn dispatch<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    upstream_path: String,
+    remote: SocketAddr,
+) -> Result<Response<Body>, Error>
 where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -143,7 +192,9 @@ where
     let (mut parts, body) = req.into_parts();
     let query = parts.uri.query().map(String::from);
     let (name, bytes, kind) = if parts.method == Method::GET || parts.method == Method::HEAD {
-        let name = query.as_deref().and_then(|q| extract::query_param(q, "model"));
+        let name = query
+            .as_deref()
+            .and_then(|q| extract::query_param(q, "model"));
         (name, Bytes::new(), BodyKind::Other)
     } else {
         let bytes = extract::read_body(&parts.headers, body, app.limits.body_bytes).await?;
@@ -152,7 +203,11 @@ where
         (name, bytes, kind)
     };
     let name = name.filter(|n| !n.is_empty()).ok_or(Error::NoModel)?;
-    let id = app.config.real_model_name(&name).ok_or(Error::UnknownModel)?.to_string();
+    let id = app
+        .config
+        .real_model_name(&name)
+        .ok_or(Error::UnknownModel)?
+        .to_string();
     let model = &app.config.models[&id];
     let bytes = match (&model.use_model_name, kind) {
         (Some(upstream_name), BodyKind::Json(mut v)) => {
@@ -165,20 +220,39 @@ where
         _ => bytes,
     };
     if parts.method != Method::GET && parts.method != Method::HEAD {
-        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     }
     let lease = app.fleet.acquire(&id).await?;
     let path_and_query = match query {
         Some(q) => format!("{upstream_path}?{q}"),
         None => upstream_path,
     };
-    let out = Outgoing { base: model.proxy.clone(), path_and_query, parts, body: full(bytes), client_addr: Some(remote.ip()) };
-    proxy::forward(&app.clients[&id], out, model.timeouts.response_header, lease).await
+    let out = Outgoing {
+        base: model.proxy.clone(),
+        path_and_query,
+        parts,
+        body: full(bytes),
+        client_addr: Some(remote.ip()),
+    };
+    proxy::forward(
+        &app.clients[&id],
+        out,
+        model.timeouts.response_header,
+        lease,
+    )
+    .await
 }
 
 /// `/upstream/<model>/<path>`: the longest prefix that names a model wins; the rest goes upstream as
 /// it was sent, percent-encoding included, with the request body streamed.
-async fn upstream_passthrough<B>(app: &Arc<App>, req: Request<B>, rest: &str, remote: SocketAddr) -> Result<Response<Body>, Error>
+async fn upstream_passthrough<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    rest: &str,
+    remote: SocketAddr,
+) -> Result<Response<Body>, Error>
 where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
@@ -186,11 +260,19 @@ where
     let segments: Vec<&str> = rest.split('/').collect();
     let found = (1..=segments.len()).rev().find_map(|n| {
         let raw = segments[..n].join("/");
-        let decoded = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy().into_owned();
-        app.config.real_model_name(&decoded).map(|id| (id.to_string(), n))
+        let decoded = percent_encoding::percent_decode_str(&raw)
+            .decode_utf8_lossy()
+            .into_owned();
+        app.config
+            .real_model_name(&decoded)
+            .map(|id| (id.to_string(), n))
     });
     let (id, n) = found.ok_or(Error::UnknownModel)?;
-    let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
     if n == segments.len() {
         let status = if matches!(*req.method(), Method::GET | Method::HEAD) {
             StatusCode::MOVED_PERMANENTLY
@@ -204,8 +286,20 @@ where
     let model = &app.config.models[&id];
     let (parts, body) = req.into_parts();
     let body = body.map_err(Into::into).boxed();
-    let out = Outgoing { base: model.proxy.clone(), path_and_query: format!("{tail}{query}"), parts, body, client_addr: Some(remote.ip()) };
-    proxy::forward(&app.clients[&id], out, model.timeouts.response_header, lease).await
+    let out = Outgoing {
+        base: model.proxy.clone(),
+        path_and_query: format!("{tail}{query}"),
+        parts,
+        body,
+        client_addr: Some(remote.ip()),
+    };
+    proxy::forward(
+        &app.clients[&id],
+        out,
+        model.timeouts.response_header,
+        lease,
+    )
+    .await
 }
 
 pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {

@@ -8,19 +8,66 @@ use super::yaml::{Node, Value};
 use super::*;
 
 const TOP_KEYS: &[&str] = &[
-    "healthCheckTimeout", "logLevel", "logTimeFormat", "logToStdout", "logRequests", "metricsMaxInMemory",
-    "captureBuffer", "store", "ui", "performance", "startPort", "sendLoadingState", "includeAliasesInList",
-    "globalTTL", "unloadTimeout", "macros", "apiKeys", "models", "profiles", "selectors", "peers", "upstream",
-    "hooks", "routing", "groups", "matrix",
+    "healthCheckTimeout",
+    "logLevel",
+    "logTimeFormat",
+    "logToStdout",
+    "logRequests",
+    "metricsMaxInMemory",
+    "captureBuffer",
+    "store",
+    "ui",
+    "performance",
+    "startPort",
+    "sendLoadingState",
+    "includeAliasesInList",
+    "globalTTL",
+    "unloadTimeout",
+    "macros",
+    "apiKeys",
+    "models",
+    "profiles",
+    "selectors",
+    "peers",
+    "upstream",
+    "hooks",
+    "routing",
+    "groups",
+    "matrix",
 ];
 
 const MODEL_KEYS: &[&str] = &[
-    "cmd", "cmdStop", "proxy", "aliases", "env", "checkEndpoint", "ttl", "unloadTimeout", "unlisted",
-    "useModelName", "name", "description", "concurrencyLimit", "filters", "macros", "metadata",
-    "sendLoadingState", "timeouts", "compat", "capabilities", "healthCheckTimeout",
+    "cmd",
+    "cmdStop",
+    "proxy",
+    "aliases",
+    "env",
+    "checkEndpoint",
+    "ttl",
+    "unloadTimeout",
+    "unlisted",
+    "useModelName",
+    "name",
+    "description",
+    "concurrencyLimit",
+    "filters",
+    "macros",
+    "metadata",
+    "sendLoadingState",
+    "timeouts",
+    "compat",
+    "capabilities",
+    "healthCheckTimeout",
 ];
 
-const TIMEOUT_KEYS: &[&str] = &["connect", "keepalive", "responseHeader", "tlsHandshake", "expectContinue", "idleConn"];
+const TIMEOUT_KEYS: &[&str] = &[
+    "connect",
+    "keepalive",
+    "responseHeader",
+    "tlsHandshake",
+    "expectContinue",
+    "idleConn",
+];
 const MODALITIES: &[&str] = &["text", "audio", "image"];
 
 fn secs(n: i64) -> Duration {
@@ -32,7 +79,9 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
 
     let mut health = top.int("healthCheckTimeout")?.unwrap_or(120);
     if health < 15 {
-        warnings.push(format!("healthCheckTimeout {health} is below 15 s; using 15 s as llama-swap does"));
+        warnings.push(format!(
+            "healthCheckTimeout {health} is below 15 s; using 15 s as llama-swap does"
+        ));
         health = 15;
     }
     let log_level = match top.string("logLevel")?.as_deref() {
@@ -44,12 +93,18 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         Some("upstream") => LogToStdout::Upstream,
         Some("both") => LogToStdout::Both,
         Some("none") => LogToStdout::None,
-        Some(other) => return Err(top.err("logToStdout", format!("must be proxy, upstream, both or none, not {other:?}"))),
+        Some(other) => {
+            return Err(top.err(
+                "logToStdout",
+                format!("must be proxy, upstream, both or none, not {other:?}"),
+            ))
+        }
     };
     let perf = top.child("performance", &["disabled", "every"], warnings)?;
     let every = match perf.string("every")? {
         None => Duration::from_secs(5),
-        Some(s) => parse_go_duration(&s).ok_or_else(|| perf.err("every", format!("{s:?} is not a duration like 5s or 1m")))?,
+        Some(s) => parse_go_duration(&s)
+            .ok_or_else(|| perf.err("every", format!("{s:?} is not a duration like 5s or 1m")))?,
     };
     if every < Duration::from_secs(5) {
         return Err(perf.err("every", "must be at least 5s"));
@@ -82,7 +137,11 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let models_node = top.child("models", &[], &mut Vec::new())?;
     let mut models = BTreeMap::new();
     for (id, node) in models_node.entries() {
-        let defaults = ModelDefaults { global_ttl, unload, send_loading_state };
+        let defaults = ModelDefaults {
+            global_ttl,
+            unload,
+            send_loading_state,
+        };
         let model = decode_model(id, node, &defaults, warnings)?;
         models.insert(id.clone(), model);
     }
@@ -95,17 +154,25 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     }
     let ignore_paths = ignore
         .iter()
-        .map(|p| regex::Regex::new(p).map_err(|e| upstream.err("ignorePaths", format!("invalid regex {p:?}: {e}"))))
+        .map(|p| {
+            regex::Regex::new(p)
+                .map_err(|e| upstream.err("ignorePaths", format!("invalid regex {p:?}: {e}")))
+        })
         .collect::<Result<Vec<_>, _>>()?;
 
     let hooks = top.child("hooks", &["on_startup"], warnings)?;
-    let preload = hooks.child("on_startup", &["preload"], warnings)?.strings("preload")?;
+    let preload = hooks
+        .child("on_startup", &["preload"], warnings)?
+        .strings("preload")?;
 
     let routing = top.child("routing", &["router", "scheduler"], warnings)?;
     let router = routing.child("router", &["use", "settings"], warnings)?;
     let router_use = router.string("use")?.unwrap_or_else(|| "group".into());
     if router_use != "group" && router_use != "matrix" {
-        return Err(router.err("use", format!("must be group or matrix, not {router_use:?}")));
+        return Err(router.err(
+            "use",
+            format!("must be group or matrix, not {router_use:?}"),
+        ));
     }
     let settings = router.child("settings", &["groups", "matrix"], warnings)?;
     let scheduler = routing.child("scheduler", &["use", "settings"], warnings)?;
@@ -114,7 +181,10 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
             return Err(scheduler.err("use", format!("only fifo is supported, not {s:?}")));
         }
     }
-    let fifo = scheduler.child("settings", &["fifo"], warnings)?.child("fifo", &["priority"], warnings)?;
+    let fifo =
+        scheduler
+            .child("settings", &["fifo"], warnings)?
+            .child("fifo", &["priority"], warnings)?;
     let priority = fifo.child("priority", &[], &mut Vec::new())?;
     let mut fifo_priority = BTreeMap::new();
     for (name, _) in priority.entries() {
@@ -130,19 +200,32 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let legacy_matrix = top.get("matrix").is_some();
     if (legacy_groups || legacy_matrix) && router.get("use").or(router.get("settings")).is_some() {
         let key = if legacy_groups { "groups" } else { "matrix" };
-        return Err(top.err(key, "top-level groups/matrix cannot be combined with routing.router settings"));
+        return Err(top.err(
+            key,
+            "top-level groups/matrix cannot be combined with routing.router settings",
+        ));
     }
     if legacy_groups && legacy_matrix {
         return Err(top.err("matrix", "use either groups or matrix, not both"));
     }
     let (groups_reader, matrix_reader) = if legacy_groups || legacy_matrix {
-        (top.child("groups", &[], &mut Vec::new())?, top.child("matrix", &["vars", "evict_costs", "sets"], warnings)?)
+        (
+            top.child("groups", &[], &mut Vec::new())?,
+            top.child("matrix", &["vars", "evict_costs", "sets"], warnings)?,
+        )
     } else {
-        (settings.child("groups", &[], &mut Vec::new())?, settings.child("matrix", &["vars", "evict_costs", "sets"], warnings)?)
+        (
+            settings.child("groups", &[], &mut Vec::new())?,
+            settings.child("matrix", &["vars", "evict_costs", "sets"], warnings)?,
+        )
     };
     let groups = decode_groups(&groups_reader, &models, warnings)?;
     let use_matrix = router_use == "matrix" || legacy_matrix;
-    let matrix = if use_matrix { Some(decode_matrix(&matrix_reader, &models)?) } else { None };
+    let matrix = if use_matrix {
+        Some(decode_matrix(&matrix_reader, &models)?)
+    } else {
+        None
+    };
 
     let profiles = decode_profiles(&top, warnings)?;
     let selectors = decode_selectors(&top, warnings)?;
@@ -153,7 +236,10 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         log_level,
         log_time_format: top.string("logTimeFormat")?.unwrap_or_default(),
         log_to_stdout,
-        metrics_max_in_memory: top.int("metricsMaxInMemory")?.filter(|v| *v > 0).unwrap_or(1000) as u64,
+        metrics_max_in_memory: top
+            .int("metricsMaxInMemory")?
+            .filter(|v| *v > 0)
+            .unwrap_or(1000) as u64,
         capture_buffer_mb: top.int("captureBuffer")?.unwrap_or(5).max(0) as u64,
         store_path: store.string("path")?,
         ui_session_headers: session_headers,
@@ -183,15 +269,26 @@ struct ModelDefaults {
     send_loading_state: bool,
 }
 
-fn decode_model(id: &str, node: &Node, d: &ModelDefaults, warnings: &mut Vec<String>) -> Result<ModelConfig, ConfigError> {
+fn decode_model(
+    id: &str,
+    node: &Node,
+    d: &ModelDefaults,
+    warnings: &mut Vec<String>,
+) -> Result<ModelConfig, ConfigError> {
     let m = MapReader::new(node, &format!("models.{id}"), MODEL_KEYS, warnings)?;
     if id.is_empty() || id.contains(char::is_whitespace) {
-        return Err(ConfigError::at(node.loc.clone(), Some(m.path.clone()), "model ids must be non-empty and contain no spaces".into()));
+        return Err(ConfigError::at(
+            node.loc.clone(),
+            Some(m.path.clone()),
+            "model ids must be non-empty and contain no spaces".into(),
+        ));
     }
     let cmd = m.string("cmd")?.unwrap_or_default();
     let argv = split_command(&cmd).map_err(|e| m.err("cmd", e))?;
     let cmd_stop = match m.string("cmdStop")? {
-        Some(s) if !s.trim().is_empty() => Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?),
+        Some(s) if !s.trim().is_empty() => {
+            Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?)
+        }
         _ => None,
     };
     let proxy = m.string("proxy")?.unwrap_or_default();
@@ -212,7 +309,12 @@ fn decode_model(id: &str, node: &Node, d: &ModelDefaults, warnings: &mut Vec<Str
     };
     let ttl = match m.int("ttl")?.unwrap_or(-1) {
         -1 => d.global_ttl,
-        t if t < 0 => return Err(m.err("ttl", "must be -1 (use globalTTL), 0 (never) or a number of seconds")),
+        t if t < 0 => {
+            return Err(m.err(
+                "ttl",
+                "must be -1 (use globalTTL), 0 (never) or a number of seconds",
+            ))
+        }
         t => t,
     };
     let unload = match m.int("unloadTimeout")?.unwrap_or(0) {
@@ -232,7 +334,10 @@ fn decode_model(id: &str, node: &Node, d: &ModelDefaults, warnings: &mut Vec<Str
         return Err(m.err("name", "must be at most 128 characters"));
     }
     let description = m.string("description")?;
-    if description.as_ref().is_some_and(|n| n.chars().count() > 1024) {
+    if description
+        .as_ref()
+        .is_some_and(|n| n.chars().count() > 1024)
+    {
         return Err(m.err("description", "must be at most 1024 characters"));
     }
     let metadata = match m.get("metadata") {
@@ -242,7 +347,11 @@ fn decode_model(id: &str, node: &Node, d: &ModelDefaults, warnings: &mut Vec<Str
             _ => return Err(m.err("metadata", "must be a mapping")),
         },
     };
-    let caps = m.child("capabilities", &["in", "out", "tools", "reranker", "context"], warnings)?;
+    let caps = m.child(
+        "capabilities",
+        &["in", "out", "tools", "reranker", "context"],
+        warnings,
+    )?;
     let capabilities = Capabilities {
         input: modalities(&caps, "in")?,
         output: modalities(&caps, "out")?,
@@ -272,9 +381,12 @@ fn decode_model(id: &str, node: &Node, d: &ModelDefaults, warnings: &mut Vec<Str
         concurrency_limit: if limit == 0 { 10 } else { limit as usize },
         filters: decode_filters(&m, warnings)?,
         metadata,
-        send_loading_state: m.boolean("sendLoadingState")?.unwrap_or(d.send_loading_state),
+        send_loading_state: m
+            .boolean("sendLoadingState")?
+            .unwrap_or(d.send_loading_state),
         timeouts: decode_timeouts(&m.child("timeouts", TIMEOUT_KEYS, warnings)?, None)?,
-        ignore_websockets: compat.boolean("ignoreWebsockets")?.unwrap_or(false) || id == "comfyui_auto",
+        ignore_websockets: compat.boolean("ignoreWebsockets")?.unwrap_or(false)
+            || id == "comfyui_auto",
         capabilities,
     })
 }
@@ -282,7 +394,8 @@ fn decode_model(id: &str, node: &Node, d: &ModelDefaults, warnings: &mut Vec<Str
 /// Splits a command like a POSIX shell (no expansion, no shell), after joining `\` continuations.
 pub fn split_command(cmd: &str) -> Result<Vec<String>, String> {
     let joined = cmd.replace("\\\r\n", " ").replace("\\\n", " ");
-    let argv = shlex::split(&joined).ok_or_else(|| "cannot split the command: unbalanced quotes".to_string())?;
+    let argv = shlex::split(&joined)
+        .ok_or_else(|| "cannot split the command: unbalanced quotes".to_string())?;
     if argv.is_empty() {
         return Err("empty command".into());
     }
@@ -291,7 +404,9 @@ pub fn split_command(cmd: &str) -> Result<Vec<String>, String> {
 
 /// Checks the upstream URL and returns its port.
 fn parse_proxy(proxy: &str) -> Result<Option<u16>, String> {
-    let uri: http::Uri = proxy.parse().map_err(|e| format!("{proxy:?} is not a URL: {e}"))?;
+    let uri: http::Uri = proxy
+        .parse()
+        .map_err(|e| format!("{proxy:?} is not a URL: {e}"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => return Err("https upstreams are not supported yet; use http".into()),
@@ -312,13 +427,26 @@ fn modalities(caps: &MapReader<'_>, key: &str) -> Result<Vec<String>, ConfigErro
 }
 
 fn decode_filters(m: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<Filters, ConfigError> {
-    let f = m.child("filters", &["stripParams", "strip_params", "setParams", "setParamsByID"], warnings)?;
-    let strip = f.string("stripParams")?.or(f.string("strip_params")?).unwrap_or_default();
-    let mut strip_params: Vec<String> =
-        strip.split(',').map(str::trim).filter(|s| !s.is_empty() && *s != "model").map(String::from).collect();
+    let f = m.child(
+        "filters",
+        &["stripParams", "strip_params", "setParams", "setParamsByID"],
+        warnings,
+    )?;
+    let strip = f
+        .string("stripParams")?
+        .or(f.string("strip_params")?)
+        .unwrap_or_default();
+    let mut strip_params: Vec<String> = strip
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && *s != "model")
+        .map(String::from)
+        .collect();
     strip_params.sort();
     strip_params.dedup();
-    let as_object = |key: &str, node: Option<&Node>| -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+    let as_object = |key: &str,
+                     node: Option<&Node>|
+     -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
         match node.map(Node::to_json) {
             None | Some(serde_json::Value::Null) => Ok(Default::default()),
             Some(serde_json::Value::Object(mut o)) => {
@@ -335,10 +463,17 @@ fn decode_filters(m: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<Filte
             set_params_by_id.insert(id.clone(), as_object("setParamsByID", Some(params))?);
         }
     }
-    Ok(Filters { strip_params, set_params, set_params_by_id })
+    Ok(Filters {
+        strip_params,
+        set_params,
+        set_params_by_id,
+    })
 }
 
-fn decode_timeouts(t: &MapReader<'_>, response_header_default: Option<i64>) -> Result<Timeouts, ConfigError> {
+fn decode_timeouts(
+    t: &MapReader<'_>,
+    response_header_default: Option<i64>,
+) -> Result<Timeouts, ConfigError> {
     let get = |key: &str, default: i64| -> Result<Duration, ConfigError> {
         match t.int(key)? {
             Some(v) if v < 0 => Err(t.err(key, "must be 0 or more")),
@@ -357,12 +492,20 @@ fn decode_timeouts(t: &MapReader<'_>, response_header_default: Option<i64>) -> R
 }
 
 /// Aliases (and `setParamsByID` keys, which act as aliases) must name one model only.
-fn register_aliases(models: &mut BTreeMap<String, ModelConfig>, reader: &MapReader<'_>) -> Result<(), ConfigError> {
+fn register_aliases(
+    models: &mut BTreeMap<String, ModelConfig>,
+    reader: &MapReader<'_>,
+) -> Result<(), ConfigError> {
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     let ids: BTreeSet<String> = models.keys().cloned().collect();
     for model in models.values_mut() {
-        let extra: Vec<String> =
-            model.filters.set_params_by_id.keys().filter(|k| **k != model.id && !model.aliases.contains(k)).cloned().collect();
+        let extra: Vec<String> = model
+            .filters
+            .set_params_by_id
+            .keys()
+            .filter(|k| **k != model.id && !model.aliases.contains(k))
+            .cloned()
+            .collect();
         model.aliases.extend(extra);
         for alias in &model.aliases {
             let err = |msg: String| reader.err(&model.id, msg);
@@ -374,7 +517,9 @@ fn register_aliases(models: &mut BTreeMap<String, ModelConfig>, reader: &MapRead
             }
             if let Some(other) = owner.insert(alias.clone(), model.id.clone()) {
                 if other != model.id {
-                    return Err(err(format!("alias {alias:?} is also used by model {other:?}")));
+                    return Err(err(format!(
+                        "alias {alias:?} is also used by model {other:?}"
+                    )));
                 }
             }
         }
@@ -382,18 +527,31 @@ fn register_aliases(models: &mut BTreeMap<String, ModelConfig>, reader: &MapRead
     Ok(())
 }
 
-fn decode_groups(r: &MapReader<'_>, models: &BTreeMap<String, ModelConfig>, warnings: &mut Vec<String>) -> Result<Vec<Group>, ConfigError> {
+fn decode_groups(
+    r: &MapReader<'_>,
+    models: &BTreeMap<String, ModelConfig>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Group>, ConfigError> {
     let mut groups = Vec::new();
     let mut placed: BTreeMap<String, String> = BTreeMap::new();
     for (gid, node) in r.entries() {
-        let g = MapReader::new(node, &r.key(gid), &["swap", "exclusive", "persistent", "members"], warnings)?;
+        let g = MapReader::new(
+            node,
+            &r.key(gid),
+            &["swap", "exclusive", "persistent", "members"],
+            warnings,
+        )?;
         let members = g.strings("members")?;
         for member in &members {
             if !models.contains_key(member) {
                 return Err(g.err("members", format!("no model config for {member:?}")));
             }
             if let Some(prev) = placed.insert(member.clone(), gid.clone()) {
-                let msg = if prev == *gid { format!("{member:?} is listed twice") } else { format!("{member:?} is already in group {prev:?}") };
+                let msg = if prev == *gid {
+                    format!("{member:?} is listed twice")
+                } else {
+                    format!("{member:?} is already in group {prev:?}")
+                };
                 return Err(g.err("members", msg));
             }
         }
@@ -405,18 +563,34 @@ fn decode_groups(r: &MapReader<'_>, models: &BTreeMap<String, ModelConfig>, warn
             members,
         });
     }
-    let rest: Vec<String> = models.keys().filter(|m| !placed.contains_key(*m)).cloned().collect();
+    let rest: Vec<String> = models
+        .keys()
+        .filter(|m| !placed.contains_key(*m))
+        .cloned()
+        .collect();
     if !rest.is_empty() {
-        groups.push(Group { id: DEFAULT_GROUP.into(), swap: true, exclusive: true, persistent: false, members: rest });
+        groups.push(Group {
+            id: DEFAULT_GROUP.into(),
+            swap: true,
+            exclusive: true,
+            persistent: false,
+            members: rest,
+        });
     }
     Ok(groups)
 }
 
-fn decode_matrix(r: &MapReader<'_>, models: &BTreeMap<String, ModelConfig>) -> Result<Matrix, ConfigError> {
+fn decode_matrix(
+    r: &MapReader<'_>,
+    models: &BTreeMap<String, ModelConfig>,
+) -> Result<Matrix, ConfigError> {
     let mut vars = BTreeMap::new();
     let v = r.child("vars", &[], &mut Vec::new())?;
     for (name, _) in v.entries() {
-        let valid = (1..=32).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+        let valid = (1..=32).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
         if !valid {
             return Err(v.err(name, "matrix var names must match ^[a-zA-Z0-9.-]{1,32}$"));
         }
@@ -442,33 +616,69 @@ fn decode_matrix(r: &MapReader<'_>, models: &BTreeMap<String, ModelConfig>) -> R
     if sets.is_empty() {
         return Err(r.err("sets", "a matrix needs at least one set"));
     }
-    Ok(Matrix { vars, evict_costs, sets })
+    Ok(Matrix {
+        vars,
+        evict_costs,
+        sets,
+    })
 }
 
-fn decode_profiles(top: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<BTreeMap<String, Profile>, ConfigError> {
+fn decode_profiles(
+    top: &MapReader<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<BTreeMap<String, Profile>, ConfigError> {
     let r = top.child("profiles", &[], &mut Vec::new())?;
     let mut out = BTreeMap::new();
     for (name, node) in r.entries() {
         let p = MapReader::new(node, &r.key(name), &["description", "pins"], warnings)?;
-        let Some(pins_node) = p.get("pins") else { return Err(p.err("pins", "a profile needs pins (a mapping of requested id to target)")) };
+        let Some(pins_node) = p.get("pins") else {
+            return Err(p.err(
+                "pins",
+                "a profile needs pins (a mapping of requested id to target)",
+            ));
+        };
         if !matches!(pins_node.value, Value::Map(_)) {
             return Err(p.err("pins", "must be a mapping of requested id to target"));
         }
-        let pins = pins_node.entries().iter().map(|(k, v)| (k.clone(), v.scalar_text().filter(|s| !s.is_empty()))).collect();
-        out.insert(name.clone(), Profile { description: p.string("description")?.unwrap_or_default(), pins });
+        let pins = pins_node
+            .entries()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.scalar_text().filter(|s| !s.is_empty())))
+            .collect();
+        out.insert(
+            name.clone(),
+            Profile {
+                description: p.string("description")?.unwrap_or_default(),
+                pins,
+            },
+        );
     }
     Ok(out)
 }
 
-fn decode_selectors(top: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<BTreeMap<String, Selector>, ConfigError> {
+fn decode_selectors(
+    top: &MapReader<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<BTreeMap<String, Selector>, ConfigError> {
     let r = top.child("selectors", &[], &mut Vec::new())?;
     let mut out = BTreeMap::new();
     for (id, node) in r.entries() {
-        let keys = &["strategy", "targets", "settings", "name", "description", "unlisted", "metadata"];
+        let keys = &[
+            "strategy",
+            "targets",
+            "settings",
+            "name",
+            "description",
+            "unlisted",
+            "metadata",
+        ];
         let s = MapReader::new(node, &r.key(id), keys, warnings)?;
         let strategy = s.string("strategy")?.unwrap_or_default();
         if !["warm", "pin", "spillover"].contains(&strategy.as_str()) {
-            return Err(s.err("strategy", format!("must be warm, pin or spillover, not {strategy:?}")));
+            return Err(s.err(
+                "strategy",
+                format!("must be warm, pin or spillover, not {strategy:?}"),
+            ));
         }
         let targets = s.strings("targets")?;
         if targets.is_empty() {
@@ -499,13 +709,26 @@ fn decode_selectors(top: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<B
     Ok(out)
 }
 
-fn decode_peers(top: &MapReader<'_>, models: &BTreeMap<String, ModelConfig>, warnings: &mut Vec<String>) -> Result<BTreeMap<String, Peer>, ConfigError> {
+fn decode_peers(
+    top: &MapReader<'_>,
+    models: &BTreeMap<String, ModelConfig>,
+    warnings: &mut Vec<String>,
+) -> Result<BTreeMap<String, Peer>, ConfigError> {
     let r = top.child("peers", &[], &mut Vec::new())?;
     let mut out = BTreeMap::new();
     for (id, node) in r.entries() {
-        let p = MapReader::new(node, &r.key(id), &["proxy", "apiKey", "models", "filters", "timeouts"], warnings)?;
-        let proxy = p.string("proxy")?.ok_or_else(|| p.err("proxy", "a peer needs a proxy URL"))?;
-        if !(proxy.starts_with("http://") || proxy.starts_with("https://")) || proxy.parse::<http::Uri>().is_err() {
+        let p = MapReader::new(
+            node,
+            &r.key(id),
+            &["proxy", "apiKey", "models", "filters", "timeouts"],
+            warnings,
+        )?;
+        let proxy = p
+            .string("proxy")?
+            .ok_or_else(|| p.err("proxy", "a peer needs a proxy URL"))?;
+        if !(proxy.starts_with("http://") || proxy.starts_with("https://"))
+            || proxy.parse::<http::Uri>().is_err()
+        {
             return Err(p.err("proxy", format!("{proxy:?} is not an http(s) URL")));
         }
         let peer_models = p.strings("models")?;
@@ -515,10 +738,17 @@ fn decode_peers(top: &MapReader<'_>, models: &BTreeMap<String, ModelConfig>, war
         for m in &peer_models {
             let fqn = format!("{id}/{m}");
             if models.contains_key(&fqn) || models.values().any(|x| x.aliases.contains(&fqn)) {
-                return Err(p.err("models", format!("{fqn:?} collides with a local model or alias")));
+                return Err(p.err(
+                    "models",
+                    format!("{fqn:?} collides with a local model or alias"),
+                ));
             }
         }
-        let f = p.child("filters", &["stripParams", "strip_params", "setParams"], warnings)?;
+        let f = p.child(
+            "filters",
+            &["stripParams", "strip_params", "setParams"],
+            warnings,
+        )?;
         let filters = decode_filters(&p, &mut Vec::new()).unwrap_or_default();
         let _ = f;
         out.insert(
@@ -546,7 +776,9 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let value: f64 = rest[..num_end].parse().ok()?;
         rest = &rest[num_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let scale = match &rest[..unit_end] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,

@@ -34,7 +34,11 @@ pub fn load_sources(
             continue;
         }
         if !matches!(node.value, Value::Map(_)) {
-            return Err(ConfigError::at(node.loc.clone(), None, format!("the config must be a mapping, not {}", node.kind())));
+            return Err(ConfigError::at(
+                node.loc.clone(),
+                None,
+                format!("the config must be a mapping, not {}", node.kind()),
+            ));
         }
         merged = Some(match merged {
             None => node,
@@ -45,7 +49,11 @@ pub fn load_sources(
 }
 
 /// Substitutes `${env.NAME}` in the raw text, ignoring comments when looking for references.
-pub fn substitute_env(text: &str, file: &Arc<str>, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+pub fn substitute_env(
+    text: &str,
+    file: &Arc<str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
     let mut out = String::with_capacity(text.len());
     for (line_no, line) in text.split_inclusive('\n').enumerate() {
         let code_end = comment_start(line).unwrap_or(line.len());
@@ -57,14 +65,24 @@ pub fn substitute_env(text: &str, file: &Arc<str>, env: &dyn Fn(&str) -> Option<
             let Some(end) = after.find('}') else { break };
             let name = &after[..end];
             let valid = !name.is_empty()
-                && name.chars().enumerate().all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+                && name.chars().enumerate().all(|(i, c)| {
+                    c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
+                });
             out.push_str(&rest[..start]);
             if !valid {
                 out.push_str(&rest[start..start + 6 + end + 1]);
             } else {
-                let loc = Loc { file: file.clone(), line: line_no + 1, col: col + start + 1 };
+                let loc = Loc {
+                    file: file.clone(),
+                    line: line_no + 1,
+                    col: col + start + 1,
+                };
                 let value = env(name).ok_or_else(|| {
-                    ConfigError::at(loc.clone(), None, format!("environment variable '{name}' is not set"))
+                    ConfigError::at(
+                        loc.clone(),
+                        None,
+                        format!("environment variable '{name}' is not set"),
+                    )
                 })?;
                 if value.contains(['\n', '\r', '\0']) {
                     return Err(ConfigError::at(
@@ -124,17 +142,25 @@ fn merge(a: Node, b: Node, path: &str) -> Result<Node, ConfigError> {
         (Value::Map(mut left), Value::Map(right)) => {
             let identity = IDENTITY_MAPS.contains(&path);
             for (key, value) in right {
-                let child_path = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                let child_path = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
                 match left.iter().position(|(k, _)| *k == key) {
                     Some(i) if identity => {
                         return Err(ConfigError::at(
                             value.loc.clone(),
                             Some(child_path),
-                            format!("duplicate {path} {key:?} found in {} and {}", left[i].1.loc.file, value.loc.file),
+                            format!(
+                                "duplicate {path} {key:?} found in {} and {}",
+                                left[i].1.loc.file, value.loc.file
+                            ),
                         ));
                     }
                     Some(i) => {
-                        let existing = std::mem::replace(&mut left[i].1, Node::null(Loc::default()));
+                        let existing =
+                            std::mem::replace(&mut left[i].1, Node::null(Loc::default()));
                         left[i].1 = merge(existing, value, &child_path)?;
                     }
                     None => left.push((key, value)),
@@ -153,7 +179,11 @@ fn merge(a: Node, b: Node, path: &str) -> Result<Node, ConfigError> {
                     return Ok(na);
                 }
             }
-            Err(ConfigError::at(nb.loc.clone(), Some(path.to_string()), format!("conflict at {path:?}: {} defines it differently", na.loc)))
+            Err(ConfigError::at(
+                nb.loc.clone(),
+                Some(path.to_string()),
+                format!("conflict at {path:?}: {} defines it differently", na.loc),
+            ))
         }
     }
 }
@@ -162,31 +192,55 @@ fn merge(a: Node, b: Node, path: &str) -> Result<Node, ConfigError> {
 type Macros = Vec<(String, Node)>;
 
 fn read_macros(node: Option<&Node>, scope: &str) -> Result<Macros, ConfigError> {
-    let Some(node) = node else { return Ok(Vec::new()) };
+    let Some(node) = node else {
+        return Ok(Vec::new());
+    };
     if node.is_null() {
         return Ok(Vec::new());
     }
     if !matches!(node.value, Value::Map(_)) {
-        return Err(ConfigError::at(node.loc.clone(), Some(scope.into()), format!("must be a mapping, not {}", node.kind())));
+        return Err(ConfigError::at(
+            node.loc.clone(),
+            Some(scope.into()),
+            format!("must be a mapping, not {}", node.kind()),
+        ));
     }
     let mut out = Vec::new();
     for (name, value) in node.entries() {
         let key = format!("{scope}.{name}");
         let valid_name = !name.is_empty()
             && name.len() < 64
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !valid_name {
-            return Err(ConfigError::at(value.loc.clone(), Some(key), "macro names must match ^[a-zA-Z0-9_-]+$ and be under 64 characters".into()));
+            return Err(ConfigError::at(
+                value.loc.clone(),
+                Some(key),
+                "macro names must match ^[a-zA-Z0-9_-]+$ and be under 64 characters".into(),
+            ));
         }
         if RESERVED_MACROS.contains(&name.as_str()) {
-            return Err(ConfigError::at(value.loc.clone(), Some(key), format!("macro name {name:?} is reserved")));
+            return Err(ConfigError::at(
+                value.loc.clone(),
+                Some(key),
+                format!("macro name {name:?} is reserved"),
+            ));
         }
         if matches!(value.value, Value::Seq(_) | Value::Map(_) | Value::Null) {
-            return Err(ConfigError::at(value.loc.clone(), Some(key), "macro values must be a string, number or boolean".into()));
+            return Err(ConfigError::at(
+                value.loc.clone(),
+                Some(key),
+                "macro values must be a string, number or boolean".into(),
+            ));
         }
         if let Value::Str(s) = &value.value {
             if s.contains(&format!("${{{name}}}")) {
-                return Err(ConfigError::at(value.loc.clone(), Some(key), "macro references itself".into()));
+                return Err(ConfigError::at(
+                    value.loc.clone(),
+                    Some(key),
+                    "macro references itself".into(),
+                ));
             }
         }
         out.push((name.clone(), value.clone()));
@@ -229,7 +283,13 @@ pub fn resolve(mut root: Node) -> Result<Node, ConfigError> {
         None => 5800,
         Some(n) => match n.value {
             Value::Int(p) if (1..=65535).contains(&p) => p,
-            _ => return Err(ConfigError::at(n.loc.clone(), Some("startPort".into()), "must be a port number from 1 to 65535".into())),
+            _ => {
+                return Err(ConfigError::at(
+                    n.loc.clone(),
+                    Some("startPort".into()),
+                    "must be a port number from 1 to 65535".into(),
+                ))
+            }
         },
     };
     let mut next_port = start_port;
@@ -250,17 +310,29 @@ pub fn resolve(mut root: Node) -> Result<Node, ConfigError> {
     Ok(root)
 }
 
-fn resolve_model(id: &str, model: &mut Node, globals: &Macros, next_port: &mut i64) -> Result<(), ConfigError> {
+fn resolve_model(
+    id: &str,
+    model: &mut Node,
+    globals: &Macros,
+    next_port: &mut i64,
+) -> Result<(), ConfigError> {
     let scope = format!("models.{id}");
     if !matches!(model.value, Value::Map(_)) {
         if model.is_null() {
             model.value = Value::Map(Vec::new());
         } else {
-            return Err(ConfigError::at(model.loc.clone(), Some(scope), format!("a model must be a mapping, not {}", model.kind())));
+            return Err(ConfigError::at(
+                model.loc.clone(),
+                Some(scope),
+                format!("a model must be a mapping, not {}", model.kind()),
+            ));
         }
     }
     let own = read_macros(model.get("macros"), &format!("{scope}.macros"))?;
-    let mut list: Macros = vec![("MODEL_ID".into(), Node::new(Value::Str(id.into()), model.loc.clone()))];
+    let mut list: Macros = vec![(
+        "MODEL_ID".into(),
+        Node::new(Value::Str(id.into()), model.loc.clone()),
+    )];
     list.extend(globals.iter().cloned());
     for (name, value) in own {
         match list.iter_mut().find(|(n, _)| *n == name) {
@@ -269,14 +341,21 @@ fn resolve_model(id: &str, model: &mut Node, globals: &Macros, next_port: &mut i
         }
     }
     for key in ["cmd", "cmdStop"] {
-        if let Some(Node { value: Value::Str(s), .. }) = model.get_mut(key) {
+        if let Some(Node {
+            value: Value::Str(s),
+            ..
+        }) = model.get_mut(key)
+        {
             *s = strip_comment_lines(s);
         }
     }
     if model.get("proxy").is_none() {
         let loc = model.loc.clone();
         if let Value::Map(e) = &mut model.value {
-            e.push(("proxy".into(), Node::new(Value::Str("http://localhost:${PORT}".into()), loc)));
+            e.push((
+                "proxy".into(),
+                Node::new(Value::Str("http://localhost:${PORT}".into()), loc),
+            ));
         }
     }
     if let Value::Map(entries) = &mut model.value {
@@ -288,7 +367,11 @@ fn resolve_model(id: &str, model: &mut Node, globals: &Macros, next_port: &mut i
     let cmd_uses_port = matches!(model.get("cmd"), Some(Node { value: Value::Str(s), .. }) if s.contains("${PORT}"));
     if cmd_uses_port {
         if *next_port > 65535 {
-            return Err(ConfigError::at(model.loc.clone(), Some(scope), "ran out of ports above startPort".into()));
+            return Err(ConfigError::at(
+                model.loc.clone(),
+                Some(scope),
+                "ran out of ports above startPort".into(),
+            ));
         }
         let port = Node::new(Value::Int(*next_port), model.loc.clone());
         *next_port += 1;
@@ -308,22 +391,39 @@ fn resolve_model(id: &str, model: &mut Node, globals: &Macros, next_port: &mut i
 
 /// `filters.setParamsByID` is the one map whose keys take macros.
 fn substitute_by_id_keys(model: &mut Node, macros: &[(String, Node)]) -> Result<(), ConfigError> {
-    let Some(by_id) = model.get_mut("filters").and_then(|f| f.get_mut("setParamsByID")) else { return Ok(()) };
-    let Value::Map(entries) = &mut by_id.value else { return Ok(()) };
+    let Some(by_id) = model
+        .get_mut("filters")
+        .and_then(|f| f.get_mut("setParamsByID"))
+    else {
+        return Ok(());
+    };
+    let Value::Map(entries) = &mut by_id.value else {
+        return Ok(());
+    };
     let mut seen = BTreeMap::new();
     for (key, value) in entries.iter_mut() {
         for (name, m) in macros.iter().rev() {
-            *key = key.replace(&format!("${{{name}}}"), &m.scalar_text().unwrap_or_default());
+            *key = key.replace(
+                &format!("${{{name}}}"),
+                &m.scalar_text().unwrap_or_default(),
+            );
         }
         if let Some(prev) = seen.insert(key.clone(), value.loc.clone()) {
-            return Err(ConfigError::at(value.loc.clone(), Some(format!("filters.setParamsByID.{key}")), format!("two keys resolve to {key:?} (the other at {prev})")));
+            return Err(ConfigError::at(
+                value.loc.clone(),
+                Some(format!("filters.setParamsByID.{key}")),
+                format!("two keys resolve to {key:?} (the other at {prev})"),
+            ));
         }
     }
     Ok(())
 }
 
 fn strip_comment_lines(text: &str) -> String {
-    text.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n")
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Any `${...}` left after expansion is an unknown macro, except `${PID}` in cmdStop.
@@ -332,18 +432,29 @@ fn check_leftovers(node: &Node, path: &str) -> Result<(), ConfigError> {
         Value::Str(s) => {
             let mut rest = s.as_str();
             while let Some(start) = rest.find("${") {
-                let Some(end) = rest[start..].find('}') else { break };
+                let Some(end) = rest[start..].find('}') else {
+                    break;
+                };
                 let name = &rest[start + 2..start + end];
                 let allowed = name == "PID" && path.ends_with(".cmdStop");
                 if !allowed {
-                    return Err(ConfigError::at(node.loc.clone(), Some(path.trim_start_matches('.').to_string()), format!("unknown macro '${{{name}}}'")));
+                    return Err(ConfigError::at(
+                        node.loc.clone(),
+                        Some(path.trim_start_matches('.').to_string()),
+                        format!("unknown macro '${{{name}}}'"),
+                    ));
                 }
                 rest = &rest[start + end..];
             }
             Ok(())
         }
-        Value::Seq(items) => items.iter().enumerate().try_for_each(|(i, n)| check_leftovers(n, &format!("{path}[{i}]"))),
-        Value::Map(entries) => entries.iter().try_for_each(|(k, n)| check_leftovers(n, &format!("{path}.{k}"))),
+        Value::Seq(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, n)| check_leftovers(n, &format!("{path}[{i}]"))),
+        Value::Map(entries) => entries
+            .iter()
+            .try_for_each(|(k, n)| check_leftovers(n, &format!("{path}.{k}"))),
         _ => Ok(()),
     }
 }

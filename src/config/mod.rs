@@ -26,11 +26,19 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn at(loc: Loc, key: Option<String>, msg: String) -> Self {
-        ConfigError { loc: Some(loc), key, msg }
+        ConfigError {
+            loc: Some(loc),
+            key,
+            msg,
+        }
     }
 
     pub fn plain(msg: impl Into<String>) -> Self {
-        ConfigError { loc: None, key: None, msg: msg.into() }
+        ConfigError {
+            loc: None,
+            key: None,
+            msg: msg.into(),
+        }
     }
 }
 
@@ -63,24 +71,36 @@ impl Sources {
             files.push(f.clone());
         }
         if let Some(dir) = &self.dir {
-            let entries = std::fs::read_dir(dir)
-                .map_err(|e| ConfigError::plain(format!("{}: cannot read config directory: {e}", dir.display())))?;
+            let entries = std::fs::read_dir(dir).map_err(|e| {
+                ConfigError::plain(format!(
+                    "{}: cannot read config directory: {e}",
+                    dir.display()
+                ))
+            })?;
             let mut found: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yml" | "yaml")))
+                .filter(|p| {
+                    p.is_file()
+                        && matches!(p.extension().and_then(|e| e.to_str()), Some("yml" | "yaml"))
+                })
                 .collect();
             found.sort();
             for p in found {
                 if let Some(f) = &self.file {
                     if same_file(f, &p) {
-                        return Err(ConfigError::plain(format!("{} is given both with --config and inside --config-dir", p.display())));
+                        return Err(ConfigError::plain(format!(
+                            "{} is given both with --config and inside --config-dir",
+                            p.display()
+                        )));
                     }
                 }
                 files.push(p);
             }
         }
         if files.is_empty() {
-            return Err(ConfigError::plain("no config given: use --config FILE and/or --config-dir DIR"));
+            return Err(ConfigError::plain(
+                "no config given: use --config FILE and/or --config-dir DIR",
+            ));
         }
         Ok(files)
     }
@@ -101,18 +121,25 @@ pub struct Loaded {
 }
 
 /// Loads the given sources; `env` answers `${env.X}` (tests pass a map, `main` the process environment).
-pub fn load(sources: &Sources, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+pub fn load(
+    sources: &Sources,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
     let mut texts = Vec::new();
     for path in sources.files()? {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| ConfigError::plain(format!("{}: cannot read config: {e}", path.display())))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            ConfigError::plain(format!("{}: cannot read config: {e}", path.display()))
+        })?;
         texts.push((Arc::from(path.display().to_string()), text));
     }
     load_texts(&texts, env)
 }
 
 /// Loads configs from (file name, text) pairs.
-pub fn load_texts(texts: &[(Arc<str>, String)], env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+pub fn load_texts(
+    texts: &[(Arc<str>, String)],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
     let tree = expand::load_sources(texts, env)?;
     let tree = expand::resolve(tree)?;
     let mut warnings = Vec::new();
@@ -121,7 +148,11 @@ pub fn load_texts(texts: &[(Arc<str>, String)], env: &dyn Fn(&str) -> Option<Str
 }
 
 /// Loads one YAML string (tests and the embedded demo).
-pub fn load_str(name: &str, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+pub fn load_str(
+    name: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
     load_texts(&[(Arc::from(name), text.to_string())], env)
 }
 
@@ -284,12 +315,18 @@ impl Config {
         if let Some((id, _)) = self.models.get_key_value(name) {
             return Some(id);
         }
-        self.models.values().find(|m| m.aliases.iter().any(|a| a == name)).map(|m| m.id.as_str())
+        self.models
+            .values()
+            .find(|m| m.aliases.iter().any(|a| a == name))
+            .map(|m| m.id.as_str())
     }
 
     /// The group a model belongs to (every model has one).
     pub fn group_of(&self, model: &str) -> &Group {
-        self.groups.iter().find(|g| g.members.iter().any(|m| m == model)).expect("every model is in a group")
+        self.groups
+            .iter()
+            .find(|g| g.members.iter().any(|m| m == model))
+            .expect("every model is in a group")
     }
 }
 

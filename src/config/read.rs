@@ -11,19 +11,37 @@ pub struct MapReader<'n> {
 
 impl<'n> MapReader<'n> {
     /// `known` lists the keys this mapping understands; others produce a warning, as llama-swap ignores them.
-    pub fn new(node: &'n Node, path: &str, known: &[&str], warnings: &mut Vec<String>) -> Result<Self, ConfigError> {
+    pub fn new(
+        node: &'n Node,
+        path: &str,
+        known: &[&str],
+        warnings: &mut Vec<String>,
+    ) -> Result<Self, ConfigError> {
         match &node.value {
             Value::Map(entries) => {
                 for (key, value) in entries {
                     if !known.contains(&key.as_str()) {
-                        warnings.push(format!("{}: unknown key {} (ignored)", value.loc, join(path, key)));
+                        warnings.push(format!(
+                            "{}: unknown key {} (ignored)",
+                            value.loc,
+                            join(path, key)
+                        ));
                     }
                 }
             }
             Value::Null => {}
-            _ => return Err(ConfigError::at(node.loc.clone(), Some(path.into()), format!("must be a mapping, not {}", node.kind()))),
+            _ => {
+                return Err(ConfigError::at(
+                    node.loc.clone(),
+                    Some(path.into()),
+                    format!("must be a mapping, not {}", node.kind()),
+                ))
+            }
         }
-        Ok(MapReader { node, path: path.into() })
+        Ok(MapReader {
+            node,
+            path: path.into(),
+        })
     }
 
     pub fn key(&self, key: &str) -> String {
@@ -35,7 +53,10 @@ impl<'n> MapReader<'n> {
     }
 
     pub fn err(&self, key: &str, msg: impl Into<String>) -> ConfigError {
-        let loc = self.node.get(key).map_or_else(|| self.node.loc.clone(), |n| n.loc.clone());
+        let loc = self
+            .node
+            .get(key)
+            .map_or_else(|| self.node.loc.clone(), |n| n.loc.clone());
         ConfigError::at(loc, Some(self.key(key)), msg.into())
     }
 
@@ -45,16 +66,13 @@ impl<'n> MapReader<'n> {
             Some(Value::Int(i)) => Ok(Some(*i)),
             Some(Value::Float(f)) if f.fract() == 0.0 => Ok(Some(*f as i64)),
             Some(Value::Str(s)) if s.trim().parse::<i64>().is_ok() => Ok(s.trim().parse().ok()),
-            Some(_) => Err(self.err(key, format!("must be an integer, not {}", self.get(key).map_or("", Node::kind)))),
-        }
-    }
-
-    pub fn float(&self, key: &str) -> Result<Option<f64>, ConfigError> {
-        match self.get(key).map(|n| &n.value) {
-            None => Ok(None),
-            Some(Value::Int(i)) => Ok(Some(*i as f64)),
-            Some(Value::Float(f)) => Ok(Some(*f)),
-            Some(_) => Err(self.err(key, "must be a number")),
+            Some(_) => Err(self.err(
+                key,
+                format!(
+                    "must be an integer, not {}",
+                    self.get(key).map_or("", Node::kind)
+                ),
+            )),
         }
     }
 
@@ -89,12 +107,20 @@ impl<'n> MapReader<'n> {
     }
 
     /// A nested mapping; absent reads as empty.
-    pub fn child(&self, key: &str, known: &[&str], warnings: &mut Vec<String>) -> Result<MapReader<'n>, ConfigError> {
+    pub fn child(
+        &self,
+        key: &str,
+        known: &[&str],
+        warnings: &mut Vec<String>,
+    ) -> Result<MapReader<'n>, ConfigError> {
         static EMPTY: std::sync::OnceLock<Node> = std::sync::OnceLock::new();
         let empty = EMPTY.get_or_init(|| Node::new(Value::Map(Vec::new()), Default::default()));
         match self.node.get(key) {
             Some(n) => MapReader::new(n, &self.key(key), known, warnings),
-            None => Ok(MapReader { node: empty, path: self.key(key) }),
+            None => Ok(MapReader {
+                node: empty,
+                path: self.key(key),
+            }),
         }
     }
 

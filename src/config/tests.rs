@@ -4,7 +4,10 @@ use super::*;
 use std::collections::HashMap;
 
 fn env_of(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     move |k| map.get(k).cloned()
 }
 
@@ -39,13 +42,29 @@ fn macros_resolve_last_declared_first_so_later_ones_see_earlier_ones() {
     let c = load(
         "macros:\n  bin: /opt/llama-server\n  base: '${bin} --host 127.0.0.1'\nmodels:\n  m:\n    cmd: '${base} --port ${PORT} --alias ${MODEL_ID}'\n",
     );
-    assert_eq!(c.models["m"].argv, ["/opt/llama-server", "--host", "127.0.0.1", "--port", "5800", "--alias", "m"]);
+    assert_eq!(
+        c.models["m"].argv,
+        [
+            "/opt/llama-server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "5800",
+            "--alias",
+            "m"
+        ]
+    );
 }
 
 #[test]
 fn forward_macro_references_are_unknown() {
-    let err = load_err("macros:\n  a: '${b}'\n  b: x\nmodels:\n  m: {cmd: '${a}', proxy: 'http://h:1'}\n");
-    assert!(err.contains("unknown macro '${b}'") && err.contains("t.yaml:5"), "{err}");
+    let err = load_err(
+        "macros:\n  a: '${b}'\n  b: x\nmodels:\n  m: {cmd: '${a}', proxy: 'http://h:1'}\n",
+    );
+    assert!(
+        err.contains("unknown macro '${b}'") && err.contains("t.yaml:5"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -86,36 +105,63 @@ fn env_substitution_happens_first_and_ignores_comments() {
     let c = load_str("t.yaml", yaml, &env).unwrap().config;
     assert_eq!(c.api_keys, ["k1"]);
     assert_eq!(c.models["m"].argv[0], "/bin/srv");
-    let err = load_str("t.yaml", "apiKeys: [${env.NOPE}]\n", &env).unwrap_err().to_string();
-    assert!(err.contains("t.yaml:1:11") && err.contains("'NOPE' is not set"), "{err}");
+    let err = load_str("t.yaml", "apiKeys: [${env.NOPE}]\n", &env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("t.yaml:1:11") && err.contains("'NOPE' is not set"),
+        "{err}"
+    );
 }
 
 #[test]
 fn cmd_stop_keeps_pid_for_stop_time() {
     let c = load("models:\n  m: {cmd: 'srv', proxy: 'http://h:1', cmdStop: 'kill -TERM ${PID}'}\n");
-    assert_eq!(c.models["m"].cmd_stop.as_deref().unwrap(), ["kill", "-TERM", "${PID}"]);
-    assert!(load_err("models:\n  m: {cmd: 'srv ${PID}', proxy: 'http://h:1'}\n").contains("unknown macro '${PID}'"));
+    assert_eq!(
+        c.models["m"].cmd_stop.as_deref().unwrap(),
+        ["kill", "-TERM", "${PID}"]
+    );
+    assert!(
+        load_err("models:\n  m: {cmd: 'srv ${PID}', proxy: 'http://h:1'}\n")
+            .contains("unknown macro '${PID}'")
+    );
 }
 
 #[test]
 fn several_files_merge_with_llama_swap_rules() {
     let a = "apiKeys: [a]\nmacros: {x: 1}\nmodels:\n  m1: {cmd: srv, proxy: 'http://h:1'}\n";
     let b = "apiKeys: [b]\nmacros: {y: 2}\nmodels:\n  m2: {cmd: srv, proxy: 'http://h:2'}\n";
-    let texts = vec![(Arc::from("a.yaml"), a.to_string()), (Arc::from("b.yaml"), b.to_string())];
+    let texts = vec![
+        (Arc::from("a.yaml"), a.to_string()),
+        (Arc::from("b.yaml"), b.to_string()),
+    ];
     let c = load_texts(&texts, &|_| None).unwrap().config;
     assert_eq!(c.api_keys, ["a", "b"]);
     assert_eq!(c.models.len(), 2);
-    let dup = vec![(Arc::from("a.yaml"), a.to_string()), (Arc::from("c.yaml"), a.replace("apiKeys: [a]", ""))];
+    let dup = vec![
+        (Arc::from("a.yaml"), a.to_string()),
+        (Arc::from("c.yaml"), a.replace("apiKeys: [a]", "")),
+    ];
     let err = load_texts(&dup, &|_| None).unwrap_err().to_string();
     assert!(err.contains("duplicate models \"m1\""), "{err}");
-    let conflict = vec![(Arc::from("a.yaml"), "healthCheckTimeout: 30\n".to_string()), (Arc::from("b.yaml"), "healthCheckTimeout: 60\n".to_string())];
-    assert!(load_texts(&conflict, &|_| None).unwrap_err().to_string().contains("conflict at \"healthCheckTimeout\""));
+    let conflict = vec![
+        (Arc::from("a.yaml"), "healthCheckTimeout: 30\n".to_string()),
+        (Arc::from("b.yaml"), "healthCheckTimeout: 60\n".to_string()),
+    ];
+    assert!(load_texts(&conflict, &|_| None)
+        .unwrap_err()
+        .to_string()
+        .contains("conflict at \"healthCheckTimeout\""));
 }
 
 #[test]
 fn defaults_follow_llama_swap() {
     let c = load("healthCheckTimeout: 5\nglobalTTL: 60\nmodels:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1', ttl: 0, concurrencyLimit: 3}\n");
-    assert_eq!(c.health_check_timeout, Duration::from_secs(15), "clamped to 15");
+    assert_eq!(
+        c.health_check_timeout,
+        Duration::from_secs(15),
+        "clamped to 15"
+    );
     assert_eq!(c.models["a"].ttl, Some(Duration::from_secs(60)));
     assert_eq!(c.models["b"].ttl, None);
     assert_eq!(c.models["a"].concurrency_limit, 10);
@@ -128,17 +174,28 @@ fn defaults_follow_llama_swap() {
 
 #[test]
 fn groups_in_both_spellings_and_their_errors() {
-    let models = "models:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1'}\n";
-    let legacy = load(&format!("{models}groups:\n  g: {{swap: false, members: [a]}}\n"));
+    let models =
+        "models:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1'}\n";
+    let legacy = load(&format!(
+        "{models}groups:\n  g: {{swap: false, members: [a]}}\n"
+    ));
     let routed = load(&format!("{models}routing:\n  router:\n    settings:\n      groups:\n        g: {{swap: false, members: [a]}}\n"));
     for c in [legacy, routed] {
         assert_eq!(c.group_of("a").id, "g");
         assert!(!c.group_of("a").swap);
         assert_eq!(c.group_of("b").id, DEFAULT_GROUP);
     }
-    assert!(load_err(&format!("{models}groups:\n  g: {{members: [a, a]}}\n")).contains("listed twice"));
-    assert!(load_err(&format!("{models}groups:\n  g: {{members: [a]}}\n  h: {{members: [a]}}\n")).contains("already in group"));
-    assert!(load_err(&format!("{models}groups:\n  g: {{members: [zz]}}\n")).contains("no model config for \"zz\""));
+    assert!(
+        load_err(&format!("{models}groups:\n  g: {{members: [a, a]}}\n")).contains("listed twice")
+    );
+    assert!(load_err(&format!(
+        "{models}groups:\n  g: {{members: [a]}}\n  h: {{members: [a]}}\n"
+    ))
+    .contains("already in group"));
+    assert!(
+        load_err(&format!("{models}groups:\n  g: {{members: [zz]}}\n"))
+            .contains("no model config for \"zz\"")
+    );
     let both = format!("{models}groups: {{}}\nrouting:\n  router:\n    use: group\n");
     assert!(load_err(&both).contains("cannot be combined"));
 }
@@ -155,16 +212,35 @@ fn aliases_and_set_params_by_id_keys_must_be_unique() {
 #[test]
 fn type_errors_name_file_line_and_key() {
     let err = load_err("models:\n  m:\n    cmd: srv\n    proxy: 'http://h:1'\n    ttl: soon\n");
-    assert_eq!(err, "t.yaml:5:10: models.m.ttl: must be an integer, not a string");
+    assert_eq!(
+        err,
+        "t.yaml:5:10: models.m.ttl: must be an integer, not a string"
+    );
     let err = load_err("logToStdout: sometimes\n");
     assert!(err.starts_with("t.yaml:1:14: logToStdout:"), "{err}");
 }
 
 #[test]
 fn unknown_keys_are_warnings_that_name_them() {
-    let loaded = load_str("t.yaml", "models:\n  m: {cmd: srv, proxy: 'http://h:1', tll: 5}\nfancy: 1\n", &|_| None).unwrap();
-    assert!(loaded.warnings.iter().any(|w| w.contains("models.m.tll")), "{:?}", loaded.warnings);
-    assert!(loaded.warnings.iter().any(|w| w.contains("t.yaml:3:8: unknown key fancy")), "{:?}", loaded.warnings);
+    let loaded = load_str(
+        "t.yaml",
+        "models:\n  m: {cmd: srv, proxy: 'http://h:1', tll: 5}\nfancy: 1\n",
+        &|_| None,
+    )
+    .unwrap();
+    assert!(
+        loaded.warnings.iter().any(|w| w.contains("models.m.tll")),
+        "{:?}",
+        loaded.warnings
+    );
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("t.yaml:3:8: unknown key fancy")),
+        "{:?}",
+        loaded.warnings
+    );
 }
 
 #[test]
@@ -172,16 +248,31 @@ fn validation_of_values() {
     assert!(load_err("apiKeys: ['has space']\n").contains("no spaces"));
     assert!(load_err("performance: {every: 1s}\n").contains("at least 5s"));
     assert!(load_err("upstream: {ignorePaths: ['(']}\n").contains("invalid regex"));
-    assert!(load_err("models:\n  m: {cmd: srv, proxy: 'http://h:1', capabilities: {in: [smell]}}\n").contains("\"smell\""));
-    assert!(load_err("models:\n  m: {cmd: 'srv \"unbalanced', proxy: 'http://h:1'}\n").contains("unbalanced"));
+    assert!(load_err(
+        "models:\n  m: {cmd: srv, proxy: 'http://h:1', capabilities: {in: [smell]}}\n"
+    )
+    .contains("\"smell\""));
+    assert!(
+        load_err("models:\n  m: {cmd: 'srv \"unbalanced', proxy: 'http://h:1'}\n")
+            .contains("unbalanced")
+    );
     assert!(load_err("models:\n  m: {proxy: 'http://h:1'}\n").contains("empty command"));
     assert!(load_err("peers:\n  p: {models: [x]}\n").contains("needs a proxy"));
-    assert!(load_err("selectors:\n  s: {strategy: random, targets: [a]}\n").contains("warm, pin or spillover"));
+    assert!(
+        load_err("selectors:\n  s: {strategy: random, targets: [a]}\n")
+            .contains("warm, pin or spillover")
+    );
 }
 
 #[test]
 fn go_durations() {
-    assert_eq!(decode::parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-    assert_eq!(decode::parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+    assert_eq!(
+        decode::parse_go_duration("1m30s"),
+        Some(Duration::from_secs(90))
+    );
+    assert_eq!(
+        decode::parse_go_duration("500ms"),
+        Some(Duration::from_millis(500))
+    );
     assert_eq!(decode::parse_go_duration("5"), None);
 }

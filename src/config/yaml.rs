@@ -99,7 +99,12 @@ impl Node {
             Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
             Value::Str(s) => J::String(s.clone()),
             Value::Seq(items) => J::Array(items.iter().map(Node::to_json).collect()),
-            Value::Map(entries) => J::Object(entries.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
+            Value::Map(entries) => J::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .collect(),
+            ),
         }
     }
 
@@ -128,17 +133,37 @@ impl Node {
 
 /// Parses one YAML document. An empty document gives `Null`.
 pub fn parse(text: &str, file: &Arc<str>) -> Result<Node, ConfigError> {
-    let mut builder = Builder { file: file.clone(), stack: Vec::new(), anchors: Vec::new(), root: None, error: None };
+    let mut builder = Builder {
+        file: file.clone(),
+        stack: Vec::new(),
+        anchors: Vec::new(),
+        root: None,
+        error: None,
+    };
     let mut parser = Parser::new_from_str(text);
     if let Err(e) = parser.load(&mut builder, false) {
         let m = e.marker();
-        let loc = Loc { file: file.clone(), line: m.line(), col: m.col() + 1 };
-        return Err(ConfigError::at(loc, None, format!("invalid YAML: {}", e.info())));
+        let loc = Loc {
+            file: file.clone(),
+            line: m.line(),
+            col: m.col() + 1,
+        };
+        return Err(ConfigError::at(
+            loc,
+            None,
+            format!("invalid YAML: {}", e.info()),
+        ));
     }
     if let Some(err) = builder.error {
         return Err(err);
     }
-    Ok(builder.root.unwrap_or_else(|| Node::null(Loc { file: file.clone(), line: 1, col: 1 })))
+    Ok(builder.root.unwrap_or_else(|| {
+        Node::null(Loc {
+            file: file.clone(),
+            line: 1,
+            col: 1,
+        })
+    }))
 }
 
 enum Frame {
@@ -156,7 +181,11 @@ struct Builder {
 
 impl Builder {
     fn loc(&self, m: &Marker) -> Loc {
-        Loc { file: self.file.clone(), line: m.line(), col: m.col() + 1 }
+        Loc {
+            file: self.file.clone(),
+            line: m.line(),
+            col: m.col() + 1,
+        }
     }
 
     fn push_value(&mut self, node: Node, anchor: usize) {
@@ -171,7 +200,11 @@ impl Builder {
                 Some(key) => {
                     let name = key.scalar_text().unwrap_or_default();
                     if entries.iter().any(|(k, _)| *k == name) && self.error.is_none() {
-                        self.error = Some(ConfigError::at(key.loc, Some(name.clone()), "duplicate key".into()));
+                        self.error = Some(ConfigError::at(
+                            key.loc,
+                            Some(name.clone()),
+                            "duplicate key".into(),
+                        ));
                     }
                     entries.push((name, node));
                 }
@@ -185,11 +218,21 @@ impl MarkedEventReceiver for Builder {
         let loc = self.loc(&mark);
         match ev {
             Event::Scalar(text, style, anchor, _tag) => {
-                let value = if style == TScalarStyle::Plain { plain_scalar(text) } else { Value::Str(text) };
+                let value = if style == TScalarStyle::Plain {
+                    plain_scalar(text)
+                } else {
+                    Value::Str(text)
+                };
                 self.push_value(Node::new(value, loc), anchor);
             }
-            Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq(Node::null(loc), Vec::new(), anchor)),
-            Event::MappingStart(anchor, _) => self.stack.push(Frame::Map(Node::null(loc), Vec::new(), None, anchor)),
+            Event::SequenceStart(anchor, _) => {
+                self.stack
+                    .push(Frame::Seq(Node::null(loc), Vec::new(), anchor))
+            }
+            Event::MappingStart(anchor, _) => {
+                self.stack
+                    .push(Frame::Map(Node::null(loc), Vec::new(), None, anchor))
+            }
             Event::SequenceEnd => {
                 if let Some(Frame::Seq(start, items, anchor)) = self.stack.pop() {
                     self.push_value(Node::new(Value::Seq(items), start.loc), anchor);
@@ -201,7 +244,12 @@ impl MarkedEventReceiver for Builder {
                 }
             }
             Event::Alias(id) => {
-                let node = self.anchors.iter().rev().find(|(a, _)| *a == id).map(|(_, n)| n.clone());
+                let node = self
+                    .anchors
+                    .iter()
+                    .rev()
+                    .find(|(a, _)| *a == id)
+                    .map(|(_, n)| n.clone());
                 self.push_value(node.unwrap_or_else(|| Node::null(loc)), 0);
             }
             _ => {}
@@ -217,7 +265,8 @@ fn plain_scalar(text: String) -> Value {
         "false" | "False" | "FALSE" => return Value::Bool(false),
         _ => {}
     }
-    let looks_numeric = text.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+' || c == '.');
+    let looks_numeric =
+        text.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+' || c == '.');
     if looks_numeric {
         if let Ok(i) = text.parse::<i64>() {
             return Value::Int(i);
@@ -258,14 +307,21 @@ mod tests {
 
     #[test]
     fn syntax_error_names_line_and_column() {
-        let err = parse("a: 1\nb:\n  - x\n - y\n", &Arc::from("bad.yaml")).unwrap_err().to_string();
+        let err = parse("a: 1\nb:\n  - x\n - y\n", &Arc::from("bad.yaml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("bad.yaml:4:"), "{err}");
     }
 
     #[test]
     fn duplicate_keys_are_errors() {
-        let err = parse("a: 1\na: 2\n", &Arc::from("d.yaml")).unwrap_err().to_string();
-        assert!(err.contains("d.yaml:2:1") && err.contains("duplicate key"), "{err}");
+        let err = parse("a: 1\na: 2\n", &Arc::from("d.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("d.yaml:2:1") && err.contains("duplicate key"),
+            "{err}"
+        );
     }
 
     #[test]

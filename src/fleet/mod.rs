@@ -102,7 +102,12 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    pub fn new(config: Arc<Config>, spawner: Spawner, logs: Arc<Logs>, state_file: StateFile) -> Fleet {
+    pub fn new(
+        config: Arc<Config>,
+        spawner: Spawner,
+        logs: Arc<Logs>,
+        state_file: StateFile,
+    ) -> Fleet {
         let instances = config
             .models
             .values()
@@ -112,7 +117,11 @@ impl Fleet {
                     argv: m.argv.clone(),
                     env: m.env.clone(),
                     cmd_stop: m.cmd_stop.clone(),
-                    health_url: m.check_endpoint.as_ref().and_then(|p| format!("{}{}", m.proxy.trim_end_matches('/'), p).parse().ok()),
+                    health_url: m.check_endpoint.as_ref().and_then(|p| {
+                        format!("{}{}", m.proxy.trim_end_matches('/'), p)
+                            .parse()
+                            .ok()
+                    }),
                     load_timeout: config.health_check_timeout,
                 };
                 let instance = Instance {
@@ -141,7 +150,9 @@ impl Fleet {
             state_file,
             shutting_down: AtomicBool::new(false),
         };
-        Fleet { inner: Arc::new(inner) }
+        Fleet {
+            inner: Arc::new(inner),
+        }
     }
 
     pub fn config(&self) -> &Arc<Config> {
@@ -169,8 +180,11 @@ impl Fleet {
                 if let Some(err) = failed_start(&state[id], awaited) {
                     return Err(err);
                 }
-                let running: Vec<&str> =
-                    state.iter().filter(|(_, i)| i.phase != Phase::Stopped).map(|(k, _)| k.as_str()).collect();
+                let running: Vec<&str> = state
+                    .iter()
+                    .filter(|(_, i)| i.phase != Phase::Stopped)
+                    .map(|(k, _)| k.as_str())
+                    .collect();
                 let conflicts = swap::conflicts(&self.inner.config, id, running);
                 if state[id].phase == Phase::Ready && conflicts.is_empty() {
                     let inst = state.get_mut(id).expect("known model");
@@ -181,7 +195,11 @@ impl Fleet {
                 if !busy {
                     for c in &conflicts {
                         let grace = self.inner.config.health_check_timeout;
-                        order_stop(state.get_mut(c).expect("known model"), grace, StopReason::Swap);
+                        order_stop(
+                            state.get_mut(c).expect("known model"),
+                            grace,
+                            StopReason::Swap,
+                        );
                     }
                     let all_stopped = conflicts.iter().all(|c| state[c].phase == Phase::Stopped);
                     let inst = state.get_mut(id).expect("known model");
@@ -203,7 +221,11 @@ impl Fleet {
             return Err(Error::ConcurrencyLimit);
         }
         inst.reserved += 1;
-        Ok(Reservation { inner: self.inner.clone(), id: id.to_string(), done: false })
+        Ok(Reservation {
+            inner: self.inner.clone(),
+            id: id.to_string(),
+            done: false,
+        })
     }
 
     /// Marks the instance starting and hands its life to a task. Returns the new generation.
@@ -220,7 +242,13 @@ impl Fleet {
             upstream_to_stdout: self.inner.config.log_to_stdout.upstream(),
         };
         tracing::info!(model = id, "starting: {}", spec.argv.join(" "));
-        tokio::spawn(run_instance(self.inner.clone(), spec, sinks, generation, rx));
+        tokio::spawn(run_instance(
+            self.inner.clone(),
+            spec,
+            sinks,
+            generation,
+            rx,
+        ));
         self.inner.changed.notify_waiters();
         generation
     }
@@ -229,8 +257,11 @@ impl Fleet {
     pub async fn unload(&self, ids: Option<&[String]>) {
         let targets: Vec<String> = {
             let mut state = self.inner.lock();
-            let targets: Vec<String> =
-                state.keys().filter(|k| ids.is_none_or(|ids| ids.contains(k))).cloned().collect();
+            let targets: Vec<String> = state
+                .keys()
+                .filter(|k| ids.is_none_or(|ids| ids.contains(k)))
+                .cloned()
+                .collect();
             for id in &targets {
                 let inst = state.get_mut(id).expect("listed model");
                 let grace = inst.model.unload_timeout;
@@ -260,7 +291,10 @@ impl Fleet {
     pub fn kill_all(&self) {
         for inst in self.inner.lock().values() {
             if let Some(pid) = inst.pid {
-                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
     }
@@ -270,7 +304,10 @@ impl Fleet {
             let notified = self.inner.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if ids.iter().all(|id| self.inner.lock()[id].phase == Phase::Stopped) {
+            if ids
+                .iter()
+                .all(|id| self.inner.lock()[id].phase == Phase::Stopped)
+            {
                 return;
             }
             notified.await;
@@ -286,7 +323,10 @@ impl Fleet {
             let mut state = self.inner.lock();
             for (id, inst) in state.iter_mut() {
                 let Some(ttl) = inst.model.ttl else { continue };
-                if inst.phase == Phase::Ready && inst.reserved == 0 && inst.last_used.elapsed() >= ttl {
+                if inst.phase == Phase::Ready
+                    && inst.reserved == 0
+                    && inst.last_used.elapsed() >= ttl
+                {
                     tracing::info!(model = %id, "Unloading model, TTL of {}s reached", ttl.as_secs());
                     let grace = inst.model.unload_timeout;
                     order_stop(inst, grace, StopReason::Ttl);
@@ -299,7 +339,12 @@ impl Fleet {
         self.inner
             .lock()
             .iter()
-            .map(|(id, i)| Snapshot { model: id.clone(), state: i.phase, in_flight: i.in_flight, pid: i.pid })
+            .map(|(id, i)| Snapshot {
+                model: id.clone(),
+                state: i.phase,
+                in_flight: i.in_flight,
+                pid: i.pid,
+            })
             .collect()
     }
 
@@ -324,10 +369,12 @@ impl Inner {
 fn failed_start(inst: &Instance, awaited: Option<u64>) -> Option<Error> {
     let awaited = awaited?;
     match &inst.last_error {
-        Some((generation, err)) if *generation == awaited && inst.phase == Phase::Stopped => Some(match **err {
-            StartError::Aborted => Error::Unloaded,
-            ref e => Error::StartFailed(e.to_string()),
-        }),
+        Some((generation, err)) if *generation == awaited && inst.phase == Phase::Stopped => {
+            Some(match **err {
+                StartError::Aborted => Error::Unloaded,
+                ref e => Error::StartFailed(e.to_string()),
+            })
+        }
         _ => None,
     }
 }
@@ -343,7 +390,13 @@ fn order_stop(inst: &mut Instance, grace: Duration, reason: StopReason) {
 }
 
 /// Owns one started process from spawn to reap.
-async fn run_instance(inner: Arc<Inner>, spec: ProcessSpec, sinks: Sinks, generation: u64, mut stop: watch::Receiver<Option<StopOrder>>) {
+async fn run_instance(
+    inner: Arc<Inner>,
+    spec: ProcessSpec,
+    sinks: Sinks,
+    generation: u64,
+    mut stop: watch::Receiver<Option<StopOrder>>,
+) {
     let id = spec.id.clone();
     let started = Instant::now();
     let fail = |err: StartError| {
@@ -355,10 +408,11 @@ async fn run_instance(inner: Arc<Inner>, spec: ProcessSpec, sinks: Sinks, genera
             i.last_error = Some((generation, Arc::new(err)));
         });
     };
-    let process = match Process::spawn(&inner.spawner, &spec, sinks, &inner.state_file.marker()).await {
-        Ok(p) => p,
-        Err(e) => return fail(e),
-    };
+    let process =
+        match Process::spawn(&inner.spawner, &spec, sinks, &inner.state_file.marker()).await {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
     inner.state_file.record(process.pid);
     inner.update(&id, |i| i.pid = Some(process.pid));
     let ready = tokio::select! {
@@ -369,7 +423,9 @@ async fn run_instance(inner: Arc<Inner>, spec: ProcessSpec, sinks: Sinks, genera
         }
     };
     if let Err(e) = ready {
-        process.stop(&spec, Duration::from_secs(5), &inner.spawner).await;
+        process
+            .stop(&spec, Duration::from_secs(5), &inner.spawner)
+            .await;
         return fail(e);
     }
     tracing::info!(model = %id, "ready in {:.2}s", started.elapsed().as_secs_f64());
@@ -416,7 +472,11 @@ struct Reservation {
 impl Reservation {
     fn into_lease(mut self, model: Arc<ModelConfig>) -> Lease {
         self.done = true;
-        Lease { inner: self.inner.clone(), id: std::mem::take(&mut self.id), model }
+        Lease {
+            inner: self.inner.clone(),
+            id: std::mem::take(&mut self.id),
+            model,
+        }
     }
 }
 

@@ -6,7 +6,11 @@ use crate::config::Config;
 ///
 /// A member of the target's own group is evicted when that group swaps; a member of another group is
 /// evicted when the target's group is exclusive and the other group is not persistent.
-pub fn conflicts<'a>(config: &Config, target: &str, running: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+pub fn conflicts<'a>(
+    config: &Config,
+    target: &str,
+    running: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
     let g = config.group_of(target);
     running
         .into_iter()
@@ -28,7 +32,9 @@ mod tests {
     use super::*;
 
     fn config(yaml: &str) -> Config {
-        crate::config::load_str("t.yaml", yaml, &|_| None).unwrap().config
+        crate::config::load_str("t.yaml", yaml, &|_| None)
+            .unwrap()
+            .config
     }
 
     const MODELS: &str = "models:\n  a: {cmd: x, proxy: 'http://h:1'}\n  b: {cmd: x, proxy: 'http://h:1'}\n  c: {cmd: x, proxy: 'http://h:1'}\n  d: {cmd: x, proxy: 'http://h:1'}\n";
@@ -42,7 +48,9 @@ mod tests {
 
     #[test]
     fn non_swapping_group_keeps_its_members_together() {
-        let c = config(&format!("{MODELS}groups:\n  g: {{swap: false, members: [a, b]}}\n"));
+        let c = config(&format!(
+            "{MODELS}groups:\n  g: {{swap: false, members: [a, b]}}\n"
+        ));
         assert!(conflicts(&c, "a", ["b"]).is_empty());
         // exclusive (the default) still evicts other groups, here the implicit default group
         assert_eq!(conflicts(&c, "a", ["b", "c"]), vec!["c"]);
@@ -61,7 +69,9 @@ mod tests {
 
     #[test]
     fn non_exclusive_group_never_evicts_outside() {
-        let c = config(&format!("{MODELS}groups:\n  n: {{exclusive: false, members: [a]}}\n"));
+        let c = config(&format!(
+            "{MODELS}groups:\n  n: {{exclusive: false, members: [a]}}\n"
+        ));
         assert!(conflicts(&c, "a", ["b"]).is_empty());
         assert_eq!(conflicts(&c, "b", ["a"]), vec!["a"]);
     }

@@ -74,19 +74,30 @@ pub struct Process {
 }
 
 impl Process {
-    pub async fn spawn(spawner: &Spawner, spec: &ProcessSpec, sinks: Sinks, marker: &str) -> Result<Process, StartError> {
+    pub async fn spawn(
+        spawner: &Spawner,
+        spec: &ProcessSpec,
+        sinks: Sinks,
+        marker: &str,
+    ) -> Result<Process, StartError> {
         let mut cmd = tokio::process::Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..])
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env(sweep::MARKER_VAR, marker)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        let mut child = spawner
-            .spawn(cmd)
-            .await
-            .map_err(|e| StartError::Spawn { cmd: spec.argv.join(" "), error: e.to_string() })?;
+        let mut child = spawner.spawn(cmd).await.map_err(|e| StartError::Spawn {
+            cmd: spec.argv.join(" "),
+            error: e.to_string(),
+        })?;
         let pid = child.id().unwrap_or(0);
-        for pipe in [child.stdout.take().map(Pipe::Out), child.stderr.take().map(Pipe::Err)].into_iter().flatten() {
+        for pipe in [
+            child.stdout.take().map(Pipe::Out),
+            child.stderr.take().map(Pipe::Err),
+        ]
+        .into_iter()
+        .flatten()
+        {
             tokio::spawn(capture(pipe, sinks.clone()));
         }
         let (tx, exit) = watch::channel(None);
@@ -124,8 +135,14 @@ impl Process {
 
     /// Polls the health URL until it answers 200: quickly at first (a small model is ready in
     /// milliseconds), then every 100 ms. A 503 "Loading model" is just loading.
-    pub async fn wait_ready(&self, spec: &ProcessSpec, health: &HealthClient) -> Result<(), StartError> {
-        let Some(url) = &spec.health_url else { return Ok(()) };
+    pub async fn wait_ready(
+        &self,
+        spec: &ProcessSpec,
+        health: &HealthClient,
+    ) -> Result<(), StartError> {
+        let Some(url) = &spec.health_url else {
+            return Ok(());
+        };
         let started = Instant::now();
         let deadline = tokio::time::sleep(spec.load_timeout);
         tokio::pin!(deadline);
@@ -143,7 +160,11 @@ impl Process {
                 _ = tokio::time::sleep(interval) => {}
                 _ = &mut deadline => return Err(StartError::Timeout { after: spec.load_timeout, tail: self.tail() }),
             }
-            let cap = if started.elapsed() < Duration::from_secs(5) { 20 } else { 100 };
+            let cap = if started.elapsed() < Duration::from_secs(5) {
+                20
+            } else {
+                100
+            };
             interval = (interval * 2).min(Duration::from_millis(cap));
         }
     }
@@ -156,9 +177,13 @@ impl Process {
         }
         match &spec.cmd_stop {
             Some(argv) => {
-                let argv: Vec<String> = argv.iter().map(|a| a.replace("${PID}", &self.pid.to_string())).collect();
+                let argv: Vec<String> = argv
+                    .iter()
+                    .map(|a| a.replace("${PID}", &self.pid.to_string()))
+                    .collect();
                 let mut cmd = tokio::process::Command::new(&argv[0]);
-                cmd.args(&argv[1..]).envs(spec.env.iter().map(|(k, v)| (k, v)));
+                cmd.args(&argv[1..])
+                    .envs(spec.env.iter().map(|(k, v)| (k, v)));
                 match spawner.spawn(cmd).await {
                     Ok(mut child) => {
                         tokio::spawn(async move { child.wait().await });
@@ -195,7 +220,9 @@ fn describe_status(status: std::process::ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(sig)) => {
-            let name = Signal::try_from(sig).map(|s| s.as_str().to_string()).unwrap_or_else(|_| sig.to_string());
+            let name = Signal::try_from(sig)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| sig.to_string());
             format!("killed by signal {name}")
         }
         _ => "unknown exit".into(),
@@ -242,7 +269,9 @@ impl Default for HealthClient {
         let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
         connector.set_nodelay(true);
-        HealthClient { client: Client::builder(TokioExecutor::new()).build(connector) }
+        HealthClient {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+        }
     }
 }
 
@@ -255,6 +284,9 @@ impl HealthClient {
             let _ = resp.into_body().collect().await;
             Some(ok)
         };
-        matches!(tokio::time::timeout(Duration::from_secs(2), fut).await, Ok(Some(true)))
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), fut).await,
+            Ok(Some(true))
+        )
     }
 }

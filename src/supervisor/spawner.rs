@@ -26,23 +26,34 @@ impl Spawner {
     /// Starts the thread. It enters `runtime` so that tokio can reap the children it forks.
     pub fn start(runtime: tokio::runtime::Handle) -> io::Result<Spawner> {
         let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new().name("corral-spawner".into()).spawn(move || {
-            let _guard = runtime.enter();
-            for mut job in rx {
-                let _ = job.reply.send(job.cmd.spawn());
-            }
-        })?;
+        std::thread::Builder::new()
+            .name("corral-spawner".into())
+            .spawn(move || {
+                let _guard = runtime.enter();
+                for mut job in rx {
+                    let _ = job.reply.send(job.cmd.spawn());
+                }
+            })?;
         Ok(Spawner { jobs: tx })
     }
 
     /// Spawns `cmd` in its own process group, stdin from /dev/null, killed when corral dies.
     pub async fn spawn(&self, mut cmd: Command) -> io::Result<Child> {
         let parent = std::process::id() as libc::pid_t;
-        cmd.process_group(0).stdin(std::process::Stdio::null()).kill_on_drop(true);
+        cmd.process_group(0)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
         // SAFETY: only async-signal-safe libc calls run between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
                     return Err(io::Error::last_os_error());
                 }
                 // corral may have died between fork and prctl; then no signal would ever come.
@@ -53,7 +64,10 @@ impl Spawner {
             });
         }
         let (reply, rx) = oneshot::channel();
-        self.jobs.send(Job { cmd, reply }).map_err(|_| io::Error::other("the spawner thread has stopped"))?;
-        rx.await.map_err(|_| io::Error::other("the spawner thread has stopped"))?
+        self.jobs
+            .send(Job { cmd, reply })
+            .map_err(|_| io::Error::other("the spawner thread has stopped"))?;
+        rx.await
+            .map_err(|_| io::Error::other("the spawner thread has stopped"))?
     }
 }

@@ -18,7 +18,10 @@ pub struct StateFile {
 impl StateFile {
     /// `key` identifies this corral (its config and listen address) across restarts.
     pub fn new(dir: Option<PathBuf>, key: &str) -> StateFile {
-        let key: String = key.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let key: String = key
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
         let path = dir.map(|d| d.join(format!("{key}.pgids")));
         StateFile { path, key }
     }
@@ -33,7 +36,11 @@ impl StateFile {
             if let Some(dir) = path.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
-            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
                 let _ = writeln!(f, "{pgid}");
             }
         }
@@ -53,7 +60,11 @@ impl StateFile {
             if owner == std::process::id() || process_alive(owner) {
                 continue;
             }
-            let group = if recorded.contains(&pgid) || pgid == pid { pgid } else { pid };
+            let group = if recorded.contains(&pgid) || pgid == pid {
+                pgid
+            } else {
+                pid
+            };
             if group > 1 && !killed.contains(&group) {
                 let _ = killpg(Pid::from_raw(group as i32), Signal::SIGKILL);
                 killed.push(group);
@@ -75,16 +86,28 @@ fn process_alive(pid: u32) -> bool {
 fn marked_processes(key: &str) -> Vec<(u32, u32, u32)> {
     let prefix = format!("{MARKER_VAR}={key}:");
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return out };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
         let owner = environ.split(|b| *b == 0).find_map(|var| {
             let var = std::str::from_utf8(var).ok()?;
             var.strip_prefix(&prefix)?.parse::<u32>().ok()
         });
         if let Some(owner) = owner {
-            let pgid = nix::unistd::getpgid(Some(Pid::from_raw(pid as i32))).map(|p| p.as_raw() as u32).unwrap_or(pid);
+            let pgid = nix::unistd::getpgid(Some(Pid::from_raw(pid as i32)))
+                .map(|p| p.as_raw() as u32)
+                .unwrap_or(pid);
             out.push((pid, pgid, owner));
         }
     }

@@ -24,7 +24,12 @@ pub fn engine() -> String {
 pub fn new_marker() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("CORRAL_TEST_RUN=t{}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst), Instant::now().elapsed().as_nanos())
+    format!(
+        "CORRAL_TEST_RUN=t{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        Instant::now().elapsed().as_nanos()
+    )
 }
 
 /// One model entry on the fake engine, with an events file named after it.
@@ -59,16 +64,35 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let marker = new_marker();
         let env = env_for(dir.path(), &marker);
-        let yaml = if yaml.contains("startPort") { yaml.to_string() } else { format!("startPort: {}\n{yaml}", free_port_range(16)) };
+        let yaml = if yaml.contains("startPort") {
+            yaml.to_string()
+        } else {
+            format!("startPort: {}\n{yaml}", free_port_range(16))
+        };
         let yaml = yaml.as_str();
-        let loaded = corral::config::load_str("test.yaml", yaml, &env).unwrap_or_else(|e| panic!("config: {e}"));
+        let loaded = corral::config::load_str("test.yaml", yaml, &env)
+            .unwrap_or_else(|e| panic!("config: {e}"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (shutdown, abort) = (CancellationToken::new(), CancellationToken::new());
         opts.state_key = format!("test-{}", marker.replace('=', "-"));
         let logs = Arc::new(corral::logs::Logs::default());
-        let task = tokio::spawn(corral::run(loaded.config, listener, logs, opts, shutdown.clone(), abort.clone()));
-        Harness { url, dir, marker, shutdown, abort, task: Some(task) }
+        let task = tokio::spawn(corral::run(
+            loaded.config,
+            listener,
+            logs,
+            opts,
+            shutdown.clone(),
+            abort.clone(),
+        ));
+        Harness {
+            url,
+            dir,
+            marker,
+            shutdown,
+            abort,
+            task: Some(task),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -81,19 +105,29 @@ impl Harness {
     }
 
     pub fn count_events(&self, model: &str, event: &str) -> usize {
-        self.events(model).iter().filter(|e| e["event"] == event).count()
+        self.events(model)
+            .iter()
+            .filter(|e| e["event"] == event)
+            .count()
     }
 
     /// Requests the fake engine received on `path` (health probes excluded unless asked for).
     pub fn count_requests(&self, model: &str, path: &str) -> usize {
-        self.events(model).iter().filter(|e| e["event"] == "request" && e["path"] == path).count()
+        self.events(model)
+            .iter()
+            .filter(|e| e["event"] == "request" && e["path"] == path)
+            .count()
     }
 
     /// The ids `/running` lists, sorted.
     pub async fn running(&self) -> Vec<String> {
         let list = get(&format!("{}/running", self.url)).await.json();
-        let mut ids: Vec<String> =
-            list["running"].as_array().unwrap().iter().map(|m| m["model"].as_str().unwrap().to_string()).collect();
+        let mut ids: Vec<String> = list["running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["model"].as_str().unwrap().to_string())
+            .collect();
         ids.sort();
         ids
     }
@@ -117,7 +151,11 @@ impl Harness {
     pub async fn stop(mut self) {
         self.shutdown.cancel();
         let task = self.task.take().unwrap();
-        tokio::time::timeout(Duration::from_secs(30), task).await.expect("shutdown in time").unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("shutdown in time")
+            .unwrap()
+            .unwrap();
         assert_no_survivors(&self.marker, Duration::from_secs(3)).await;
     }
 }
@@ -166,11 +204,22 @@ pub fn read_events(path: &Path) -> Vec<Value> {
 pub fn marked_pids(marker: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
         if environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
             let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let zombie = stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+            let zombie = stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z'));
             if !zombie {
                 out.push(pid);
             }
@@ -214,7 +263,8 @@ pub struct Resp {
 
 impl Resp {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -228,15 +278,33 @@ fn client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<B
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-pub async fn request(method: &str, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Resp {
-    let mut req = Request::builder().method(Method::from_bytes(method.as_bytes()).unwrap()).uri(url);
+pub async fn request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Resp {
+    let mut req = Request::builder()
+        .method(Method::from_bytes(method.as_bytes()).unwrap())
+        .uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = client().request(req.body(Full::new(body.into())).unwrap()).await.expect("request sent");
+    let resp = client()
+        .request(req.body(Full::new(body.into())).unwrap())
+        .await
+        .expect("request sent");
     let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-    Resp { status: parts.status.as_u16(), headers: parts.headers, body }
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
 }
 
 pub async fn get(url: &str) -> Resp {
@@ -244,7 +312,13 @@ pub async fn get(url: &str) -> Resp {
 }
 
 pub async fn post_json(url: &str, body: &Value) -> Resp {
-    request("POST", url, &[("content-type", "application/json")], body.to_string()).await
+    request(
+        "POST",
+        url,
+        &[("content-type", "application/json")],
+        body.to_string(),
+    )
+    .await
 }
 
 pub fn chat(model: &str) -> Value {
@@ -254,7 +328,10 @@ pub fn chat(model: &str) -> Value {
 /// Sends a streaming request and returns each body frame with its arrival time since the request.
 pub async fn stream_frames(url: &str, body: &Value) -> (Resp, Vec<(Duration, Bytes)>) {
     let started = Instant::now();
-    let req = Request::post(url).header("content-type", "application/json").body(Full::new(Bytes::from(body.to_string()))).unwrap();
+    let req = Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
     let resp = client().request(req).await.expect("request sent");
     let (parts, mut body) = resp.into_parts();
     let mut frames = Vec::new();
@@ -263,5 +340,12 @@ pub async fn stream_frames(url: &str, body: &Value) -> (Resp, Vec<(Duration, Byt
             frames.push((started.elapsed(), data));
         }
     }
-    (Resp { status: parts.status.as_u16(), headers: parts.headers, body: Bytes::new() }, frames)
+    (
+        Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: Bytes::new(),
+        },
+        frames,
+    )
 }

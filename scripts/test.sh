@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite: builds (or reuses) a real llama-server and the Python client venv, then runs
+# every Rust test in the workspace. Usage: scripts/test.sh [extra cargo test args]
+#
+# The real-engine tests need llama-server. If it cannot be built, this script fails loudly
+# (set CORRAL_SKIP_LLAMA=1 to run the rest anyway on a machine that cannot build it).
+set -Eeuo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '[test %s] %s\n' "$(date '+%H:%M:%S')" "$*" >&2; }
+
+if ! command -v cargo >/dev/null; then
+    log "cargo is not installed: install Rust (https://rustup.rs) first"
+    exit 1
+fi
+
+if [[ "${CORRAL_SKIP_LLAMA:-0}" != 1 ]]; then
+    log "llama-server: building or reusing the cached build"
+    if ! CORRAL_LLAMA_SERVER="$(scripts/install-llama-server.sh | tail -n 1)"; then
+        log "FAILED to build llama-server; the real-engine tests cannot run (CORRAL_SKIP_LLAMA=1 skips them)"
+        exit 1
+    fi
+    export CORRAL_LLAMA_SERVER
+    log "llama-server: $CORRAL_LLAMA_SERVER"
+fi
+
+log "python client venv"
+CORRAL_PYTHON="$(scripts/setup-python.sh | tail -n 1)"
+export CORRAL_PYTHON
+
+log "cargo build"
+cargo build --workspace --all-targets --locked
+log "cargo test"
+cargo test --workspace --locked "$@"

@@ -1,0 +1,135 @@
+//! The command line as a user meets it: `check`, config errors, llama-swap's flag spellings, and
+//! every example config in `config/`.
+
+mod support;
+
+use std::process::Command;
+
+use support::CORRAL;
+
+fn corral(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(CORRAL)
+        .args(args)
+        .env("CORRAL_EXE", CORRAL)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every file in config/ loads without error or warning.
+#[test]
+fn every_example_config_loads() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let (code, out, err) = corral(&["check", "--config", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{}: {err}", path.display());
+        assert!(out.starts_with("config ok"), "{out}");
+        assert!(!err.contains("warning"), "{}: {err}", path.display());
+        seen += 1;
+    }
+    assert!(seen >= 2);
+}
+
+/// `corral check` prints the resolved plan: argv after expansion, port, proxy, group, timeouts.
+#[test]
+fn check_prints_the_resolved_plan() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/llama-server.yaml");
+    let (code, out, _) = corral(&["check", "-config", path]);
+    assert_eq!(code, 0);
+    assert!(out.contains("model qwen-chat"), "{out}");
+    assert!(out.contains("argv:        /usr/local/bin/llama-server --host 127.0.0.1 --port 10003 -ngl 99 --no-webui -m /srv/models/Qwen3-8B-Q4_K_M.gguf -c 32768 -np 4 --jinja"), "{out}");
+    assert!(out.contains("proxy:       http://localhost:10003"), "{out}");
+    assert!(
+        out.contains("group:       everyday (swap: false, exclusive: true, persistent: false)"),
+        "{out}"
+    );
+    assert!(out.contains("timeouts:    load 300s, unload 30s"), "{out}");
+}
+
+/// A broken config exits 64 and names the file, line, column and key.
+#[test]
+fn broken_config_names_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.yaml");
+    std::fs::write(
+        &path,
+        "models:\n  m:\n    cmd: srv --port ${PORT}\n    ttl: [1]\n",
+    )
+    .unwrap();
+    let (code, _, err) = corral(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 64);
+    assert!(
+        err.contains(&format!(
+            "{}:4:10: models.m.ttl: must be an integer",
+            path.display()
+        )),
+        "{err}"
+    );
+
+    std::fs::write(&path, "models:\n  m:\n    cmd: srv\n   bad-indent: 1\n").unwrap();
+    let (code, _, err) = corral(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 64, "serve refuses to start");
+    assert!(
+        err.contains(&format!("{}:4:", path.display())) && err.contains("invalid YAML"),
+        "{err}"
+    );
+}
+
+/// Unknown keys are accepted, with a warning that names them.
+#[test]
+fn unknown_keys_warn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        "models:\n  m: {cmd: srv, proxy: 'http://127.0.0.1:9', tll: 3}\n",
+    )
+    .unwrap();
+    let (code, _, err) = corral(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(err.contains("unknown key models.m.tll"), "{err}");
+}
+
+/// --config-dir merges a directory's YAML files after --config, in name order.
+#[test]
+fn config_dir_merges_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        "models:\n  two: {cmd: srv, proxy: 'http://127.0.0.1:2'}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("a.yml"),
+        "models:\n  one: {cmd: srv, proxy: 'http://127.0.0.1:1'}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+    let (code, out, err) = corral(&["check", "-config-dir", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("2 model(s)") && out.contains("model one") && out.contains("model two"),
+        "{out}"
+    );
+}
+
+#[test]
+fn version_and_bad_flags() {
+    let (code, out, _) = corral(&["-version"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("corral "));
+    let (code, _, err) = corral(&["--frobnicate"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown argument"));
+}
