@@ -341,3 +341,52 @@ async fn embeddings_and_rerank_are_routed() {
     assert_eq!(r.json()["results"].as_array().unwrap().len(), 2);
     h.stop().await;
 }
+
+/// h2c with prior knowledge works alongside HTTP/1.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_prior_knowledge_is_served() {
+    use http_body_util::{BodyExt, Full};
+    let h = Harness::start(&one_model("")).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let req = http::Request::post(format!("{}/v1/chat/completions", h.url))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(chat("a").to_string())))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("chat.completion"));
+    h.stop().await;
+}
+
+/// A client that never finishes its request head is cut off at the header-read timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_headers_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let opts = corral::Options {
+        header_read_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let h = Harness::start_with(&one_model(""), opts).await;
+    let mut sock = tokio::net::TcpStream::connect(h.url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    sock.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), sock.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the connection was closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // other clients are unaffected
+    assert_eq!(get(&format!("{}/health", h.url)).await.status, 200);
+    h.stop().await;
+}
