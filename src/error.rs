@@ -35,6 +35,13 @@ pub enum Error {
     Conflict(String),
     #[error("{0}")]
     Internal(String),
+    /// Temporarily unable to serve: a full queue (429) or no replica in time (503), with a retry hint.
+    #[error("{message}")]
+    Busy {
+        status: u16,
+        message: String,
+        retry_after: u64,
+    },
 }
 
 impl Error {
@@ -52,6 +59,9 @@ impl Error {
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::Busy { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+            }
         }
     }
 
@@ -103,6 +113,10 @@ pub fn render(err: &Error, accept: Option<&HeaderValue>) -> Response<Body> {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"llama-swap\""),
             );
+        }
+        Error::Busy { retry_after, .. } => {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
         }
         _ => {}
     }

@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 pub mod api;
 pub mod body;
+pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod fleet;

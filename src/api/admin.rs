@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::{json, text, App};
 use crate::body::Body;
+use crate::catalog::Target;
 use crate::error::Error;
 use crate::fleet::Phase;
 use crate::logs::LogRing;
@@ -63,10 +64,11 @@ pub async fn route<B>(
                     let decoded = percent_encoding::percent_decode_str(other)
                         .decode_utf8_lossy()
                         .into_owned();
-                    let model = app.config.real_model_name(&decoded).ok_or_else(|| {
+                    let (target, _) = app.fleet.catalog().resolve(&decoded).ok_or_else(|| {
                         Error::BadRequest(format!("unknown log stream {decoded:?}"))
                     })?;
-                    app.fleet.model_logs(model).ok_or(Error::UnknownModel)?
+                    let (Target::Instance(id) | Target::Pool(id)) = target;
+                    app.fleet.instance_logs(id).ok_or(Error::UnknownModel)?
                 }
             };
             let with_history = !req
@@ -82,12 +84,15 @@ pub async fn route<B>(
             let name = percent_encoding::percent_decode_str(raw)
                 .decode_utf8_lossy()
                 .into_owned();
-            let id = app
-                .config
-                .real_model_name(&name)
-                .ok_or_else(|| Error::NotFound("model not found".into()))?
-                .to_string();
-            app.fleet.unload(Some(&[id])).await;
+            let catalog = app.fleet.catalog();
+            let (target, _) = catalog
+                .resolve(&name)
+                .ok_or_else(|| Error::NotFound("model not found".into()))?;
+            let ids = match target {
+                Target::Instance(id) => vec![id.clone()],
+                Target::Pool(p) => catalog.pools[p].members.clone(),
+            };
+            app.fleet.unload(Some(&ids)).await;
             Ok(text(StatusCode::OK, "OK"))
         }
         _ => Ok(Response::builder()
@@ -144,36 +149,66 @@ fn models(app: &App, headers: &HeaderMap) -> Response<Body> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let snapshot = app.fleet.snapshot();
+    let ready = |ids: &[String]| {
+        snapshot
+            .iter()
+            .any(|s| ids.contains(&s.instance) && s.state == Phase::Ready)
+    };
+    let status = |loaded: bool| json!({"value": if loaded { "loaded" } else { "unloaded" }});
+    let entry = |id: &str, meta: serde_json::Map<String, serde_json::Value>, loaded: bool| json!({"id": id, "object": "model", "created": created, "owned_by": "corral", "meta": {"llamaswap": meta}, "status": status(loaded)});
+    let catalog = app.fleet.catalog();
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
-        let loaded = snapshot
-            .iter()
-            .any(|s| s.model == m.id && s.state == Phase::Ready);
-        let mut record =
-            json!({"id": m.id, "object": "model", "created": created, "owned_by": "corral"});
+        let ids: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
+        let loaded = ready(&ids);
+        let mut meta = m.metadata.clone();
+        meta.insert("type".into(), json!("model"));
+        if !m.aliases.is_empty() {
+            meta.insert("aliases".into(), json!(m.aliases));
+        }
+        if ids.len() > 1 {
+            meta.insert("replicas".into(), json!(ids));
+        }
+        let mut record = entry(&m.id, meta, loaded);
         if let Some(name) = &m.name {
             record["name"] = json!(name);
         }
         if let Some(d) = &m.description {
             record["description"] = json!(d);
         }
-        let mut meta = m.metadata.clone();
-        meta.insert("type".into(), json!("model"));
-        if !m.aliases.is_empty() {
-            meta.insert("aliases".into(), json!(m.aliases));
-        }
-        record["meta"] = json!({"llamaswap": meta});
-        record["status"] = json!({"value": if loaded { "loaded" } else { "unloaded" }});
         data.push(record);
-        if app.config.include_aliases_in_list {
-            for alias in &m.aliases {
-                data.push(
-                    json!({"id": alias, "object": "model", "created": created, "owned_by": "corral",
-                    "meta": {"llamaswap": {"type": "alias", "modelID": m.id}},
-                    "status": {"value": if loaded { "loaded" } else { "unloaded" }}}),
-                );
+        if ids.len() > 1 {
+            for id in &ids {
+                let meta = json!({"type": "replica", "modelID": m.id, "pool": m.id});
+                data.push(entry(
+                    id,
+                    meta.as_object().cloned().unwrap_or_default(),
+                    ready(std::slice::from_ref(id)),
+                ));
             }
         }
+        if app.config.include_aliases_in_list {
+            for alias in &m.aliases {
+                let meta = json!({"type": "alias", "modelID": m.id});
+                data.push(entry(
+                    alias,
+                    meta.as_object().cloned().unwrap_or_default(),
+                    loaded,
+                ));
+            }
+        }
+    }
+    for pool in catalog
+        .pools
+        .values()
+        .filter(|p| !app.config.models.contains_key(&p.id))
+    {
+        let meta = json!({"type": "pool", "members": pool.members});
+        data.push(entry(
+            &pool.id,
+            meta.as_object().cloned().unwrap_or_default(),
+            ready(&pool.members),
+        ));
     }
     data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
@@ -192,9 +227,11 @@ fn running(app: &App) -> Response<Body> {
         .filter(|s| s.state != Phase::Stopped)
         .map(|s| {
             let m = &app.config.models[&s.model];
-            json!({"model": s.model, "state": s.state.as_str(), "cmd": m.argv.join(" "), "proxy": m.proxy,
+            let spec = m.instances.iter().find(|i| i.id == s.instance).unwrap_or(&m.instances[0]);
+            json!({"model": s.instance, "state": s.state.as_str(), "cmd": spec.argv.join(" "), "proxy": spec.proxy,
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()), "name": m.name.clone().unwrap_or_default(),
-                "description": m.description.clone().unwrap_or_default(), "inFlight": s.in_flight})
+                "description": m.description.clone().unwrap_or_default(), "pool": s.pool,
+                "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open})
         })
         .collect();
     json(StatusCode::OK, &json!({"running": list}))

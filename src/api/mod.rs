@@ -13,6 +13,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use crate::body::{full, Body, BoxError};
+use crate::catalog::Target;
 use crate::config::Config;
 use crate::error::{render, Error};
 use crate::fleet::Fleet;
@@ -203,12 +204,12 @@ where
         (name, bytes, kind)
     };
     let name = name.filter(|n| !n.is_empty()).ok_or(Error::NoModel)?;
-    let id = app
-        .config
-        .real_model_name(&name)
-        .ok_or(Error::UnknownModel)?
-        .to_string();
-    let model = &app.config.models[&id];
+    let (target, model_id) = app
+        .fleet
+        .catalog()
+        .resolve(&name)
+        .ok_or(Error::UnknownModel)?;
+    let (target, model) = (target.clone(), &app.config.models[model_id]);
     let bytes = match (&model.use_model_name, kind) {
         (Some(upstream_name), BodyKind::Json(mut v)) => {
             v["model"] = serde_json::Value::String(upstream_name.clone());
@@ -224,25 +225,51 @@ where
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     }
-    let lease = app.fleet.acquire(&id).await?;
     let path_and_query = match query {
         Some(q) => format!("{upstream_path}?{q}"),
         None => upstream_path,
     };
-    let out = Outgoing {
-        base: model.proxy.clone(),
-        path_and_query,
+    let client = &app.clients[&model.id];
+    let timeout = model.timeouts.response_header;
+    let lease = app.fleet.acquire(&target, None).await?;
+    let out = |lease: &crate::fleet::Lease, parts: http::request::Parts| Outgoing {
+        base: lease.proxy(),
+        path_and_query: path_and_query.clone(),
         parts,
-        body: full(bytes),
+        body: full(bytes.clone()),
         client_addr: Some(remote.ip()),
     };
-    proxy::forward(
-        &app.clients[&id],
-        out,
-        model.timeouts.response_header,
-        lease,
-    )
-    .await
+    if !matches!(target, Target::Pool(_)) {
+        let req = out(&lease, parts);
+        return proxy::forward(client, req, timeout, lease).await;
+    }
+    // A pool member that fails before sending a byte back is taken out, and the request tried once more.
+    let first = out(&lease, clone_parts(&parts));
+    let failed = lease.id().to_string();
+    match proxy::forward(client, first, timeout, lease).await {
+        Err(Error::Upstream(e)) => {
+            app.fleet.report_unreachable(&failed);
+            tracing::warn!(instance = %failed, "retrying on another replica after: {e}");
+            let lease = app.fleet.acquire(&target, Some(&failed)).await?;
+            let req = out(&lease, parts);
+            proxy::forward(client, req, timeout, lease).await
+        }
+        other => other,
+    }
+}
+
+fn clone_parts(parts: &http::request::Parts) -> http::request::Parts {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.clone())
+        .version(parts.version);
+    if let Some(h) = req.headers_mut() {
+        *h = parts.headers.clone();
+    }
+    req.body(())
+        .expect("copied from a valid request")
+        .into_parts()
+        .0
 }
 
 /// `/upstream/<model>/<path>`: the longest prefix that names a model wins; the rest goes upstream as
@@ -258,16 +285,17 @@ where
     B::Error: Into<BoxError>,
 {
     let segments: Vec<&str> = rest.split('/').collect();
+    let catalog = app.fleet.catalog();
     let found = (1..=segments.len()).rev().find_map(|n| {
         let raw = segments[..n].join("/");
         let decoded = percent_encoding::percent_decode_str(&raw)
             .decode_utf8_lossy()
             .into_owned();
-        app.config
-            .real_model_name(&decoded)
-            .map(|id| (id.to_string(), n))
+        catalog
+            .resolve(&decoded)
+            .map(|(target, model)| (target.clone(), model.to_string(), n))
     });
-    let (id, n) = found.ok_or(Error::UnknownModel)?;
+    let (target, model_id, n) = found.ok_or(Error::UnknownModel)?;
     let query = req
         .uri()
         .query()
@@ -282,19 +310,19 @@ where
         return Ok(redirect(status, &format!("/upstream/{rest}/{query}")));
     }
     let tail = format!("/{}", segments[n..].join("/"));
-    let lease = app.fleet.acquire(&id).await?;
-    let model = &app.config.models[&id];
+    let lease = app.fleet.acquire(&target, None).await?;
+    let model = &app.config.models[&model_id];
     let (parts, body) = req.into_parts();
     let body = body.map_err(Into::into).boxed();
     let out = Outgoing {
-        base: model.proxy.clone(),
+        base: lease.proxy(),
         path_and_query: format!("{tail}{query}"),
         parts,
         body,
         client_addr: Some(remote.ip()),
     };
     proxy::forward(
-        &app.clients[&id],
+        &app.clients[&model.id],
         out,
         model.timeouts.response_header,
         lease,

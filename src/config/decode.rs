@@ -363,7 +363,11 @@ fn decode_model(
         },
     };
     let compat = m.child("compat", &["ignoreWebsockets"], warnings)?;
+    let instances = decode_instances(id, &m, &argv, &cmd_stop, &proxy, port, &check_endpoint)?;
+    let pool = decode_pool(&m)?;
     Ok(ModelConfig {
+        instances,
+        pool,
         id: id.to_string(),
         argv,
         cmd_stop,
@@ -388,6 +392,121 @@ fn decode_model(
         ignore_websockets: compat.boolean("ignoreWebsockets")?.unwrap_or(false)
             || id == "comfyui_auto",
         capabilities,
+    })
+}
+
+/// The instances a model runs: one, or `replicas` of them with their own ports.
+fn decode_instances(
+    id: &str,
+    m: &MapReader<'_>,
+    argv: &[String],
+    cmd_stop: &Option<Vec<String>>,
+    proxy: &str,
+    port: Option<u16>,
+    check_endpoint: &Option<String>,
+) -> Result<Vec<InstanceSpec>, ConfigError> {
+    let Some(replicas) = m.get(super::expand::REPLICAS_KEY) else {
+        return Ok(vec![InstanceSpec {
+            id: id.to_string(),
+            argv: argv.to_vec(),
+            cmd_stop: cmd_stop.clone(),
+            proxy: proxy.to_string(),
+            port,
+            check_endpoint: check_endpoint.clone(),
+            slots: slots_from_argv(argv),
+        }]);
+    };
+    let Value::Seq(items) = &replicas.value else {
+        return Err(m.err("replicas", "internal: bad replica expansion"));
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let text = |key: &str| item.get(key).and_then(Node::scalar_text);
+        let argv = split_command(&text("cmd").unwrap_or_default()).map_err(|e| m.err("cmd", e))?;
+        let cmd_stop = match text("cmdStop") {
+            Some(s) if !s.trim().is_empty() => {
+                Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?)
+            }
+            _ => None,
+        };
+        let proxy = text("proxy").unwrap_or_default();
+        let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
+        let check_endpoint = check_endpoint.as_ref().map(|_| {
+            text("checkEndpoint")
+                .map(|p| {
+                    if p.starts_with('/') {
+                        p
+                    } else {
+                        format!("/{p}")
+                    }
+                })
+                .unwrap_or_else(|| "/health".into())
+        });
+        let slots = slots_from_argv(&argv);
+        out.push(InstanceSpec {
+            id: format!("{id}-{i}"),
+            argv,
+            cmd_stop,
+            proxy,
+            port,
+            check_endpoint,
+            slots,
+        });
+    }
+    Ok(out)
+}
+
+fn decode_pool(m: &MapReader<'_>) -> Result<PoolSettings, ConfigError> {
+    let defaults = PoolSettings::default();
+    let start_all = match m.string("startReplicas")?.as_deref() {
+        None | Some("on-demand") => false,
+        Some("all") => true,
+        Some(other) => {
+            return Err(m.err(
+                "startReplicas",
+                format!("must be on-demand or all, not {other:?}"),
+            ))
+        }
+    };
+    let depth = match m.int("queueDepth")? {
+        None => defaults.queue_depth,
+        Some(d) if d >= 0 => d as usize,
+        Some(_) => return Err(m.err("queueDepth", "must be 0 or more")),
+    };
+    let timeout = match m.int("queueTimeout")? {
+        None => defaults.queue_timeout,
+        Some(t) if t > 0 => secs(t),
+        Some(_) => return Err(m.err("queueTimeout", "must be a number of seconds above 0")),
+    };
+    let poll = match m.int("slotsPollInterval")? {
+        None => defaults.slots_poll,
+        Some(0) => None,
+        Some(t) if t > 0 => Some(secs(t)),
+        Some(_) => {
+            return Err(m.err(
+                "slotsPollInterval",
+                "must be 0 (off) or a number of seconds",
+            ))
+        }
+    };
+    Ok(PoolSettings {
+        start_all,
+        queue_depth: depth,
+        queue_timeout: timeout,
+        slots_poll: poll,
+    })
+}
+
+/// `-np N` / `--parallel N` in a llama-server command line.
+pub fn slots_from_argv(argv: &[String]) -> Option<usize> {
+    argv.iter().enumerate().find_map(|(i, a)| {
+        let value = match a.as_str() {
+            "-np" | "--parallel" => argv.get(i + 1).map(String::as_str),
+            _ => a
+                .strip_prefix("--parallel=")
+                .or_else(|| a.strip_prefix("-np=")),
+        }?;
+        value.parse::<usize>().ok().filter(|n| *n > 0)
     })
 }
 

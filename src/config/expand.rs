@@ -19,6 +19,9 @@ const IDENTITY_MAPS: &[&str] = &[
     "routing.router.settings.matrix",
 ];
 
+/// Where the expansion leaves each replica's own cmd, proxy and port for the decoder.
+pub const REPLICAS_KEY: &str = "__replicas";
+
 const RESERVED_MACROS: &[&str] = &["PID", "PORT", "MODEL_ID"];
 
 /// Reads, substitutes `${env.X}` and parses each source, then merges them in order.
@@ -365,16 +368,59 @@ fn resolve_model(
     substitute_by_id_keys(model, &list)?;
 
     let cmd_uses_port = matches!(model.get("cmd"), Some(Node { value: Value::Str(s), .. }) if s.contains("${PORT}"));
+    let replicas = match model.get("replicas").map(|n| &n.value) {
+        None | Some(Value::Null) => 1,
+        Some(Value::Int(n)) if (1..=64).contains(n) => *n,
+        Some(_) => {
+            let loc = model
+                .get("replicas")
+                .map_or(model.loc.clone(), |n| n.loc.clone());
+            return Err(ConfigError::at(
+                loc,
+                Some(format!("{scope}.replicas")),
+                "must be an integer from 1 to 64".into(),
+            ));
+        }
+    };
+    if replicas > 1 && !cmd_uses_port {
+        return Err(ConfigError::at(
+            model.loc.clone(),
+            Some(format!("{scope}.replicas")),
+            "replicas need ${PORT} in cmd: each replica listens on its own port".into(),
+        ));
+    }
     if cmd_uses_port {
-        if *next_port > 65535 {
+        if *next_port + replicas - 1 > 65535 {
             return Err(ConfigError::at(
                 model.loc.clone(),
                 Some(scope),
                 "ran out of ports above startPort".into(),
             ));
         }
+        if replicas > 1 {
+            let instances = (0..replicas)
+                .map(|i| {
+                    let port = Node::new(Value::Int(*next_port + i), model.loc.clone());
+                    let mut entries = vec![("port".to_string(), port.clone())];
+                    for key in ["cmd", "cmdStop", "proxy", "checkEndpoint"] {
+                        if let Some(n) = model.get(key) {
+                            let mut n = n.clone();
+                            substitute(&mut n, "PORT", &port);
+                            entries.push((key.to_string(), n));
+                        }
+                    }
+                    Node::new(Value::Map(entries), model.loc.clone())
+                })
+                .collect();
+            if let Value::Map(e) = &mut model.value {
+                e.push((
+                    REPLICAS_KEY.into(),
+                    Node::new(Value::Seq(instances), model.loc.clone()),
+                ));
+            }
+        }
         let port = Node::new(Value::Int(*next_port), model.loc.clone());
-        *next_port += 1;
+        *next_port += replicas;
         substitute(model, "PORT", &port);
         substitute_by_id_keys(model, &[("PORT".into(), port)])?;
     } else if let Some(proxy) = model.get("proxy") {

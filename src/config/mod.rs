@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use decode::slots_from_argv;
 pub use yaml::Loc;
 
 /// A config error that names where it is: file, line, column and key.
@@ -206,10 +207,51 @@ pub struct Config {
     pub fifo_priority: BTreeMap<String, i64>,
 }
 
+/// One process corral runs for a model: the model itself, or one of its replicas.
+#[derive(Debug, Clone)]
+pub struct InstanceSpec {
+    /// The model id, or `<model>-<n>` for replicas.
+    pub id: String,
+    pub argv: Vec<String>,
+    pub cmd_stop: Option<Vec<String>>,
+    pub proxy: String,
+    pub port: Option<u16>,
+    pub check_endpoint: Option<String>,
+    /// Parallel slots named on the command line (`-np`/`--parallel`).
+    pub slots: Option<usize>,
+}
+
+/// How requests wait for a free slot in a pool of replicas.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    /// Start every replica on the first request instead of one at a time as load needs them.
+    pub start_all: bool,
+    /// Requests that may wait for a slot; beyond it, 429.
+    pub queue_depth: usize,
+    /// How long a request may wait for a slot; beyond it, 503.
+    pub queue_timeout: Duration,
+    /// How often a ready replica's `/slots` is polled to see work that reached it another way.
+    pub slots_poll: Option<Duration>,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            start_all: false,
+            queue_depth: 64,
+            queue_timeout: Duration::from_secs(60),
+            slots_poll: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
 /// One `models.<id>` entry.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     pub id: String,
+    /// The processes this model runs: one, or one per replica.
+    pub instances: Vec<InstanceSpec>,
+    pub pool: PoolSettings,
     /// The command, split like a POSIX shell; run directly, never through a shell.
     pub argv: Vec<String>,
     /// `cmdStop`, split, with `${PID}` still in it.

@@ -1,16 +1,21 @@
-//! Every instance's state, and the one place that decides to start, stop or wait.
+//! Every instance's state, and the one place that decides to start, stop, pick or wait.
 //!
-//! Theory of operation: the state of all instances sits behind one mutex. A request calls
-//! [`Fleet::acquire`], which loops: under the lock it looks at the target and the swap rules, and
-//! either takes a lease (the target is ready and nothing conflicts), orders stops and a start, or
-//! waits for the next change. Decisions are made under the lock, so a model is started once however
-//! many requests arrive together, and an instance with admitted requests (waiting or in flight) is
-//! never chosen for eviction. Each started instance gets a task that owns its process for its whole
-//! life and publishes its phase changes back into the state.
+//! Theory of operation: the state of all instances and pools sits behind one mutex. A request calls
+//! [`Fleet::acquire`] with its [`Target`], which loops: under the lock it either takes a lease on a
+//! ready instance, orders stops and a start, or waits for the next change (a `Notify`). Because
+//! every decision is made under the lock, a model is started once however many requests arrive
+//! together, a pick and its slot reservation are one step, and an instance with admitted requests is
+//! never chosen for eviction. Each started instance gets a task ([`instance::run`]) that owns its
+//! process for its whole life and publishes phase changes back into the state.
+//!
+//! Pools (replicas of a role) keep a FIFO queue of tickets: a waiter may take a slot only while its
+//! position is below the number of free slots, so slots go out in arrival order.
 
+pub mod instance;
+pub mod pick;
 pub mod swap;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -18,75 +23,47 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 
-use crate::config::{Config, ModelConfig};
+pub use instance::{Phase, StopReason};
+
+use crate::catalog::{Catalog, Target};
+use crate::config::{Config, ModelConfig, PoolSettings};
 use crate::error::Error;
 use crate::logs::{LogRing, Logs};
 use crate::supervisor::sweep::StateFile;
-use crate::supervisor::{HealthClient, Process, ProcessSpec, Sinks, Spawner, StartError};
+use crate::supervisor::{HealthClient, ProcessSpec, Sinks, Spawner, StartError};
+use instance::Instance;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    Stopped,
-    Starting,
-    Ready,
-    Stopping,
+struct PoolState {
+    members: Vec<String>,
+    settings: PoolSettings,
+    queue: VecDeque<u64>,
 }
 
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Stopped => "stopped",
-            Phase::Starting => "starting",
-            Phase::Ready => "ready",
-            Phase::Stopping => "stopping",
-        }
-    }
+pub(crate) struct State {
+    instances: BTreeMap<String, Instance>,
+    pools: BTreeMap<String, PoolState>,
+    next_ticket: u64,
+    picks: u64,
 }
 
-/// Why an instance is told to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    Ttl,
-    Swap,
-    Unload,
-    Shutdown,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct StopOrder {
-    grace: Duration,
-    reason: StopReason,
-}
-
-struct Instance {
-    model: Arc<ModelConfig>,
-    spec: ProcessSpec,
-    logs: Arc<LogRing>,
-    phase: Phase,
-    /// Requests admitted for this instance: waiting for it or in flight on it.
-    reserved: usize,
-    in_flight: usize,
-    last_used: Instant,
-    /// Counts starts, so a waiter can tell that the start it waited for failed.
-    generation: u64,
-    last_error: Option<(u64, Arc<StartError>)>,
-    pid: Option<u32>,
-    stop: Option<watch::Sender<Option<StopOrder>>>,
-}
-
-/// One model's state, as `/running` and the events show it.
+/// One instance's state, as `/running` and the events show it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
+    pub instance: String,
     pub model: String,
+    pub pool: Option<String>,
     pub state: Phase,
     pub in_flight: usize,
+    pub slots: usize,
     pub pid: Option<u32>,
+    pub failures: u32,
+    pub circuit_open: bool,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: Arc<Config>,
-    state: Mutex<BTreeMap<String, Instance>>,
+    catalog: Arc<Catalog>,
+    state: Mutex<State>,
     changed: Notify,
     spawner: Spawner,
     health: HealthClient,
@@ -95,7 +72,7 @@ struct Inner {
     shutting_down: AtomicBool,
 }
 
-/// The models corral runs. Cheap to clone.
+/// The instances corral runs. Cheap to clone.
 #[derive(Clone)]
 pub struct Fleet {
     inner: Arc<Inner>,
@@ -108,41 +85,76 @@ impl Fleet {
         logs: Arc<Logs>,
         state_file: StateFile,
     ) -> Fleet {
-        let instances = config
-            .models
-            .values()
-            .map(|m| {
-                let spec = ProcessSpec {
-                    id: m.id.clone(),
-                    argv: m.argv.clone(),
+        let catalog = Arc::new(Catalog::new(&config));
+        let mut instances = BTreeMap::new();
+        for m in config.models.values() {
+            let model = Arc::new(m.clone());
+            for spec in &m.instances {
+                let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
+                let process = ProcessSpec {
+                    id: spec.id.clone(),
+                    argv: spec.argv.clone(),
+                    base: spec.proxy.clone(),
                     env: m.env.clone(),
-                    cmd_stop: m.cmd_stop.clone(),
-                    health_url: m.check_endpoint.as_ref().and_then(|p| {
-                        format!("{}{}", m.proxy.trim_end_matches('/'), p)
+                    cmd_stop: spec.cmd_stop.clone(),
+                    health_url: spec.check_endpoint.as_ref().and_then(|p| {
+                        format!("{}{}", spec.proxy.trim_end_matches('/'), p)
                             .parse()
                             .ok()
                     }),
                     load_timeout: config.health_check_timeout,
                 };
-                let instance = Instance {
-                    model: Arc::new(m.clone()),
-                    spec,
-                    logs: Arc::new(LogRing::default()),
-                    phase: Phase::Stopped,
-                    reserved: 0,
-                    in_flight: 0,
-                    last_used: Instant::now(),
-                    generation: 0,
-                    last_error: None,
-                    pid: None,
-                    stop: None,
-                };
-                (m.id.clone(), instance)
+                instances.insert(
+                    spec.id.clone(),
+                    Instance {
+                        id: spec.id.clone(),
+                        model: model.clone(),
+                        pool,
+                        spec: process,
+                        proxy: spec.proxy.clone(),
+                        logs: Arc::new(LogRing::default()),
+                        phase: Phase::Stopped,
+                        reserved: 0,
+                        in_flight: 0,
+                        external_busy: 0,
+                        slots: spec.slots.unwrap_or(m.concurrency_limit),
+                        last_used: Instant::now(),
+                        last_picked: 0,
+                        generation: 0,
+                        last_error: None,
+                        pid: None,
+                        stop: None,
+                        failures: 0,
+                        retry_at: None,
+                    },
+                );
+            }
+        }
+        let pools = catalog
+            .pools
+            .values()
+            .map(|p| {
+                let settings = config.models[&p.model].pool.clone();
+                (
+                    p.id.clone(),
+                    PoolState {
+                        members: p.members.clone(),
+                        settings,
+                        queue: VecDeque::new(),
+                    },
+                )
             })
             .collect();
+        let state = State {
+            instances,
+            pools,
+            next_ticket: 0,
+            picks: 0,
+        };
         let inner = Inner {
             config,
-            state: Mutex::new(instances),
+            catalog,
+            state: Mutex::new(state),
             changed: Notify::new(),
             spawner,
             health: HealthClient::default(),
@@ -159,13 +171,29 @@ impl Fleet {
         &self.inner.config
     }
 
-    /// The log ring of one model's process output.
-    pub fn model_logs(&self, id: &str) -> Option<Arc<LogRing>> {
-        self.inner.lock().get(id).map(|i| i.logs.clone())
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.inner.catalog
     }
 
-    /// Waits for a lease on a ready instance of model `id` (a configured id, not an alias).
-    pub async fn acquire(&self, id: &str) -> Result<Lease, Error> {
+    /// The log ring of one instance's process output (the first replica's for a replicated model).
+    pub fn instance_logs(&self, id: &str) -> Option<Arc<LogRing>> {
+        let state = self.inner.lock();
+        state
+            .instances
+            .get(id)
+            .or_else(|| state.instances.get(&format!("{id}-0")))
+            .map(|i| i.logs.clone())
+    }
+
+    /// Waits for a lease on a ready instance for `target`; `avoid` skips one pool member (a retry).
+    pub async fn acquire(&self, target: &Target, avoid: Option<&str>) -> Result<Lease, Error> {
+        match target {
+            Target::Instance(id) => self.acquire_instance(id).await,
+            Target::Pool(id) => self.acquire_pool(id, avoid).await,
+        }
+    }
+
+    async fn acquire_instance(&self, id: &str) -> Result<Lease, Error> {
         let reservation = self.reserve(id)?;
         let mut awaited: Option<u64> = None;
         loop {
@@ -173,50 +201,266 @@ impl Fleet {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut state = self.inner.lock();
-                if self.inner.shutting_down.load(Ordering::SeqCst) {
-                    return Err(Error::ShuttingDown(id.to_string()));
-                }
-                if let Some(err) = failed_start(&state[id], awaited) {
+                let mut st = self.inner.lock();
+                self.check_open(id)?;
+                let inst = &st.instances[id];
+                if let Some(err) = failed_start(inst, awaited) {
                     return Err(err);
                 }
-                let running: Vec<&str> = state
-                    .iter()
-                    .filter(|(_, i)| i.phase != Phase::Stopped)
-                    .map(|(k, _)| k.as_str())
-                    .collect();
-                let conflicts = swap::conflicts(&self.inner.config, id, running);
-                if state[id].phase == Phase::Ready && conflicts.is_empty() {
-                    let inst = state.get_mut(id).expect("known model");
-                    inst.in_flight += 1;
-                    return Ok(reservation.into_lease(inst.model.clone()));
+                if inst.phase == Phase::Stopped && inst.in_backoff() && awaited.is_none() {
+                    return Err(backoff_error(inst));
                 }
-                let busy = conflicts.iter().any(|c| state[c].reserved > 0);
-                if !busy {
-                    for c in &conflicts {
-                        let grace = self.inner.config.health_check_timeout;
-                        order_stop(
-                            state.get_mut(c).expect("known model"),
-                            grace,
-                            StopReason::Swap,
-                        );
+                match self.prepare(&mut st, id) {
+                    Prepared::Ready => {
+                        let inst = st.instances.get_mut(id).expect("known instance");
+                        inst.in_flight += 1;
+                        return Ok(reservation.into_lease());
                     }
-                    let all_stopped = conflicts.iter().all(|c| state[c].phase == Phase::Stopped);
-                    let inst = state.get_mut(id).expect("known model");
-                    match inst.phase {
-                        Phase::Stopped if all_stopped => awaited = Some(self.start(id, inst)),
-                        Phase::Starting if awaited.is_none() => awaited = Some(inst.generation),
-                        _ => {}
+                    Prepared::Started(generation) => awaited = Some(generation),
+                    Prepared::Starting(generation) if awaited.is_none() => {
+                        awaited = Some(generation)
                     }
+                    _ => {}
                 }
             }
             notified.await;
         }
     }
 
+    async fn acquire_pool(&self, pool: &str, avoid: Option<&str>) -> Result<Lease, Error> {
+        let ticket = {
+            let mut st = self.inner.lock();
+            let st = &mut *st;
+            let p = st.pools.get_mut(pool).ok_or(Error::UnknownModel)?;
+            if p.queue.len() >= p.settings.queue_depth.max(1) {
+                return Err(Error::Busy {
+                    status: 429,
+                    message: format!(
+                        "all replicas of {pool} are busy and its queue is full ({} waiting)",
+                        p.queue.len()
+                    ),
+                    retry_after: 1,
+                });
+            }
+            st.next_ticket += 1;
+            p.queue.push_back(st.next_ticket);
+            Ticket {
+                inner: self.inner.clone(),
+                pool: pool.to_string(),
+                id: st.next_ticket,
+            }
+        };
+        let timeout = self.inner.lock().pools[pool].settings.queue_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut awaited: HashMap<String, u64> = HashMap::new();
+        loop {
+            let notified = self.inner.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.inner.lock();
+                self.check_open(pool)?;
+                if let Some(lease) = self.try_pick(&mut st, pool, ticket.id, avoid) {
+                    return Ok(lease);
+                }
+                self.grow_pool(&mut st, pool, avoid, &mut awaited)?;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(Error::Busy {
+                        status: 503,
+                        message: format!("no replica of {pool} had a free slot within {}s", timeout.as_secs()),
+                        retry_after: 1,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Takes a slot for the ticket when its place in the queue is within the free slots.
+    fn try_pick(
+        &self,
+        st: &mut State,
+        pool: &str,
+        ticket: u64,
+        avoid: Option<&str>,
+    ) -> Option<Lease> {
+        let p = &st.pools[pool];
+        let position = p.queue.iter().position(|t| *t == ticket)?;
+        let members: Vec<&Instance> = p.members.iter().map(|m| &st.instances[m]).collect();
+        let candidates: Vec<pick::Candidate> = members
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.phase == Phase::Ready && Some(i.id.as_str()) != avoid)
+            .filter(|(_, i)| self.conflict_free(st, &i.id))
+            .map(|(index, i)| pick::Candidate {
+                index,
+                free: i.free_slots(),
+                last_picked: i.last_picked,
+            })
+            .collect();
+        let free: usize = candidates.iter().map(|c| c.free).sum();
+        if position >= free {
+            return None;
+        }
+        let chosen = members[pick::pick(&candidates)?].id.clone();
+        st.picks += 1;
+        let picks = st.picks;
+        let inst = st.instances.get_mut(&chosen).expect("member");
+        inst.in_flight += 1;
+        inst.last_picked = picks;
+        st.pools
+            .get_mut(pool)
+            .expect("pool")
+            .queue
+            .retain(|t| *t != ticket);
+        Some(Lease {
+            inner: self.inner.clone(),
+            id: chosen,
+            direct: false,
+        })
+    }
+
+    /// Starts replicas when waiting requests exceed the slots on their way; fails when none can serve.
+    fn grow_pool(
+        &self,
+        st: &mut State,
+        pool: &str,
+        avoid: Option<&str>,
+        awaited: &mut HashMap<String, u64>,
+    ) -> Result<(), Error> {
+        let p = &st.pools[pool];
+        let members = p.members.clone();
+        let waiting = p.queue.len();
+        let start_all = p.settings.start_all;
+        let mut failed = Vec::new();
+        for m in &members {
+            let inst = &st.instances[m];
+            if let Some(err) = awaited.get(m).and_then(|g| failed_start(inst, Some(*g))) {
+                failed.push((m.clone(), err));
+            }
+        }
+        let usable =
+            |i: &Instance| Some(i.id.as_str()) != avoid && !failed.iter().any(|(f, _)| *f == i.id);
+        let ready_free: usize = members
+            .iter()
+            .map(|m| &st.instances[m])
+            .filter(|i| i.phase == Phase::Ready && usable(i))
+            .map(|i| i.free_slots())
+            .sum();
+        let coming: usize = members
+            .iter()
+            .map(|m| &st.instances[m])
+            .filter(|i| i.phase == Phase::Starting)
+            .map(|i| i.slots)
+            .sum();
+        let alive = members.iter().map(|m| &st.instances[m]).any(|i| {
+            matches!(i.phase, Phase::Ready | Phase::Starting | Phase::Stopping) && usable(i)
+        });
+        let startable: Vec<String> = members
+            .iter()
+            .filter(|m| {
+                let i = &st.instances[*m];
+                i.phase == Phase::Stopped && !i.in_backoff() && usable(i)
+            })
+            .cloned()
+            .collect();
+        if !alive && startable.is_empty() {
+            let reason = failed.first().map(|(_, e)| e.to_string()).or_else(|| {
+                members
+                    .iter()
+                    .map(|m| &st.instances[m])
+                    .find(|i| i.in_backoff())
+                    .map(|i| backoff_error(i).to_string())
+            });
+            return Err(match reason {
+                Some(r) => Error::Busy {
+                    status: 503,
+                    message: format!("no replica of {pool} can serve: {r}"),
+                    retry_after: 1,
+                },
+                None => Error::Busy {
+                    status: 503,
+                    message: format!("no replica of {pool} can serve"),
+                    retry_after: 1,
+                },
+            });
+        }
+        let demand = waiting.saturating_sub(ready_free);
+        if demand == 0 && alive {
+            return Ok(());
+        }
+        let mut capacity = coming;
+        for m in startable {
+            if !start_all && capacity >= demand && alive {
+                break;
+            }
+            if let Prepared::Started(g) = self.prepare(st, &m) {
+                awaited.insert(m.clone(), g);
+                capacity += st.instances[&m].slots;
+            }
+            if !start_all && capacity >= demand.max(1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Under the lock: is `id` ready with nothing to evict, or what must happen first.
+    fn prepare(&self, st: &mut State, id: &str) -> Prepared {
+        let running: Vec<&str> = st
+            .instances
+            .iter()
+            .filter(|(_, i)| i.phase != Phase::Stopped)
+            .map(|(k, _)| k.as_str())
+            .collect();
+        let conflicts = swap::conflicts(&self.inner.config, &self.inner.catalog, id, running);
+        let phase = st.instances[id].phase;
+        if phase == Phase::Ready && conflicts.is_empty() {
+            return Prepared::Ready;
+        }
+        if conflicts.iter().any(|c| busy(st, c)) {
+            return Prepared::Blocked;
+        }
+        let grace = self.inner.config.health_check_timeout;
+        for c in &conflicts {
+            st.instances
+                .get_mut(c)
+                .expect("known")
+                .order_stop(grace, StopReason::Swap);
+        }
+        let all_stopped = conflicts
+            .iter()
+            .all(|c| st.instances[c].phase == Phase::Stopped);
+        let inst = &st.instances[id];
+        match phase {
+            Phase::Stopped if all_stopped => Prepared::Started(self.start(st, id)),
+            Phase::Starting => Prepared::Starting(inst.generation),
+            _ => Prepared::Waiting,
+        }
+    }
+
+    /// True when `id` could be served without evicting anything.
+    fn conflict_free(&self, st: &State, id: &str) -> bool {
+        let running = st
+            .instances
+            .iter()
+            .filter(|(_, i)| i.phase != Phase::Stopped)
+            .map(|(k, _)| k.as_str());
+        swap::conflicts(&self.inner.config, &self.inner.catalog, id, running).is_empty()
+    }
+
+    fn check_open(&self, what: &str) -> Result<(), Error> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown(what.to_string()));
+        }
+        Ok(())
+    }
+
     fn reserve(&self, id: &str) -> Result<Reservation, Error> {
-        let mut state = self.inner.lock();
-        let inst = state.get_mut(id).ok_or(Error::UnknownModel)?;
+        let mut st = self.inner.lock();
+        let inst = st.instances.get_mut(id).ok_or(Error::UnknownModel)?;
         if inst.reserved >= inst.model.concurrency_limit {
             return Err(Error::ConcurrencyLimit);
         }
@@ -229,43 +473,56 @@ impl Fleet {
     }
 
     /// Marks the instance starting and hands its life to a task. Returns the new generation.
-    fn start(&self, id: &str, inst: &mut Instance) -> u64 {
+    fn start(&self, st: &mut State, id: &str) -> u64 {
+        let inst = st.instances.get_mut(id).expect("known instance");
         inst.generation += 1;
         inst.phase = Phase::Starting;
         let (tx, rx) = watch::channel(None);
         inst.stop = Some(tx);
-        let generation = inst.generation;
-        let spec = inst.spec.clone();
         let sinks = Sinks {
             model: inst.logs.clone(),
             logs: self.inner.logs.clone(),
             upstream_to_stdout: self.inner.config.log_to_stdout.upstream(),
         };
-        tracing::info!(model = id, "starting: {}", spec.argv.join(" "));
-        tokio::spawn(run_instance(
+        let poll = inst.pool.as_ref().and(inst.model.pool.slots_poll);
+        tracing::info!(instance = id, "starting: {}", inst.spec.argv.join(" "));
+        tokio::spawn(instance::run(
             self.inner.clone(),
-            spec,
+            inst.spec.clone(),
             sinks,
-            generation,
+            inst.generation,
             rx,
+            poll,
         ));
         self.inner.changed.notify_waiters();
-        generation
+        inst.generation
     }
 
-    /// Stops the given models (all when `None`) with their unload timeouts and waits until they are stopped.
-    pub async fn unload(&self, ids: Option<&[String]>) {
+    /// A pool member that could not be reached: stop it and count the failure, so the pool avoids it.
+    pub fn report_unreachable(&self, id: &str) {
+        let mut st = self.inner.lock();
+        if let Some(inst) = st.instances.get_mut(id) {
+            tracing::warn!(instance = id, "unreachable; taking it out of its pool");
+            inst.order_stop(Duration::from_secs(1), StopReason::Broken);
+        }
+        drop(st);
+        self.inner.changed.notify_waiters();
+    }
+
+    /// Stops the given models' instances (all when `None`) and waits until they are stopped.
+    pub async fn unload(&self, models: Option<&[String]>) {
         let targets: Vec<String> = {
-            let mut state = self.inner.lock();
-            let targets: Vec<String> = state
-                .keys()
-                .filter(|k| ids.is_none_or(|ids| ids.contains(k)))
-                .cloned()
+            let mut st = self.inner.lock();
+            let targets: Vec<String> = st
+                .instances
+                .values()
+                .filter(|i| models.is_none_or(|ms| ms.contains(&i.model.id) || ms.contains(&i.id)))
+                .map(|i| i.id.clone())
                 .collect();
             for id in &targets {
-                let inst = state.get_mut(id).expect("listed model");
+                let inst = st.instances.get_mut(id).expect("listed");
                 let grace = inst.model.unload_timeout;
-                order_stop(inst, grace, StopReason::Unload);
+                inst.order_stop(grace, StopReason::Unload);
             }
             targets
         };
@@ -276,12 +533,12 @@ impl Fleet {
     pub async fn shutdown(&self) {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let all: Vec<String> = {
-            let mut state = self.inner.lock();
-            for inst in state.values_mut() {
+            let mut st = self.inner.lock();
+            for inst in st.instances.values_mut() {
                 let grace = inst.model.unload_timeout;
-                order_stop(inst, grace, StopReason::Shutdown);
+                inst.order_stop(grace, StopReason::Shutdown);
             }
-            state.keys().cloned().collect()
+            st.instances.keys().cloned().collect()
         };
         self.inner.changed.notify_waiters();
         self.wait_stopped(&all).await;
@@ -289,7 +546,7 @@ impl Fleet {
 
     /// SIGKILLs every process group at once (a second shutdown signal).
     pub fn kill_all(&self) {
-        for inst in self.inner.lock().values() {
+        for inst in self.inner.lock().instances.values() {
             if let Some(pid) = inst.pid {
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(pid as i32),
@@ -306,7 +563,7 @@ impl Fleet {
             notified.as_mut().enable();
             if ids
                 .iter()
-                .all(|id| self.inner.lock()[id].phase == Phase::Stopped)
+                .all(|id| self.inner.lock().instances[id].phase == Phase::Stopped)
             {
                 return;
             }
@@ -314,22 +571,29 @@ impl Fleet {
         }
     }
 
-    /// Unloads ready models idle for longer than their TTL. Runs until the fleet is dropped.
+    /// Unloads ready instances idle for longer than their TTL. Runs until aborted.
     pub async fn run_ttl(self) {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tick.tick().await;
-            let mut state = self.inner.lock();
-            for (id, inst) in state.iter_mut() {
+            let mut st = self.inner.lock();
+            let st = &mut *st;
+            for inst in st.instances.values_mut() {
                 let Some(ttl) = inst.model.ttl else { continue };
+                let queued = inst
+                    .pool
+                    .as_ref()
+                    .is_some_and(|p| !st.pools[p].queue.is_empty());
                 if inst.phase == Phase::Ready
                     && inst.reserved == 0
+                    && inst.in_flight == 0
+                    && !queued
                     && inst.last_used.elapsed() >= ttl
                 {
-                    tracing::info!(model = %id, "Unloading model, TTL of {}s reached", ttl.as_secs());
+                    tracing::info!(instance = %inst.id, "Unloading model, TTL of {}s reached", ttl.as_secs());
                     let grace = inst.model.unload_timeout;
-                    order_stop(inst, grace, StopReason::Ttl);
+                    inst.order_stop(grace, StopReason::Ttl);
                 }
             }
         }
@@ -338,31 +602,74 @@ impl Fleet {
     pub fn snapshot(&self) -> Vec<Snapshot> {
         self.inner
             .lock()
-            .iter()
-            .map(|(id, i)| Snapshot {
-                model: id.clone(),
+            .instances
+            .values()
+            .map(|i| Snapshot {
+                instance: i.id.clone(),
+                model: i.model.id.clone(),
+                pool: i.pool.clone(),
                 state: i.phase,
                 in_flight: i.in_flight,
+                slots: i.slots,
                 pid: i.pid,
+                failures: i.failures,
+                circuit_open: i.circuit_open(),
             })
             .collect()
     }
 
-    pub fn phase(&self, id: &str) -> Option<Phase> {
-        self.inner.lock().get(id).map(|i| i.phase)
+    /// Requests waiting in each pool's queue.
+    pub fn queue_depths(&self) -> BTreeMap<String, usize> {
+        self.inner
+            .lock()
+            .pools
+            .iter()
+            .map(|(k, p)| (k.clone(), p.queue.len()))
+            .collect()
     }
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Instance>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
+enum Prepared {
+    Ready,
+    Started(u64),
+    Starting(u64),
+    Waiting,
+    Blocked,
+}
 
-    fn update(&self, id: &str, f: impl FnOnce(&mut Instance)) {
-        if let Some(inst) = self.lock().get_mut(id) {
-            f(inst);
-        }
-        self.changed.notify_waiters();
+/// An instance that must not be evicted: it has requests in flight or waiting for it.
+fn busy(st: &State, id: &str) -> bool {
+    let i = &st.instances[id];
+    let pool_waiting = i
+        .pool
+        .as_ref()
+        .is_some_and(|p| !st.pools[p].queue.is_empty());
+    i.in_flight > 0
+        || i.reserved > 0
+        || (pool_waiting && matches!(i.phase, Phase::Starting | Phase::Ready))
+}
+
+fn backoff_error(inst: &Instance) -> Error {
+    let wait = inst.retry_at.map_or(0, |t| {
+        t.saturating_duration_since(Instant::now()).as_secs() + 1
+    });
+    let last = inst
+        .last_error
+        .as_ref()
+        .map(|(_, e)| format!("; last error: {e}"))
+        .unwrap_or_default();
+    let what = if inst.circuit_open() {
+        "circuit open"
+    } else {
+        "backing off"
+    };
+    Error::Busy {
+        status: 503,
+        message: format!(
+            "{} failed {} times in a row ({what}, next start in {wait}s){last}",
+            inst.id, inst.failures
+        ),
+        retry_after: wait.max(1),
     }
 }
 
@@ -379,90 +686,20 @@ fn failed_start(inst: &Instance, awaited: Option<u64>) -> Option<Error> {
     }
 }
 
-fn order_stop(inst: &mut Instance, grace: Duration, reason: StopReason) {
-    if matches!(inst.phase, Phase::Starting | Phase::Ready) {
-        if let Some(stop) = &inst.stop {
-            if stop.borrow().is_none() {
-                let _ = stop.send(Some(StopOrder { grace, reason }));
-            }
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn update(&self, id: &str, f: impl FnOnce(&mut Instance)) {
+        if let Some(inst) = self.lock().instances.get_mut(id) {
+            f(inst);
         }
+        self.changed.notify_waiters();
     }
 }
 
-/// Owns one started process from spawn to reap.
-async fn run_instance(
-    inner: Arc<Inner>,
-    spec: ProcessSpec,
-    sinks: Sinks,
-    generation: u64,
-    mut stop: watch::Receiver<Option<StopOrder>>,
-) {
-    let id = spec.id.clone();
-    let started = Instant::now();
-    let fail = |err: StartError| {
-        tracing::warn!(model = %id, "start failed: {err}");
-        inner.update(&id, |i| {
-            i.phase = Phase::Stopped;
-            i.pid = None;
-            i.stop = None;
-            i.last_error = Some((generation, Arc::new(err)));
-        });
-    };
-    let process =
-        match Process::spawn(&inner.spawner, &spec, sinks, &inner.state_file.marker()).await {
-            Ok(p) => p,
-            Err(e) => return fail(e),
-        };
-    inner.state_file.record(process.pid);
-    inner.update(&id, |i| i.pid = Some(process.pid));
-    let ready = tokio::select! {
-        r = process.wait_ready(&spec, &inner.health) => r,
-        order = next_order(&mut stop) => {
-            process.stop(&spec, order.grace, &inner.spawner).await;
-            Err(StartError::Aborted)
-        }
-    };
-    if let Err(e) = ready {
-        process
-            .stop(&spec, Duration::from_secs(5), &inner.spawner)
-            .await;
-        return fail(e);
-    }
-    tracing::info!(model = %id, "ready in {:.2}s", started.elapsed().as_secs_f64());
-    inner.update(&id, |i| {
-        i.phase = Phase::Ready;
-        i.last_used = Instant::now();
-    });
-    tokio::select! {
-        status = process.exited() => {
-            tracing::warn!(model = %id, "upstream process exited unexpectedly ({status})");
-            process.stop(&spec, Duration::ZERO, &inner.spawner).await;
-        }
-        order = next_order(&mut stop) => {
-            inner.update(&id, |i| i.phase = Phase::Stopping);
-            tracing::info!(model = %id, "stopping ({:?})", order.reason);
-            process.stop(&spec, order.grace, &inner.spawner).await;
-        }
-    }
-    inner.update(&id, |i| {
-        i.phase = Phase::Stopped;
-        i.pid = None;
-        i.stop = None;
-    });
-}
-
-async fn next_order(stop: &mut watch::Receiver<Option<StopOrder>>) -> StopOrder {
-    loop {
-        if let Some(order) = *stop.borrow_and_update() {
-            return order;
-        }
-        if stop.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// An admitted request that has no instance yet; dropping it gives the admission back.
+/// A direct request admitted for an instance that has no lease yet.
 struct Reservation {
     inner: Arc<Inner>,
     id: String,
@@ -470,12 +707,12 @@ struct Reservation {
 }
 
 impl Reservation {
-    fn into_lease(mut self, model: Arc<ModelConfig>) -> Lease {
+    fn into_lease(mut self) -> Lease {
         self.done = true;
         Lease {
             inner: self.inner.clone(),
             id: std::mem::take(&mut self.id),
-            model,
+            direct: true,
         }
     }
 }
@@ -488,25 +725,56 @@ impl Drop for Reservation {
     }
 }
 
+/// A place in a pool's queue; dropping it (the client left) removes it at once.
+struct Ticket {
+    inner: Arc<Inner>,
+    pool: String,
+    id: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut st = self.inner.lock();
+        if let Some(p) = st.pools.get_mut(&self.pool) {
+            p.queue.retain(|t| *t != self.id);
+        }
+        drop(st);
+        self.inner.changed.notify_waiters();
+    }
+}
+
 /// A request's hold on a ready instance. It lives in the response body, so the instance counts as
 /// busy until the last byte is sent or the client goes away.
 pub struct Lease {
     inner: Arc<Inner>,
     id: String,
-    pub model: Arc<ModelConfig>,
+    direct: bool,
 }
 
 impl Lease {
+    /// The instance id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    pub fn model(&self) -> Arc<ModelConfig> {
+        self.inner.lock().instances[&self.id].model.clone()
+    }
+
+    /// The instance's base URL.
+    pub fn proxy(&self) -> String {
+        self.inner.lock().instances[&self.id].proxy.clone()
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        let direct = self.direct;
         self.inner.update(&self.id, |i| {
             i.in_flight -= 1;
-            i.reserved -= 1;
+            if direct {
+                i.reserved -= 1;
+            }
             i.last_used = Instant::now();
         });
     }

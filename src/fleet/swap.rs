@@ -1,22 +1,34 @@
-//! The group swap rules (llama-swap §1.4) as a pure function.
+//! The group swap rules (llama-swap §1.4) as a pure function over instances.
 
+use crate::catalog::Catalog;
 use crate::config::Config;
 
-/// Which running models must stop before `target` may run.
+/// Which running instances must stop before `target` may run.
 ///
-/// A member of the target's own group is evicted when that group swaps; a member of another group is
-/// evicted when the target's group is exclusive and the other group is not persistent.
+/// Replicas of one model, and members of one pool, never conflict. Otherwise a member of the
+/// target's own group is evicted when that group swaps, and a member of another group is evicted
+/// when the target's group is exclusive and the other group is not persistent.
 pub fn conflicts<'a>(
     config: &Config,
+    catalog: &Catalog,
     target: &str,
     running: impl IntoIterator<Item = &'a str>,
 ) -> Vec<String> {
-    let g = config.group_of(target);
+    let (Some(tm), Some(tref)) = (catalog.model_of(target), catalog.instances.get(target)) else {
+        return Vec::new();
+    };
+    let g = config.group_of(tm);
     running
         .into_iter()
-        .filter(|m| *m != target)
-        .filter(|m| {
-            let h = config.group_of(m);
+        .filter(|other| *other != target)
+        .filter(|other| {
+            let Some(oref) = catalog.instances.get(*other) else {
+                return false;
+            };
+            if oref.model == tref.model || (oref.pool.is_some() && oref.pool == tref.pool) {
+                return false;
+            }
+            let h = config.group_of(&oref.model);
             if h.id == g.id {
                 g.swap
             } else {
@@ -31,48 +43,60 @@ pub fn conflicts<'a>(
 mod tests {
     use super::*;
 
-    fn config(yaml: &str) -> Config {
-        crate::config::load_str("t.yaml", yaml, &|_| None)
+    fn setup(yaml: &str) -> (Config, Catalog) {
+        let c = crate::config::load_str("t.yaml", yaml, &|_| None)
             .unwrap()
-            .config
+            .config;
+        let cat = Catalog::new(&c);
+        (c, cat)
     }
 
     const MODELS: &str = "models:\n  a: {cmd: x, proxy: 'http://h:1'}\n  b: {cmd: x, proxy: 'http://h:1'}\n  c: {cmd: x, proxy: 'http://h:1'}\n  d: {cmd: x, proxy: 'http://h:1'}\n";
 
     #[test]
     fn default_group_runs_one_model_at_a_time() {
-        let c = config(MODELS);
-        assert_eq!(conflicts(&c, "a", ["b", "c"]), vec!["b", "c"]);
-        assert!(conflicts(&c, "a", ["a"]).is_empty());
+        let (c, cat) = setup(MODELS);
+        assert_eq!(conflicts(&c, &cat, "a", ["b", "c"]), vec!["b", "c"]);
+        assert!(conflicts(&c, &cat, "a", ["a"]).is_empty());
     }
 
     #[test]
     fn non_swapping_group_keeps_its_members_together() {
-        let c = config(&format!(
+        let (c, cat) = setup(&format!(
             "{MODELS}groups:\n  g: {{swap: false, members: [a, b]}}\n"
         ));
-        assert!(conflicts(&c, "a", ["b"]).is_empty());
-        // exclusive (the default) still evicts other groups, here the implicit default group
-        assert_eq!(conflicts(&c, "a", ["b", "c"]), vec!["c"]);
+        assert!(conflicts(&c, &cat, "a", ["b"]).is_empty());
+        assert_eq!(conflicts(&c, &cat, "a", ["b", "c"]), vec!["c"]);
     }
 
     #[test]
     fn persistent_groups_survive_other_groups() {
-        let c = config(&format!(
+        let (c, cat) = setup(&format!(
             "{MODELS}groups:\n  p: {{persistent: true, members: [a]}}\n  x: {{members: [b, c]}}\n"
         ));
-        assert!(conflicts(&c, "b", ["a"]).is_empty());
-        assert_eq!(conflicts(&c, "b", ["a", "c"]), vec!["c"]);
-        // the default group (d) is exclusive: it evicts x but not the persistent p
-        assert_eq!(conflicts(&c, "d", ["a", "b"]), vec!["b"]);
+        assert!(conflicts(&c, &cat, "b", ["a"]).is_empty());
+        assert_eq!(conflicts(&c, &cat, "b", ["a", "c"]), vec!["c"]);
+        assert_eq!(conflicts(&c, &cat, "d", ["a", "b"]), vec!["b"]);
     }
 
     #[test]
     fn non_exclusive_group_never_evicts_outside() {
-        let c = config(&format!(
+        let (c, cat) = setup(&format!(
             "{MODELS}groups:\n  n: {{exclusive: false, members: [a]}}\n"
         ));
-        assert!(conflicts(&c, "a", ["b"]).is_empty());
-        assert_eq!(conflicts(&c, "b", ["a"]), vec!["a"]);
+        assert!(conflicts(&c, &cat, "a", ["b"]).is_empty());
+        assert_eq!(conflicts(&c, &cat, "b", ["a"]), vec!["a"]);
+    }
+
+    #[test]
+    fn replicas_and_pool_members_never_evict_each_other() {
+        let (c, cat) = setup("models:\n  r: {cmd: 'x --port ${PORT}', replicas: 2}\n  e-0: {cmd: 'x --port ${PORT}'}\n  e-1: {cmd: 'x --port ${PORT}'}\n");
+        assert!(conflicts(&c, &cat, "r-0", ["r-1"]).is_empty());
+        assert!(conflicts(&c, &cat, "e-0", ["e-1"]).is_empty());
+        assert_eq!(
+            conflicts(&c, &cat, "e-0", ["r-0", "r-1", "e-1"]),
+            vec!["r-0", "r-1"],
+            "a swap evicts a whole pool"
+        );
     }
 }

@@ -30,6 +30,8 @@ use crate::logs::{LogRing, Logs};
 pub struct ProcessSpec {
     pub id: String,
     pub argv: Vec<String>,
+    /// The engine's base URL (`proxy`).
+    pub base: String,
     pub env: Vec<(String, String)>,
     pub cmd_stop: Option<Vec<String>>,
     /// Full URL polled for readiness; `None` means ready once spawned.
@@ -276,6 +278,58 @@ impl Default for HealthClient {
 }
 
 impl HealthClient {
+    async fn get_json(&self, url: String) -> Option<(http::StatusCode, serde_json::Value)> {
+        let fut = async {
+            let resp = self.client.get(url.parse().ok()?).await.ok()?;
+            let status = resp.status();
+            let body = resp.into_body().collect().await.ok()?.to_bytes();
+            Some((
+                status,
+                serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+            ))
+        };
+        tokio::time::timeout(Duration::from_secs(2), fut)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Slots the engine reports: `/props` `total_slots`, else the length of `/slots`.
+    pub async fn total_slots(&self, spec: &ProcessSpec) -> Option<usize> {
+        let base = spec.base.trim_end_matches('/');
+        if let Some((status, v)) = self.get_json(format!("{base}/props")).await {
+            if let Some(n) = v
+                .get("total_slots")
+                .and_then(|n| n.as_u64())
+                .filter(|n| status.is_success() && *n > 0)
+            {
+                return Some(n as usize);
+            }
+        }
+        let (status, v) = self.get_json(format!("{base}/slots")).await?;
+        v.as_array()
+            .filter(|a| status.is_success() && !a.is_empty())
+            .map(|a| a.len())
+    }
+
+    /// How many of the engine's slots are processing, from `/slots`; `None` when it has no such route.
+    pub async fn slots_processing(&self, spec: &ProcessSpec) -> Option<usize> {
+        let (status, v) = self
+            .get_json(format!("{}/slots", spec.base.trim_end_matches('/')))
+            .await?;
+        let slots = v.as_array().filter(|_| status.is_success())?;
+        Some(
+            slots
+                .iter()
+                .filter(|s| {
+                    s.get("is_processing")
+                        .and_then(|p| p.as_bool())
+                        .unwrap_or(false)
+                })
+                .count(),
+        )
+    }
+
     /// True when the URL answers 200 within two seconds.
     pub async fn probe(&self, url: &http::Uri) -> bool {
         let fut = async {

@@ -1,0 +1,152 @@
+//! What the suite reads from /proc: CPU time, resident memory, children, open TCP connections.
+
+use std::collections::BTreeSet;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Wall-clock milliseconds since the epoch, the clock of the fake engine's events file.
+pub fn unix_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0)
+}
+
+pub fn clk_tck() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// utime + stime of a whole process (all its threads), in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime is field 14, stime field 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Sum of cpu_ticks over pids, in microseconds.
+pub fn cpu_us(pids: &[u32]) -> f64 {
+    let ticks: u64 = pids.iter().filter_map(|p| cpu_ticks(*p)).sum();
+    ticks as f64 * 1e6 / clk_tck() as f64
+}
+
+/// VmRSS in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+pub fn rss_sum_kib(pids: &[u32]) -> u64 {
+    pids.iter().filter_map(|p| rss_kib(*p)).sum()
+}
+
+/// Direct children of a process (over all its threads).
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = BTreeSet::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+pub fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// TCP sockets in ESTABLISHED state whose local port is `port`: the server side of every open
+/// connection to a listener on that port. When a proxy closes its upstream connection, the
+/// engine's side leaves ESTABLISHED (for CLOSE_WAIT) at once, whether or not the engine noticed.
+pub fn established_on_port(port: u16) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let mut f = line.split_whitespace();
+            let (Some(_sl), Some(local), Some(_remote), Some(state)) =
+                (f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            let local_port = local
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && state == "01" {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Raises the soft open-file limit to the hard limit; returns the new soft limit.
+pub fn raise_nofile() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+    }
+    r.rlim_cur as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        assert!(cpu_ticks(me).is_some());
+        assert!(rss_kib(me).unwrap() > 0);
+        assert!(!cmdline(me).is_empty());
+    }
+
+    #[test]
+    fn counts_a_loopback_connection() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _s = l.accept().unwrap();
+        assert_eq!(established_on_port(port), 1);
+    }
+}

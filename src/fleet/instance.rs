@@ -1,0 +1,271 @@
+//! One instance's state, and the task that owns its process from spawn to reap.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::Inner;
+use crate::config::ModelConfig;
+use crate::logs::LogRing;
+use crate::supervisor::{Process, ProcessSpec, Sinks, StartError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Stopped,
+    Starting,
+    Ready,
+    Stopping,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Stopped => "stopped",
+            Phase::Starting => "starting",
+            Phase::Ready => "ready",
+            Phase::Stopping => "stopping",
+        }
+    }
+}
+
+/// Why an instance is told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Ttl,
+    Swap,
+    Unload,
+    Shutdown,
+    Broken,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StopOrder {
+    pub grace: Duration,
+    pub reason: StopReason,
+}
+
+/// A process that ran shorter than this before it failed counts towards the crash loop.
+const STABLE_UPTIME: Duration = Duration::from_secs(60);
+/// Consecutive failures at which an instance is held out for [`CIRCUIT_HOLD`].
+pub const CIRCUIT_FAILURES: u32 = 5;
+const CIRCUIT_HOLD: Duration = Duration::from_secs(60);
+
+/// How long to wait before starting again after `failures` failures in a row: nothing after the
+/// first (a fix may already be in place), then 1 s doubling up to 32 s, then the circuit opens.
+pub fn backoff(failures: u32) -> Option<Duration> {
+    match failures {
+        0 | 1 => None,
+        n if n >= CIRCUIT_FAILURES => Some(CIRCUIT_HOLD),
+        n => Some(Duration::from_secs(1 << (n - 2).min(5))),
+    }
+}
+
+pub struct Instance {
+    pub id: String,
+    pub model: Arc<ModelConfig>,
+    pub pool: Option<String>,
+    pub spec: ProcessSpec,
+    pub proxy: String,
+    pub logs: Arc<LogRing>,
+    pub phase: Phase,
+    /// Direct requests admitted for this instance (waiting or in flight), for `concurrencyLimit`.
+    pub reserved: usize,
+    /// Requests in flight here, direct or from the pool.
+    pub in_flight: usize,
+    /// Work the engine reports that did not come through corral (from `/slots`).
+    pub external_busy: usize,
+    pub slots: usize,
+    pub last_used: Instant,
+    pub last_picked: u64,
+    pub generation: u64,
+    pub last_error: Option<(u64, Arc<StartError>)>,
+    pub pid: Option<u32>,
+    pub stop: Option<watch::Sender<Option<StopOrder>>>,
+    pub failures: u32,
+    pub retry_at: Option<Instant>,
+}
+
+impl Instance {
+    pub fn free_slots(&self) -> usize {
+        self.slots
+            .saturating_sub(self.in_flight + self.external_busy)
+    }
+
+    pub fn in_backoff(&self) -> bool {
+        self.retry_at.is_some_and(|t| t > Instant::now())
+    }
+
+    pub fn circuit_open(&self) -> bool {
+        self.failures >= CIRCUIT_FAILURES && self.in_backoff()
+    }
+
+    /// Records a failure and sets the time before the next start.
+    pub fn record_failure(&mut self, uptime: Option<Duration>) {
+        if uptime.is_some_and(|u| u >= STABLE_UPTIME) {
+            self.failures = 0;
+        }
+        self.failures += 1;
+        self.retry_at = backoff(self.failures).map(|d| Instant::now() + d);
+    }
+
+    pub fn order_stop(&mut self, grace: Duration, reason: StopReason) {
+        if matches!(self.phase, Phase::Starting | Phase::Ready) {
+            if let Some(stop) = &self.stop {
+                if stop.borrow().is_none() {
+                    let _ = stop.send(Some(StopOrder { grace, reason }));
+                }
+            }
+        }
+    }
+}
+
+/// Owns one started process from spawn to reap, publishing each phase change.
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    spec: ProcessSpec,
+    sinks: Sinks,
+    generation: u64,
+    mut stop: watch::Receiver<Option<StopOrder>>,
+    slots_poll: Option<Duration>,
+) {
+    let id = spec.id.clone();
+    let started = Instant::now();
+    let fail = |err: StartError, counts: bool| {
+        tracing::warn!(instance = %id, "start failed: {err}");
+        inner.update(&id, |i| {
+            i.phase = Phase::Stopped;
+            i.pid = None;
+            i.stop = None;
+            if counts {
+                i.record_failure(None);
+            }
+            i.last_error = Some((generation, Arc::new(err)));
+        });
+    };
+    let process =
+        match Process::spawn(&inner.spawner, &spec, sinks, &inner.state_file.marker()).await {
+            Ok(p) => p,
+            Err(e) => return fail(e, true),
+        };
+    inner.state_file.record(process.pid);
+    inner.update(&id, |i| i.pid = Some(process.pid));
+    let ready = tokio::select! {
+        r = process.wait_ready(&spec, &inner.health) => r,
+        order = next_order(&mut stop) => {
+            process.stop(&spec, order.grace, &inner.spawner).await;
+            Err(StartError::Aborted)
+        }
+    };
+    if let Err(e) = ready {
+        let counts = !matches!(e, StartError::Aborted);
+        process
+            .stop(&spec, Duration::from_secs(5), &inner.spawner)
+            .await;
+        return fail(e, counts);
+    }
+    let ready_at = Instant::now();
+    tracing::info!(instance = %id, "ready in {:.2}s", started.elapsed().as_secs_f64());
+    let reported_slots = match &spec.health_url {
+        Some(_)
+            if inner
+                .lock()
+                .instances
+                .get(&id)
+                .is_some_and(|i| i.spec_slots_unknown()) =>
+        {
+            inner.health.total_slots(&spec).await
+        }
+        _ => None,
+    };
+    inner.update(&id, |i| {
+        i.phase = Phase::Ready;
+        i.last_used = Instant::now();
+        if let Some(n) = reported_slots {
+            i.slots = n;
+        }
+    });
+    let poller = slots_poll
+        .map(|every| tokio::spawn(poll_slots(inner.clone(), id.clone(), spec.clone(), every)));
+    let (uptime, reason) = tokio::select! {
+        status = process.exited() => {
+            tracing::warn!(instance = %id, "upstream process exited unexpectedly ({status})");
+            process.stop(&spec, Duration::ZERO, &inner.spawner).await;
+            (Some(ready_at.elapsed()), None)
+        }
+        order = next_order(&mut stop) => {
+            inner.update(&id, |i| i.phase = Phase::Stopping);
+            tracing::info!(instance = %id, "stopping ({:?})", order.reason);
+            process.stop(&spec, order.grace, &inner.spawner).await;
+            (Some(ready_at.elapsed()), Some(order.reason))
+        }
+    };
+    if let Some(p) = poller {
+        p.abort();
+    }
+    inner.update(&id, |i| {
+        i.phase = Phase::Stopped;
+        i.pid = None;
+        i.stop = None;
+        i.external_busy = 0;
+        match reason {
+            None | Some(StopReason::Broken) => i.record_failure(uptime),
+            Some(_) if uptime.is_some_and(|u| u >= STABLE_UPTIME) => i.failures = 0,
+            Some(_) => {}
+        }
+    });
+}
+
+impl Instance {
+    /// True when the command line did not say how many slots the engine has.
+    fn spec_slots_unknown(&self) -> bool {
+        self.model
+            .instances
+            .iter()
+            .find(|s| s.id == self.id)
+            .is_none_or(|s| s.slots.is_none())
+    }
+}
+
+/// Reads `/slots` now and then, so work sent to the engine by other clients counts as busy.
+async fn poll_slots(inner: Arc<Inner>, id: String, spec: ProcessSpec, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let Some(processing) = inner.health.slots_processing(&spec).await else {
+            return; // the engine has no /slots: stop asking
+        };
+        inner.update(&id, |i| {
+            i.external_busy = processing.saturating_sub(i.in_flight)
+        });
+    }
+}
+
+async fn next_order(stop: &mut watch::Receiver<Option<StopOrder>>) -> StopOrder {
+    loop {
+        if let Some(order) = *stop.borrow_and_update() {
+            return order;
+        }
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_then_opens_the_circuit() {
+        assert_eq!(backoff(1), None);
+        assert_eq!(backoff(2), Some(Duration::from_secs(1)));
+        assert_eq!(backoff(3), Some(Duration::from_secs(2)));
+        assert_eq!(backoff(4), Some(Duration::from_secs(4)));
+        assert_eq!(backoff(5), Some(CIRCUIT_HOLD));
+        assert_eq!(backoff(50), Some(CIRCUIT_HOLD));
+    }
+}

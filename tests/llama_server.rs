@@ -1,0 +1,724 @@
+//! End to end against a real llama-server: corral in front of llama.cpp's `llama-server` serving
+//! tiny random-weight models that each test writes with `gguf::write_tiny_llama`. Nothing is
+//! downloaded and everything stays on loopback.
+//!
+//! The llama-server binary comes from `CORRAL_LLAMA_SERVER` and the Python with the `openai` SDK
+//! from `CORRAL_PYTHON`; `scripts/test.sh` sets both. Without them a test fails under CI (`CI` set)
+//! and is skipped, loudly, elsewhere.
+
+mod support;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gguf::TinyOptions;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use support::*;
+
+// === gating ===
+
+/// The value of `var`, or `None` (after a loud skip line) when it is unset outside CI.
+fn required_env(var: &str, what: &str, how: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => {
+            assert!(Path::new(&v).is_file(), "{var}={v} does not exist: {how}");
+            Some(v)
+        }
+        _ if std::env::var_os("CI").is_some() => panic!("{var} is not set: {how}"),
+        _ => {
+            eprintln!("\n*** SKIPPED (no {what}): {var} is not set; {how} ***\n");
+            None
+        }
+    }
+}
+
+fn llama_server() -> Option<String> {
+    required_env(
+        "CORRAL_LLAMA_SERVER",
+        "llama-server",
+        "run scripts/test.sh, which builds llama-server",
+    )
+}
+
+fn python() -> Option<String> {
+    required_env(
+        "CORRAL_PYTHON",
+        "python",
+        "run scripts/test.sh, which sets up the Python venv with the openai SDK",
+    )
+}
+
+/// Runs a test body with a hard bound, so a hang fails instead of stalling the suite.
+async fn bounded<T>(secs: u64, body: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), body)
+        .await
+        .unwrap_or_else(|_| panic!("test did not finish within {secs}s"))
+}
+
+// === models and config ===
+
+/// Writes a tiny model named `name.gguf` into `dir` (llama-server reports the file name as the
+/// response's `model`, which tells which upstream answered).
+async fn tiny(dir: &Path, name: &str, opts: TinyOptions) -> PathBuf {
+    let path = dir.join(format!("{name}.gguf"));
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || gguf::write_tiny_llama(&p, &opts))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("writing {name}.gguf: {e}"));
+    path
+}
+
+/// Wide enough that each token costs a few milliseconds on CPU, so a stream of 64 tokens lasts
+/// ~100 ms and a buffering proxy shows (about 64 MB of F32).
+fn slow_chat_options() -> TinyOptions {
+    TinyOptions {
+        n_embd: 512,
+        n_head: 8,
+        n_head_kv: 4,
+        n_ff: 2048,
+        n_layer: 4,
+        ..TinyOptions::default()
+    }
+}
+
+/// Many layers with full KV heads: cheap to write (15 MB), but the KV cache of a large context
+/// makes llama-server's "Loading model" phase last ~100 ms or more.
+fn slow_load_options() -> TinyOptions {
+    TinyOptions {
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 4,
+        n_ff: 256,
+        n_layer: 8,
+        ..TinyOptions::default()
+    }
+}
+
+/// One model entry running llama-server on `${PORT}`; `flags` are extra llama-server flags (the
+/// context size among them), `extra` extra YAML lines for the model.
+fn llama_model(id: &str, server: &str, model: &Path, flags: &str, extra: &str) -> String {
+    let mut s = format!(
+        "  {id}:\n    cmd: {server} -m {} --host 127.0.0.1 --port ${{PORT}} -np 1 -t 1 --no-webui {flags}\n    env: [\"${{env.MARKER}}\", \"CORRAL_E2E_MODEL={id}\"]\n",
+        model.display()
+    );
+    for line in extra.lines().filter(|l| !l.trim().is_empty()) {
+        s.push_str("    ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s
+}
+
+/// Processes of this test (`marker`) that belong to model `id`.
+fn model_pids(marker: &str, id: &str) -> Vec<u32> {
+    let of_model = marked_pids(&format!("CORRAL_E2E_MODEL={id}"));
+    marked_pids(marker)
+        .into_iter()
+        .filter(|p| of_model.contains(p))
+        .collect()
+}
+
+fn chat_body(model: &str, max_tokens: u32) -> Value {
+    json!({"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hello"}]})
+}
+
+/// The first `/running` entry for `id`.
+async fn running_entry(url: &str, id: &str) -> Option<Value> {
+    let list = get(&format!("{url}/running")).await.json();
+    list["running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["model"] == id)
+        .cloned()
+}
+
+/// A direct GET of the upstream's `/health`: its status and body, or `None` when nothing listens.
+async fn probe_health(port: u16) -> Option<(u16, String)> {
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let fut = async {
+        let resp = client
+            .get(format!("http://127.0.0.1:{port}/health").parse().unwrap())
+            .await
+            .ok()?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.ok()?.to_bytes();
+        Some((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    tokio::time::timeout(Duration::from_secs(2), fut)
+        .await
+        .ok()
+        .flatten()
+}
+
+fn is_finite_number(v: &Value) -> bool {
+    v.as_f64().is_some_and(f64::is_finite)
+}
+
+// === 1. the openai SDK ===
+
+/// The most entries of the sorted `times` that fall within any window of `width` seconds.
+fn densest_window(times: &[f64], width: f64) -> usize {
+    let (mut best, mut lo) = (0, 0);
+    for hi in 0..times.len() {
+        while times[hi] - times[lo] > width {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best
+}
+
+/// Chat and streaming chat through the official `openai` Python SDK. The stream must arrive as it
+/// is generated: the first and last text chunks are far apart, and no burst carries most of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_chat_and_streaming_chat() {
+    let (Some(server), Some(python)) = (llama_server(), python()) else {
+        return;
+    };
+    bounded(120, async {
+        let models = tempfile::tempdir().unwrap();
+        let model = tiny(models.path(), "chat", slow_chat_options()).await;
+        let h = Harness::start(&format!("healthCheckTimeout: 60\nmodels:\n{}", llama_model("chat", &server, &model, "-c 256", ""))).await;
+
+        const MAX_TOKENS: usize = 64;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/chat_stream.py");
+        let mut cmd = tokio::process::Command::new(&python);
+        cmd.arg(script)
+            .arg(&h.url)
+            .arg("chat")
+            .arg(MAX_TOKENS.to_string())
+            .env("NO_PROXY", "*")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .kill_on_drop(true);
+        for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+            cmd.env_remove(var);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(90), cmd.output()).await.expect("the SDK script finished in time").unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "SDK script failed ({}):\n{stdout}\n{stderr}", out.status);
+        let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("SDK script printed no JSON ({e}):\n{stdout}\n{stderr}"));
+
+        assert!(!report["reply"].as_str().unwrap().is_empty(), "{report}");
+        let chunks = report["chunks"].as_u64().unwrap();
+        let times: Vec<f64> = report["content_times"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+        assert!(chunks > 1, "a stream of one chunk: {report}");
+        assert!(times.len() >= MAX_TOKENS / 2, "{} text chunks for {MAX_TOKENS} tokens: {report}", times.len());
+        assert_eq!(report["finish_reason"], "length", "{report}");
+
+        let total = report["times"].as_array().unwrap().last().unwrap().as_f64().unwrap();
+        let spread = times[times.len() - 1] - times[0];
+        let burst = densest_window(&times, total / 10.0);
+        eprintln!("stream: {chunks} chunks, {} with text, first {:.1} ms, spread {:.1} ms of {:.1} ms, densest 10% window holds {burst}", times.len(), times[0] * 1e3, spread * 1e3, total * 1e3);
+        assert!(spread >= 0.5 * total, "text chunks arrived together (buffered?): spread {spread:.4}s of {total:.4}s; {report}");
+        assert!(burst * 2 <= times.len(), "{burst} of {} text chunks arrived within {:.4}s (buffered?): {report}", times.len(), total / 10.0);
+        h.stop().await;
+    })
+    .await;
+}
+
+// === 2. embeddings, 3. rerank ===
+
+/// `/v1/embeddings` from a llama-server started with `--embeddings --pooling mean`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let models = tempfile::tempdir().unwrap();
+        let model = tiny(
+            models.path(),
+            "embed",
+            TinyOptions {
+                embedding: true,
+                ..TinyOptions::default()
+            },
+        )
+        .await;
+        let yaml = format!(
+            "healthCheckTimeout: 60\nmodels:\n{}",
+            llama_model(
+                "embed",
+                &server,
+                &model,
+                "-c 256 --embeddings --pooling mean",
+                ""
+            )
+        );
+        let h = Harness::start(&yaml).await;
+        let resp = post_json(
+            &format!("{}/v1/embeddings", h.url),
+            &json!({"model": "embed", "input": ["hello world", "a fox"]}),
+        )
+        .await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let body = resp.json();
+        let data = body["data"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no data: {body}"));
+        assert_eq!(data.len(), 2, "{body}");
+        let vectors: Vec<Vec<f64>> = data
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                assert_eq!(d["index"], i, "{body}");
+                let v = d["embedding"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("no embedding: {body}"));
+                assert!(v.iter().all(is_finite_number), "{body}");
+                v.iter().map(|x| x.as_f64().unwrap()).collect()
+            })
+            .collect();
+        assert_eq!(
+            vectors[0].len(),
+            TinyOptions::default().n_embd as usize,
+            "one value per embedding dimension"
+        );
+        assert_ne!(
+            vectors[0], vectors[1],
+            "different inputs, different embeddings"
+        );
+        assert!(
+            body["usage"]["prompt_tokens"].as_u64().unwrap() > 0,
+            "{body}"
+        );
+        h.stop().await;
+    })
+    .await;
+}
+
+/// `/v1/rerank` (and its aliases) from a llama-server started with `--reranking`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rerank() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let models = tempfile::tempdir().unwrap();
+        let model = tiny(
+            models.path(),
+            "rerank",
+            TinyOptions {
+                reranker: true,
+                ..TinyOptions::default()
+            },
+        )
+        .await;
+        let yaml = format!(
+            "healthCheckTimeout: 60\nmodels:\n{}",
+            llama_model("rerank", &server, &model, "-c 256 --reranking", "")
+        );
+        let h = Harness::start(&yaml).await;
+        let docs = [
+            "a fox is a small canid",
+            "paris is in france",
+            "the quick brown fox",
+        ];
+        for path in ["/v1/rerank", "/rerank", "/v1/reranking", "/reranking"] {
+            let resp = post_json(
+                &format!("{}{path}", h.url),
+                &json!({"model": "rerank", "query": "what is a fox?", "documents": docs}),
+            )
+            .await;
+            assert_eq!(resp.status, 200, "{path}: {}", resp.text());
+            let body = resp.json();
+            let results = body["results"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{path}: no results: {body}"));
+            let mut indices: Vec<u64> = results
+                .iter()
+                .map(|r| r["index"].as_u64().unwrap())
+                .collect();
+            indices.sort();
+            assert_eq!(indices, [0, 1, 2], "{path}: one score per document: {body}");
+            assert!(
+                results
+                    .iter()
+                    .all(|r| is_finite_number(&r["relevance_score"])),
+                "{path}: {body}"
+            );
+        }
+        let top = post_json(
+            &format!("{}/v1/rerank", h.url),
+            &json!({"model": "rerank", "query": "fox", "documents": docs, "top_n": 2}),
+        )
+        .await;
+        assert_eq!(
+            top.json()["results"].as_array().unwrap().len(),
+            2,
+            "{}",
+            top.text()
+        );
+        h.stop().await;
+    })
+    .await;
+}
+
+// === 4. lazy start through the loading phase, 5. swap, 6. ttl, 7. upstream passthrough ===
+
+/// A cold model is started by its first request; corral waits through llama-server's 503
+/// "Loading model" phase (observed here by probing the upstream directly), reports the model as
+/// starting meanwhile, and forwards only once it is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lazy_start_waits_through_the_loading_phase() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let models = tempfile::tempdir().unwrap();
+        let model = tiny(models.path(), "slowload", slow_load_options()).await;
+        let port = free_port_range(4);
+        let yaml = format!("healthCheckTimeout: 60\nstartPort: {port}\nmodels:\n{}", llama_model("chat", &server, &model, "-c 24576", ""));
+        let h = Harness::start(&yaml).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(h.running().await.is_empty(), "nothing runs before the first request");
+        assert!(marked_pids(&h.marker).is_empty(), "no llama-server before the first request");
+
+        let started = Instant::now();
+        let first = tokio::spawn({
+            let url = format!("{}/v1/chat/completions", h.url);
+            async move { post_json(&url, &chat_body("chat", 4)).await }
+        });
+        let (mut loading_seen, mut starting_seen) = (None, false);
+        while !first.is_finished() {
+            if let Some((503, body)) = probe_health(port).await {
+                loading_seen.get_or_insert(body);
+                let entry = running_entry(&h.url, "chat").await;
+                // still loading after /running answered: corral cannot have seen it ready
+                if let Some((503, _)) = probe_health(port).await {
+                    let state = entry.as_ref().map(|e| e["state"].clone());
+                    assert_eq!(state, Some(json!("starting")), "/running while llama-server loads: {entry:?}");
+                    starting_seen = true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let resp = first.await.unwrap();
+        let took = started.elapsed();
+        assert_eq!(resp.status, 200, "the first request is served: {}", resp.text());
+        let body = resp.json();
+        assert!(!body["choices"][0]["message"]["content"].as_str().unwrap_or_default().is_empty(), "{body}");
+        assert_eq!(body["model"], "slowload.gguf", "{body}");
+        let loading = loading_seen.expect("llama-server never answered 503 while loading: the test no longer exercises the loading phase");
+        assert!(loading.contains("Loading model"), "{loading}");
+        assert!(starting_seen, "/running was never checked during the load");
+        eprintln!("first request took {took:?} through the loading phase");
+
+        let entry = running_entry(&h.url, "chat").await.expect("chat is running");
+        assert_eq!(entry["state"], "ready", "{entry}");
+        assert_eq!(entry["proxy"], format!("http://127.0.0.1:{port}"), "{entry}");
+        assert_eq!(marked_pids(&h.marker).len(), 1, "one llama-server");
+        h.stop().await;
+    })
+    .await;
+}
+
+/// Two models in the default group: the second request stops the first llama-server, then the
+/// second serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_group_swaps_llama_servers() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let models = tempfile::tempdir().unwrap();
+        let a = tiny(
+            models.path(),
+            "model-a",
+            TinyOptions {
+                seed: 1,
+                ..TinyOptions::default()
+            },
+        )
+        .await;
+        let b = tiny(
+            models.path(),
+            "model-b",
+            TinyOptions {
+                seed: 2,
+                ..TinyOptions::default()
+            },
+        )
+        .await;
+        let yaml = format!(
+            "healthCheckTimeout: 60\nmodels:\n{}{}",
+            llama_model("a", &server, &a, "-c 256", ""),
+            llama_model("b", &server, &b, "-c 256", "")
+        );
+        let h = Harness::start(&yaml).await;
+        let url = format!("{}/v1/chat/completions", h.url);
+
+        let ra = post_json(&url, &chat_body("a", 4)).await;
+        assert_eq!(ra.status, 200, "{}", ra.text());
+        assert_eq!(
+            ra.json()["model"],
+            "model-a.gguf",
+            "a's llama-server answered"
+        );
+        assert_eq!(h.running().await, ["a"]);
+        assert_eq!(model_pids(&h.marker, "a").len(), 1);
+
+        let rb = post_json(&url, &chat_body("b", 4)).await;
+        assert_eq!(rb.status, 200, "{}", rb.text());
+        assert_eq!(
+            rb.json()["model"],
+            "model-b.gguf",
+            "b's llama-server answered"
+        );
+        assert_eq!(h.running().await, ["b"], "a was swapped out");
+        assert_eq!(running_entry(&h.url, "b").await.unwrap()["state"], "ready");
+        assert!(
+            model_pids(&h.marker, "a").is_empty(),
+            "a's llama-server is gone: {:?}",
+            model_pids(&h.marker, "a")
+        );
+        assert_eq!(model_pids(&h.marker, "b").len(), 1);
+
+        // and back again
+        let ra = post_json(&url, &chat_body("a", 4)).await;
+        assert_eq!(ra.json()["model"], "model-a.gguf", "{}", ra.text());
+        assert_eq!(h.running().await, ["a"]);
+        h.stop().await;
+    })
+    .await;
+}
+
+/// `ttl: 1` unloads an idle llama-server about a second after its last request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_unloads_an_idle_llama_server() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let models = tempfile::tempdir().unwrap();
+        let model = tiny(models.path(), "chat", TinyOptions::default()).await;
+        let h = Harness::start(&format!(
+            "healthCheckTimeout: 60\nmodels:\n{}",
+            llama_model("chat", &server, &model, "-c 256", "ttl: 1")
+        ))
+        .await;
+        let resp = post_json(
+            &format!("{}/v1/chat/completions", h.url),
+            &chat_body("chat", 4),
+        )
+        .await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let idle_since = Instant::now();
+        assert_eq!(h.running().await, ["chat"], "up right after the request");
+        assert_eq!(running_entry(&h.url, "chat").await.unwrap()["ttl"], 1);
+
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !h.running().await.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "still running {:?} after being idle for {:?}",
+                h.running().await,
+                idle_since.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let idle = idle_since.elapsed();
+        assert!(
+            idle >= Duration::from_millis(900),
+            "unloaded after only {idle:?} of idleness"
+        );
+        eprintln!("unloaded after {idle:?} idle");
+        assert_no_survivors(&h.marker, Duration::from_secs(3)).await;
+        // a later request starts it again
+        assert_eq!(
+            post_json(
+                &format!("{}/v1/chat/completions", h.url),
+                &chat_body("chat", 4)
+            )
+            .await
+            .status,
+            200
+        );
+        h.stop().await;
+    })
+    .await;
+}
+
+/// `/upstream/<model>/slots` reaches llama-server's own slots endpoint (starting the model).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_passthrough_returns_slots() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let models = tempfile::tempdir().unwrap();
+        let model = tiny(models.path(), "chat", TinyOptions::default()).await;
+        let h = Harness::start(&format!(
+            "healthCheckTimeout: 60\nmodels:\n{}",
+            llama_model("chat", &server, &model, "-c 256", "")
+        ))
+        .await;
+        let resp = get(&format!("{}/upstream/chat/slots", h.url)).await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert!(
+            resp.header("content-type")
+                .is_some_and(|c| c.starts_with("application/json")),
+            "{:?}",
+            resp.headers
+        );
+        let slots = resp.json();
+        let slots = slots
+            .as_array()
+            .unwrap_or_else(|| panic!("not an array: {slots}"));
+        assert_eq!(slots.len(), 1, "-np 1 gives one slot: {slots:?}");
+        assert_eq!(slots[0]["id"], 0, "{slots:?}");
+        assert_eq!(slots[0]["n_ctx"], 256, "{slots:?}");
+        assert_eq!(h.running().await, ["chat"]);
+        h.stop().await;
+    })
+    .await;
+}
+
+// === 8. a llama-server that cannot start ===
+
+/// A llama-server that exits while loading is reported at once, as a 500 that quotes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_llama_server_is_reported_quickly() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let yaml = format!(
+            "healthCheckTimeout: 60\nmodels:\n{}",
+            llama_model(
+                "broken",
+                &server,
+                Path::new("/nonexistent.gguf"),
+                "-c 256",
+                ""
+            )
+        );
+        let h = Harness::start(&yaml).await;
+        let started = Instant::now();
+        let resp = post_json(
+            &format!("{}/v1/chat/completions", h.url),
+            &chat_body("broken", 4),
+        )
+        .await;
+        let took = started.elapsed();
+        assert_eq!(resp.status, 500, "{}", resp.text());
+        let msg = resp.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            msg.contains("failed to open GGUF file") || msg.contains("failed to load model"),
+            "llama-server's own words: {msg}"
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "reported after {took:?}, not at once (healthCheckTimeout is 60s)"
+        );
+        assert!(h.running().await.is_empty());
+        assert_no_survivors(&h.marker, Duration::from_secs(3)).await;
+        h.stop().await;
+    })
+    .await;
+}
+
+// === 9. SIGKILL of the corral binary ===
+
+/// The corral binary, and every process of its marker, killed when dropped.
+struct CorralProcess {
+    child: Child,
+    url: String,
+    marker: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for CorralProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for pid in marked_pids(&self.marker) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+fn spawn_corral(server: &str) -> CorralProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = new_marker();
+    let model = dir.path().join("chat.gguf");
+    gguf::write_tiny_llama(&model, &TinyOptions::default()).unwrap();
+    let entry = llama_model("chat", server, &model, "-c 256", "").replace("${env.MARKER}", &marker);
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "healthCheckTimeout: 60\nstartPort: {}\nmodels:\n{entry}",
+            free_port_range(4)
+        ),
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let mut child = Command::new(CORRAL)
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("CORRAL_STATE_DIR", &state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("corral.stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            let stderr =
+                std::fs::read_to_string(dir.path().join("corral.stderr")).unwrap_or_default();
+            panic!("corral exited before printing its address:\n{stderr}");
+        };
+        if let Some(addr) = line.split("listening on ").nth(1) {
+            break addr.trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    CorralProcess {
+        child,
+        url,
+        marker,
+        _dir: dir,
+    }
+}
+
+/// SIGKILL of the corral binary takes its llama-server with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_corral_leaves_no_llama_server() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let mut p = spawn_corral(&server);
+        let resp = post_json(
+            &format!("{}/v1/chat/completions", p.url),
+            &chat_body("chat", 4),
+        )
+        .await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let pids = marked_pids(&p.marker);
+        assert_eq!(pids.len(), 1, "one llama-server runs: {pids:?}");
+        let exe = std::fs::read_link(format!("/proc/{}/exe", pids[0])).unwrap();
+        assert!(
+            exe.ends_with("llama-server"),
+            "the marked process is llama-server: {exe:?}"
+        );
+
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        p.child.wait().unwrap();
+        assert_no_survivors(&p.marker, Duration::from_secs(5)).await;
+    })
+    .await;
+}
