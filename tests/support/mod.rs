@@ -132,6 +132,25 @@ impl Harness {
         ids
     }
 
+    /// Waits until every one of `ids` is ready.
+    pub async fn wait_ready(&self, ids: &[&str], within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let list = get(&format!("{}/running", self.url)).await.json();
+            let ready = list["running"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["state"] == "ready" && ids.contains(&m["model"].as_str().unwrap()))
+                .count();
+            if ready == ids.len() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not ready in time: {list}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     /// Waits until `/running` lists exactly `ids`.
     pub async fn wait_running(&self, ids: &[&str], within: Duration) {
         let deadline = Instant::now() + within;

@@ -1,0 +1,374 @@
+//! Pools of replicas: balancing by free slots, queue bounds, failures.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+fn long(model: &str, chunks: u32) -> serde_json::Value {
+    json!({"model": model, "stream": true, "messages": [], "fakellm": {"chunks": chunks, "interval_ms": 100}})
+}
+
+/// Requests that reached each replica (by the port the fake engine answers from).
+fn per_replica(h: &Harness, events: &str) -> BTreeMap<u64, usize> {
+    let mut out = BTreeMap::new();
+    for e in h
+        .events(events)
+        .iter()
+        .filter(|e| e["event"] == "request" && e["path"] == "/v1/chat/completions")
+    {
+        *out.entry(e["port"].as_u64().unwrap()).or_default() += 1;
+    }
+    out
+}
+
+fn replicated(id: &str, n: u32, flags: &str, extra: &str) -> String {
+    fake_model(id, flags, &format!("replicas: {n}\n{extra}"))
+}
+
+/// A burst of 2×slots requests across 2 replicas puts exactly `slots` on each, and none waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_fills_each_replica_to_its_slots() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        replicated("chat", 2, "-np 3", "startReplicas: all")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("chat")).await.status, 200, "warm up");
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+        .await;
+    let before = per_replica(&h, "chat");
+    let burst: Vec<_> = (0..6)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { stream_frames(&url, &long("chat", 8)).await.0.status }
+            })
+        })
+        .collect();
+    for b in burst {
+        assert_eq!(b.await.unwrap(), 200);
+    }
+    let after = per_replica(&h, "chat");
+    let added: Vec<usize> = after
+        .iter()
+        .map(|(port, n)| n - before.get(port).copied().unwrap_or(0))
+        .collect();
+    assert_eq!(
+        added,
+        [3, 3],
+        "exactly the slots on each replica: {after:?}"
+    );
+    let max_active = h
+        .events("chat")
+        .iter()
+        .filter(|e| e["path"] == "/v1/chat/completions")
+        .filter_map(|e| e["active"].as_u64())
+        .max();
+    assert_eq!(max_active, Some(3), "no replica was oversubscribed");
+    h.stop().await;
+}
+
+/// A cold pool starts one replica for the first request, and the next as load needs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_pool_grows_with_load() {
+    let h = Harness::start(&format!("models:\n{}", replicated("chat", 2, "-np 1", ""))).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
+    assert_eq!(h.running().await, ["chat-0"], "one replica for one request");
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { stream_frames(&url, &long("chat", 10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = post_json(&url, &chat("chat")).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(
+        h.running().await,
+        ["chat-0", "chat-1"],
+        "the second replica started for the waiting request"
+    );
+    assert_eq!(first.await.unwrap().0.status, 200);
+    h.stop().await;
+}
+
+/// Past the queue depth, 429; past the queue wait, 503; both with Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_bounds_give_429_and_503() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        replicated(
+            "chat",
+            2,
+            "-np 1",
+            "startReplicas: all\nqueueDepth: 1\nqueueTimeout: 1"
+        )
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("chat")).await.status, 200, "warm up");
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+        .await;
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { stream_frames(&url, &long("chat", 30)).await.0.status }
+            })
+        })
+        .collect();
+    eventually(Duration::from_secs(5), "both replicas busy", || {
+        per_replica(&h, "chat").values().sum::<usize>() == 3
+    })
+    .await;
+    let queued = tokio::spawn({
+        let url = url.clone();
+        async move { post_json(&url, &chat("chat")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rejected = post_json(&url, &chat("chat")).await;
+    assert_eq!(rejected.status, 429, "{}", rejected.text());
+    assert_eq!(rejected.header("retry-after"), Some("1"));
+    let timed_out = queued.await.unwrap();
+    assert_eq!(timed_out.status, 503, "{}", timed_out.text());
+    assert!(timed_out.header("retry-after").is_some());
+    assert!(timed_out
+        .text()
+        .contains("no replica of chat had a free slot within 1s"));
+    for b in busy {
+        assert_eq!(b.await.unwrap(), 200);
+    }
+    h.stop().await;
+}
+
+/// `chat-1` reaches replica 1 alone; replica 0 is never started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_id_reaches_only_that_replica() {
+    let h = Harness::start(&format!("models:\n{}", replicated("chat", 2, "", ""))).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    for _ in 0..3 {
+        let resp = post_json(&url, &chat("chat-1")).await;
+        assert_eq!(resp.status, 200);
+    }
+    assert_eq!(h.running().await, ["chat-1"]);
+    let ports = per_replica(&h, "chat");
+    assert_eq!(ports.len(), 1);
+    let models = get(&format!("{}/v1/models", h.url)).await.json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["chat", "chat-0", "chat-1"]);
+    h.stop().await;
+}
+
+/// Models named `embed-0`, `embed-1` (as fleet generators write them) balance on `embed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_numbered_models_balance_on_the_role() {
+    let yaml = format!(
+        "models:\n{}{}",
+        fake_model("embed-0", "-np 1", "ttl: 0"),
+        fake_model("embed-1", "-np 1", "ttl: 0"),
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { stream_frames(&url, &long("embed", 5)).await.0.status }
+            })
+        })
+        .collect();
+    for b in both {
+        assert_eq!(b.await.unwrap(), 200);
+    }
+    assert_eq!(h.count_requests("embed-0", "/v1/chat/completions"), 1);
+    assert_eq!(h.count_requests("embed-1", "/v1/chat/completions"), 1);
+    let e = post_json(
+        &format!("{}/v1/embeddings", h.url),
+        &json!({"model": "embed", "input": "x"}),
+    )
+    .await;
+    assert_eq!(e.status, 200);
+    let models = get(&format!("{}/v1/models", h.url)).await.json();
+    let pool = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "embed")
+        .expect("the pool is listed")
+        .clone();
+    assert_eq!(pool["meta"]["llamaswap"]["type"], "pool");
+    h.stop().await;
+}
+
+/// A replica killed under load: its queued requests are served by its sibling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_queue_is_served_by_its_sibling() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        replicated("chat", 2, "-np 1", "startReplicas: all")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { stream_frames(&url, &long("chat", 8)).await }
+            })
+        })
+        .collect();
+    eventually(Duration::from_secs(5), "both busy", || {
+        per_replica(&h, "chat").len() == 2
+    })
+    .await;
+    let queued: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { post_json(&url, &chat("chat")).await.status }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let victim = h
+        .events("chat")
+        .iter()
+        .find(|e| e["event"] == "spawned")
+        .unwrap()["pid"]
+        .as_u64()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for q in queued {
+        assert_eq!(q.await.unwrap(), 200, "queued requests are served");
+    }
+    for b in busy {
+        let _ = b.await;
+    }
+    h.stop().await;
+}
+
+/// A replica that refuses connections is taken out, and the request is retried on a sibling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_replica_is_skipped_with_one_retry() {
+    let dead_port = free_port_range(1);
+    let yaml = format!(
+        "models:\n  r-0:\n    cmd: sleep 30\n    checkEndpoint: none\n    proxy: http://127.0.0.1:{dead_port}\n    env: [\"${{env.MARKER}}\"]\n{}",
+        fake_model("r-1", "", "")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    for _ in 0..4 {
+        let resp = post_json(&url, &chat("r")).await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+    }
+    assert_eq!(h.count_requests("r-1", "/v1/chat/completions"), 4);
+    h.stop().await;
+}
+
+/// An instance that keeps failing to start is held back: after two failures, requests get 503 with
+/// Retry-After and the last error, without another spawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loop_backs_off() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("c", "--loading-ms 5000 --exit-after-ms 50", "")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("c")).await.status, 500);
+    assert_eq!(post_json(&url, &chat("c")).await.status, 500);
+    let held = post_json(&url, &chat("c")).await;
+    assert_eq!(held.status, 503, "{}", held.text());
+    assert!(held.header("retry-after").is_some());
+    let msg = held.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("c failed 2 times in a row") && msg.contains("exited prematurely"),
+        "{msg}"
+    );
+    assert_eq!(h.count_events("c", "spawned"), 2);
+    h.stop().await;
+}
+
+/// Without `-np` on the command line, the slot count comes from the engine's `/props`; work that
+/// reaches a replica directly is seen through `/slots` polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_come_from_props_and_slots_polling() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        replicated(
+            "chat",
+            2,
+            "--slots 2",
+            "startReplicas: all\nslotsPollInterval: 1"
+        )
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+        .await;
+    let running = get(&format!("{}/running", h.url)).await.json();
+    assert!(
+        running["running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["slots"] == 2),
+        "{running}"
+    );
+
+    // fill replica 0's two slots behind corral's back
+    let port0 = running["running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model"] == "chat-0")
+        .unwrap()["proxy"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let direct: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn({
+                let u = format!("{port0}/v1/chat/completions");
+                async move { stream_frames(&u, &long("chat", 30)).await }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // one poll
+    let before = per_replica(&h, "chat");
+    for _ in 0..2 {
+        let r = tokio::spawn({
+            let url = url.clone();
+            async move { stream_frames(&url, &long("chat", 5)).await.0.status }
+        });
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    let after = per_replica(&h, "chat");
+    let port1: u64 = port0.rsplit(':').next().unwrap().parse::<u64>().unwrap() + 1;
+    assert_eq!(
+        after[&port1] - before.get(&port1).copied().unwrap_or(0),
+        2,
+        "both went to the idle replica: {before:?} -> {after:?}"
+    );
+    for d in direct {
+        d.abort();
+    }
+    h.stop().await;
+}
