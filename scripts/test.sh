@@ -24,6 +24,16 @@ if [[ "${CORRAL_SKIP_LLAMA:-0}" != 1 ]]; then
     log "llama-server: $CORRAL_LLAMA_SERVER"
 fi
 
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+    log "installing prometheus and promtool (Debian package prometheus) for the metrics tests"
+    if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    else
+        log "cannot install prometheus here (need root and apt-get); the metrics tests that need it will skip (or fail under CI)"
+    fi
+fi
+
 log "python client venv"
 CORRAL_PYTHON="$(scripts/setup-python.sh | tail -n 1)"
 export CORRAL_PYTHON

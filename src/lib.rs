@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 pub mod fleet;
 pub mod logs;
+pub mod metrics;
 pub mod proxy;
 pub mod server;
 pub mod supervisor;

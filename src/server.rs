@@ -60,8 +60,16 @@ pub async fn run(
         tracing::warn!("killed process groups left by a previous run: {swept:?}");
     }
     let spawner = Spawner::start(tokio::runtime::Handle::current())?;
-    let fleet = Fleet::new(Arc::new(config), spawner, logs.clone(), state_file);
-    let app = Arc::new(App::new(fleet.clone(), logs, opts.limits));
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let fleet = Fleet::new(
+        Arc::new(config),
+        spawner,
+        logs.clone(),
+        metrics.clone(),
+        state_file,
+    );
+    metrics.register_instances(&fleet.snapshot());
+    let app = Arc::new(App::new(fleet.clone(), logs, metrics, opts.limits));
     let ttl = tokio::spawn(fleet.clone().run_ttl());
 
     let mut builder = auto::Builder::new(TokioExecutor::new());

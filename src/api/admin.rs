@@ -25,6 +25,18 @@ pub async fn route<B>(
     match path {
         "/v1/models" | "/models" if get => Ok(models(app, req.headers())),
         "/running" if get => Ok(running(app)),
+        "/metrics" if get => {
+            let text = app
+                .metrics
+                .render(&app.fleet.snapshot(), &app.fleet.queue_depths());
+            Ok(Response::builder()
+                .header(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
+                .body(crate::body::full(text))
+                .expect("valid"))
+        }
         "/unload" if get => {
             app.fleet.unload(None).await;
             Ok(text(StatusCode::OK, "OK"))

@@ -3,6 +3,7 @@
 mod admin;
 pub mod auth;
 pub mod extract;
+mod meter;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -39,6 +40,7 @@ impl Default for Limits {
 /// Everything a request handler needs.
 pub struct App {
     pub fleet: Fleet,
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub config: Arc<Config>,
     pub logs: Arc<Logs>,
     pub limits: Limits,
@@ -47,7 +49,12 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(fleet: Fleet, logs: Arc<Logs>, limits: Limits) -> App {
+    pub fn new(
+        fleet: Fleet,
+        logs: Arc<Logs>,
+        metrics: Arc<crate::metrics::Metrics>,
+        limits: Limits,
+    ) -> App {
         let config = fleet.config().clone();
         let clients = config
             .models
@@ -67,6 +74,7 @@ impl App {
             keys: auth::Keys::new(&config.api_keys),
             config,
             fleet,
+            metrics,
             logs,
             limits,
             clients,
@@ -166,25 +174,76 @@ where
     }
     if let Some(rest) = path.strip_prefix("/upstream/") {
         let rest = rest.to_string();
-        return upstream_passthrough(app, req, &rest, remote).await;
+        let (started, mut seen) = (std::time::Instant::now(), None);
+        let result = upstream_passthrough(app, req, rest, remote, &mut seen).await;
+        return metered(app, "/upstream", started, seen, result);
     }
     if method == Method::POST {
         if let Some(upstream_path) = model_route(&path) {
-            return dispatch(app, req, upstream_path, remote).await;
+            let (started, mut seen) = (std::time::Instant::now(), None);
+            let result = dispatch(app, req, upstream_path, remote, &mut seen).await;
+            return metered(app, &path, started, seen, result);
         }
     }
     if (method == Method::GET || method == Method::HEAD) && query_route(&path) {
-        return dispatch(app, req, path, remote).await;
+        let upstream_path = path.clone();
+        let (started, mut seen) = (std::time::Instant::now(), None);
+        let result = dispatch(app, req, upstream_path, remote, &mut seen).await;
+        return metered(app, &path, started, seen, result);
     }
     admin::route(app, req, &method, &path).await
 }
 
 /// Finds the model, starts or waits for it, rewrites the body if asked, forwards and streams back.
+/// Records a model request: per model when the model is known, else as unknown.
+fn metered(
+    app: &Arc<App>,
+    route: &str,
+    started: std::time::Instant,
+    model: Option<String>,
+    result: Result<Response<Body>, Error>,
+) -> Result<Response<Body>, Error> {
+    let Some(model) = model else {
+        if matches!(result, Err(Error::NoModel | Error::UnknownModel)) {
+            app.metrics.unknown_model_requests.inc();
+        }
+        return result;
+    };
+    let status = match &result {
+        Ok(resp) => resp.status(),
+        Err(e) => e.status(),
+    };
+    let labels = meter::Labels {
+        model,
+        route: route.to_string(),
+        status: meter::status_class(status),
+    };
+    match result {
+        Err(e) => {
+            meter::record_error(&app.metrics, &labels, started);
+            Err(e)
+        }
+        Ok(resp) => {
+            let content_type = resp
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let (parts, body) = resp.into_parts();
+            let body =
+                meter::Metered::new(body, app.metrics.clone(), labels, started, &content_type);
+            Ok(Response::from_parts(parts, BodyExt::boxed(body)))
+        }
+    }
+}
+
 async fn dispatch<B>(
     app: &Arc<App>,
     req: Request<B>,
     upstream_path: String,
     remote: SocketAddr,
+    seen: &mut Option<String>,
 ) -> Result<Response<Body>, Error>
 where
     B: http_body::Body<Data = Bytes> + Send,
@@ -210,6 +269,7 @@ where
         .resolve(&name)
         .ok_or(Error::UnknownModel)?;
     let (target, model) = (target.clone(), &app.config.models[model_id]);
+    *seen = Some(model.id.clone());
     let bytes = match (&model.use_model_name, kind) {
         (Some(upstream_name), BodyKind::Json(mut v)) => {
             v["model"] = serde_json::Value::String(upstream_name.clone());
@@ -249,6 +309,7 @@ where
     match proxy::forward(client, first, timeout, lease).await {
         Err(Error::Upstream(e)) => {
             app.fleet.report_unreachable(&failed);
+            app.metrics.retries.with_label_values(&[&model.id]).inc();
             tracing::warn!(instance = %failed, "retrying on another replica after: {e}");
             let lease = app.fleet.acquire(&target, Some(&failed)).await?;
             let req = out(&lease, parts);
@@ -277,8 +338,9 @@ fn clone_parts(parts: &http::request::Parts) -> http::request::Parts {
 async fn upstream_passthrough<B>(
     app: &Arc<App>,
     req: Request<B>,
-    rest: &str,
+    rest: String,
     remote: SocketAddr,
+    seen: &mut Option<String>,
 ) -> Result<Response<Body>, Error>
 where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
@@ -296,6 +358,7 @@ where
             .map(|(target, model)| (target.clone(), model.to_string(), n))
     });
     let (target, model_id, n) = found.ok_or(Error::UnknownModel)?;
+    *seen = Some(model_id.clone());
     let query = req
         .uri()
         .query()

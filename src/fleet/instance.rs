@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use super::Inner;
 use crate::config::ModelConfig;
 use crate::logs::LogRing;
+use crate::metrics::Metrics;
 use crate::supervisor::{Process, ProcessSpec, Sinks, StartError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -39,6 +40,7 @@ pub enum StopReason {
     Unload,
     Shutdown,
     Broken,
+    Memory,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -132,9 +134,23 @@ pub(crate) async fn run(
     slots_poll: Option<Duration>,
 ) {
     let id = spec.id.clone();
+    let model = inner.catalog.model_of(&id).unwrap_or(&id).to_string();
     let started = Instant::now();
+    if generation > 1 {
+        inner
+            .metrics
+            .restarts
+            .with_label_values(&[&model, &id])
+            .inc();
+    }
     let fail = |err: StartError, counts: bool| {
         tracing::warn!(instance = %id, "start failed: {err}");
+        let result = if counts { "failed" } else { "aborted" };
+        inner
+            .metrics
+            .starts
+            .with_label_values(&[&model, &id, result])
+            .inc();
         inner.update(&id, |i| {
             i.phase = Phase::Stopped;
             i.pid = None;
@@ -168,6 +184,16 @@ pub(crate) async fn run(
     }
     let ready_at = Instant::now();
     tracing::info!(instance = %id, "ready in {:.2}s", started.elapsed().as_secs_f64());
+    inner
+        .metrics
+        .starts
+        .with_label_values(&[&model, &id, "ready"])
+        .inc();
+    inner
+        .metrics
+        .load_duration
+        .with_label_values(&[&model])
+        .observe(started.elapsed().as_secs_f64());
     let reported_slots = match &spec.health_url {
         Some(_)
             if inner
@@ -205,6 +231,11 @@ pub(crate) async fn run(
     if let Some(p) = poller {
         p.abort();
     }
+    inner
+        .metrics
+        .stops
+        .with_label_values(&[&model, &id, Metrics::stop_reason(reason)])
+        .inc();
     inner.update(&id, |i| {
         i.phase = Phase::Stopped;
         i.pid = None;

@@ -29,6 +29,7 @@ use crate::catalog::{Catalog, Target};
 use crate::config::{Config, ModelConfig, PoolSettings};
 use crate::error::Error;
 use crate::logs::{LogRing, Logs};
+use crate::metrics::Metrics;
 use crate::supervisor::sweep::StateFile;
 use crate::supervisor::{HealthClient, ProcessSpec, Sinks, Spawner, StartError};
 use instance::Instance;
@@ -68,6 +69,7 @@ pub(crate) struct Inner {
     spawner: Spawner,
     health: HealthClient,
     logs: Arc<Logs>,
+    metrics: Arc<Metrics>,
     state_file: StateFile,
     shutting_down: AtomicBool,
 }
@@ -83,6 +85,7 @@ impl Fleet {
         config: Arc<Config>,
         spawner: Spawner,
         logs: Arc<Logs>,
+        metrics: Arc<Metrics>,
         state_file: StateFile,
     ) -> Fleet {
         let catalog = Arc::new(Catalog::new(&config));
@@ -159,6 +162,7 @@ impl Fleet {
             spawner,
             health: HealthClient::default(),
             logs,
+            metrics,
             state_file,
             shutting_down: AtomicBool::new(false),
         };

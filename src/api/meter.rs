@@ -1,0 +1,196 @@
+//! A response body that observes what passes: time to first byte, duration, and token counts read
+//! from `usage` (or llama.cpp `timings`) in JSON bodies and SSE events, without holding anything back.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame};
+
+use crate::body::{Body, BoxError};
+use crate::metrics::{Metrics, Tokens};
+
+/// The most of a non-streaming JSON body kept aside to read its `usage` at the end.
+const JSON_COPY_LIMIT: usize = 1 << 20;
+/// The longest SSE line kept while waiting for its end.
+const LINE_LIMIT: usize = 256 * 1024;
+
+/// Which request this is, for the labels.
+#[derive(Clone)]
+pub struct Labels {
+    pub model: String,
+    pub route: String,
+    pub status: &'static str,
+}
+
+pub fn status_class(status: http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// Records a request that ended before any upstream body (an error answered by corral itself).
+pub fn record_error(metrics: &Metrics, labels: &Labels, started: Instant) {
+    let l = [labels.model.as_str(), labels.route.as_str()];
+    metrics
+        .requests
+        .with_label_values(&[l[0], l[1], labels.status])
+        .inc();
+    metrics
+        .request_duration
+        .with_label_values(&l)
+        .observe(started.elapsed().as_secs_f64());
+}
+
+pub struct Metered {
+    inner: Body,
+    metrics: Arc<Metrics>,
+    labels: Labels,
+    started: Instant,
+    first_byte: bool,
+    sse: bool,
+    line: Vec<u8>,
+    json: Option<Vec<u8>>,
+    tokens: Option<Tokens>,
+    finished: bool,
+}
+
+impl Metered {
+    pub fn new(
+        inner: Body,
+        metrics: Arc<Metrics>,
+        labels: Labels,
+        started: Instant,
+        content_type: &str,
+    ) -> Metered {
+        let sse = content_type.starts_with("text/event-stream");
+        let json = content_type.contains("json").then(Vec::new);
+        Metered {
+            inner,
+            metrics,
+            labels,
+            started,
+            first_byte: false,
+            sse,
+            line: Vec::new(),
+            json,
+            tokens: None,
+            finished: false,
+        }
+    }
+
+    fn observe(&mut self, data: &Bytes) {
+        if !self.first_byte {
+            self.first_byte = true;
+            let l = [self.labels.model.as_str(), self.labels.route.as_str()];
+            self.metrics
+                .time_to_first_byte
+                .with_label_values(&l)
+                .observe(self.started.elapsed().as_secs_f64());
+        }
+        if self.sse {
+            for &b in data.iter() {
+                if b == b'\n' {
+                    let line = std::mem::take(&mut self.line);
+                    self.sse_line(&line);
+                } else if self.line.len() < LINE_LIMIT {
+                    self.line.push(b);
+                }
+            }
+        } else if let Some(buf) = &mut self.json {
+            if buf.len() + data.len() <= JSON_COPY_LIMIT {
+                buf.extend_from_slice(data);
+            } else {
+                self.json = None;
+            }
+        }
+    }
+
+    fn sse_line(&mut self, line: &[u8]) {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return;
+        };
+        let data = data.trim_ascii();
+        if data.first() != Some(&b'{') {
+            return;
+        }
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
+            if let Some(t) = Tokens::from_json(&v) {
+                self.tokens = Some(t);
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        if let Some(buf) = self.json.take() {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&buf) {
+                self.tokens = Tokens::from_json(&v).or(self.tokens);
+            }
+        }
+        let l = [self.labels.model.as_str(), self.labels.route.as_str()];
+        self.metrics
+            .requests
+            .with_label_values(&[l[0], l[1], self.labels.status])
+            .inc();
+        self.metrics
+            .request_duration
+            .with_label_values(&l)
+            .observe(self.started.elapsed().as_secs_f64());
+        if let Some(t) = self.tokens {
+            self.metrics
+                .prompt_tokens
+                .with_label_values(&[l[0]])
+                .inc_by(t.prompt);
+            self.metrics
+                .completion_tokens
+                .with_label_values(&[l[0]])
+                .inc_by(t.completion);
+        }
+    }
+}
+
+impl HttpBody for Metered {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let data = data.clone();
+                    self.observe(&data);
+                }
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

@@ -1,0 +1,313 @@
+//! Prometheus metrics from one owned registry.
+//!
+//! Counters and histograms are updated where things happen (a request ends, a load finishes, an
+//! instance stops). Gauges that describe the present (in flight, queue depth, slots, states) are
+//! read from a fleet snapshot at scrape time, so scraping costs one short lock and never blocks
+//! request handling. Every label value comes from the config: unknown names never become labels.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::fleet::{Phase, Snapshot, StopReason};
+
+/// Buckets for LLM latencies: milliseconds to ten minutes.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+/// Buckets for model loads: a tenth of a second to half an hour.
+const LOAD_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: IntCounterVec,
+    pub unknown_model_requests: IntCounter,
+    pub request_duration: HistogramVec,
+    pub time_to_first_byte: HistogramVec,
+    pub prompt_tokens: IntCounterVec,
+    pub completion_tokens: IntCounterVec,
+    pub starts: IntCounterVec,
+    pub load_duration: HistogramVec,
+    pub stops: IntCounterVec,
+    pub restarts: IntCounterVec,
+    pub retries: IntCounterVec,
+    pub config_reloads: IntCounterVec,
+    in_flight: IntGaugeVec,
+    slots_total: IntGaugeVec,
+    slots_free: IntGaugeVec,
+    state: IntGaugeVec,
+    failures: IntGaugeVec,
+    circuit_open: IntGaugeVec,
+    queue_depth: IntGaugeVec,
+    pub memory_capacity: IntGaugeVec,
+    pub memory_charged: IntGaugeVec,
+    pub memory_measured: IntGaugeVec,
+    pub instance_estimate: IntGaugeVec,
+    pub instance_measured: IntGaugeVec,
+    system_memory: IntGaugeVec,
+    load_average: prometheus::GaugeVec,
+    uptime: prometheus::Gauge,
+    started: std::time::Instant,
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("registered once");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn histogram(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid metric");
+    r.register(Box::new(h.clone())).expect("registered once");
+    h
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let unknown = IntCounter::new(
+            "corral_unknown_model_requests_total",
+            "Requests naming no configured model (answered 404).",
+        )
+        .expect("valid");
+        r.register(Box::new(unknown.clone()))
+            .expect("registered once");
+        let build = IntGauge::with_opts(
+            Opts::new("corral_build_info", "Build information; always 1.")
+                .const_label("version", env!("CARGO_PKG_VERSION")),
+        )
+        .expect("valid");
+        build.set(1);
+        r.register(Box::new(build)).expect("registered once");
+        let load_average = prometheus::GaugeVec::new(
+            Opts::new("corral_system_load_average", "System load average."),
+            &["interval"],
+        )
+        .expect("valid");
+        r.register(Box::new(load_average.clone()))
+            .expect("registered once");
+        let uptime =
+            prometheus::Gauge::new("corral_uptime_seconds", "Seconds since corral started.")
+                .expect("valid");
+        r.register(Box::new(uptime.clone()))
+            .expect("registered once");
+        Metrics {
+            requests: counter(&r, "corral_requests_total", "Requests answered, by model, route and status class.", &["model", "route", "status"]),
+            unknown_model_requests: unknown,
+            request_duration: histogram(&r, "corral_request_duration_seconds", "Time from request to the last byte of the response.", &["model", "route"], LATENCY_BUCKETS),
+            time_to_first_byte: histogram(&r, "corral_time_to_first_byte_seconds", "Time from request to the first byte of the response body, waiting and loading included.", &["model", "route"], LATENCY_BUCKETS),
+            prompt_tokens: counter(&r, "corral_prompt_tokens_total", "Prompt tokens, from the responses' usage or timings.", &["model"]),
+            completion_tokens: counter(&r, "corral_completion_tokens_total", "Completion tokens, from the responses' usage or timings.", &["model"]),
+            starts: counter(&r, "corral_instance_starts_total", "Instance starts, by result (ready, failed, aborted).", &["model", "instance", "result"]),
+            load_duration: histogram(&r, "corral_load_duration_seconds", "Time from spawn to ready.", &["model"], LOAD_BUCKETS),
+            stops: counter(&r, "corral_instance_stops_total", "Instance stops, by reason (ttl, swap, memory, unload, crash, shutdown, unreachable).", &["model", "instance", "reason"]),
+            restarts: counter(&r, "corral_instance_restarts_total", "Starts of an instance that had run before.", &["model", "instance"]),
+            retries: counter(&r, "corral_retries_total", "Requests retried on another replica after one could not be reached.", &["model"]),
+            config_reloads: counter(&r, "corral_config_reloads_total", "Config reloads, by result.", &["result"]),
+            in_flight: gauge(&r, "corral_in_flight_requests", "Requests in flight, by instance.", &["model", "instance"]),
+            slots_total: gauge(&r, "corral_slots", "Parallel slots of an instance.", &["model", "instance"]),
+            slots_free: gauge(&r, "corral_slots_free", "Free slots of a ready instance.", &["model", "instance"]),
+            state: gauge(&r, "corral_instance_state", "1 for the instance's current state, 0 for the others.", &["model", "instance", "state"]),
+            failures: gauge(&r, "corral_instance_consecutive_failures", "Failed starts or crashes in a row.", &["model", "instance"]),
+            circuit_open: gauge(&r, "corral_instance_circuit_open", "1 while an instance that keeps failing is held out.", &["model", "instance"]),
+            queue_depth: gauge(&r, "corral_queue_depth", "Requests waiting for a free slot in a pool.", &["pool"]),
+            memory_capacity: gauge(&r, "corral_device_memory_capacity_bytes", "Usable memory of a device (capacity less reserve).", &["device"]),
+            memory_charged: gauge(&r, "corral_device_memory_charged_bytes", "Memory charged to instances on a device.", &["device"]),
+            memory_measured: gauge(&r, "corral_device_memory_measured_bytes", "Memory the engines reported allocating on a device.", &["device"]),
+            instance_estimate: gauge(&r, "corral_instance_memory_estimate_bytes", "Estimated device memory of an instance.", &["model", "instance"]),
+            instance_measured: gauge(&r, "corral_instance_memory_measured_bytes", "Device memory an instance reported after loading.", &["model", "instance"]),
+            system_memory: gauge(&r, "corral_system_memory_bytes", "System memory (total, available).", &["kind"]),
+            load_average,
+            uptime,
+            started: std::time::Instant::now(),
+            registry: r,
+        }
+    }
+
+    /// Creates each configured instance's series, so dashboards see zeros before the first event.
+    pub fn register_instances(&self, snapshot: &[Snapshot]) {
+        for s in snapshot {
+            let l = [s.model.as_str(), s.instance.as_str()];
+            self.in_flight.with_label_values(&l);
+            self.slots_total.with_label_values(&l).set(s.slots as i64);
+        }
+    }
+
+    pub fn stop_reason(reason: Option<StopReason>) -> &'static str {
+        match reason {
+            None => "crash",
+            Some(StopReason::Ttl) => "ttl",
+            Some(StopReason::Swap) => "swap",
+            Some(StopReason::Memory) => "memory",
+            Some(StopReason::Unload) => "unload",
+            Some(StopReason::Shutdown) => "shutdown",
+            Some(StopReason::Broken) => "unreachable",
+        }
+    }
+
+    /// Renders the text exposition, refreshing the present-tense gauges from `snapshot` first.
+    pub fn render(
+        &self,
+        snapshot: &[Snapshot],
+        queues: &std::collections::BTreeMap<String, usize>,
+    ) -> String {
+        for s in snapshot {
+            let l = [s.model.as_str(), s.instance.as_str()];
+            self.in_flight.with_label_values(&l).set(s.in_flight as i64);
+            self.slots_total.with_label_values(&l).set(s.slots as i64);
+            let free = if s.state == Phase::Ready {
+                s.slots.saturating_sub(s.in_flight)
+            } else {
+                0
+            };
+            self.slots_free.with_label_values(&l).set(free as i64);
+            for phase in [
+                Phase::Stopped,
+                Phase::Starting,
+                Phase::Ready,
+                Phase::Stopping,
+            ] {
+                self.state
+                    .with_label_values(&[l[0], l[1], phase.as_str()])
+                    .set((s.state == phase) as i64);
+            }
+            self.failures.with_label_values(&l).set(s.failures as i64);
+            self.circuit_open
+                .with_label_values(&l)
+                .set(s.circuit_open as i64);
+        }
+        for (pool, depth) in queues {
+            self.queue_depth
+                .with_label_values(&[pool])
+                .set(*depth as i64);
+        }
+        self.read_system();
+        self.uptime.set(self.started.elapsed().as_secs_f64());
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// System gauges llama-swap users chart, read cheaply from /proc.
+    fn read_system(&self) {
+        if let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") {
+            for (key, label) in [("MemTotal:", "total"), ("MemAvailable:", "available")] {
+                let kib = meminfo
+                    .lines()
+                    .find(|l| l.starts_with(key))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<i64>().ok());
+                if let Some(kib) = kib {
+                    self.system_memory
+                        .with_label_values(&[label])
+                        .set(kib * 1024);
+                }
+            }
+        }
+        if let Ok(loadavg) = std::fs::read_to_string("/proc/loadavg") {
+            for (value, interval) in loadavg.split_whitespace().zip(["1m", "5m", "15m"]) {
+                if let Ok(v) = value.parse::<f64>() {
+                    self.load_average.with_label_values(&[interval]).set(v);
+                }
+            }
+        }
+    }
+}
+
+/// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+impl Tokens {
+    /// Reads one JSON document (a response body or an SSE event's data).
+    pub fn from_json(v: &serde_json::Value) -> Option<Tokens> {
+        let usage = v
+            .get("usage")
+            .or_else(|| v.get("response").and_then(|r| r.get("usage")));
+        if let Some(u) = usage.filter(|u| u.is_object()) {
+            let get = |a: &str, b: &str| u.get(a).or_else(|| u.get(b)).and_then(|n| n.as_u64());
+            let prompt = get("prompt_tokens", "input_tokens");
+            let completion = get("completion_tokens", "output_tokens");
+            if prompt.is_some() || completion.is_some() {
+                return Some(Tokens {
+                    prompt: prompt.unwrap_or(0),
+                    completion: completion.unwrap_or(0),
+                });
+            }
+        }
+        let t = v.get("timings")?;
+        Some(Tokens {
+            prompt: t.get("prompt_n").and_then(|n| n.as_u64()).unwrap_or(0),
+            completion: t.get("predicted_n").and_then(|n| n.as_u64()).unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_from_usage_or_timings() {
+        let usage = serde_json::json!({"usage": {"prompt_tokens": 7, "completion_tokens": 3}});
+        assert_eq!(
+            Tokens::from_json(&usage),
+            Some(Tokens {
+                prompt: 7,
+                completion: 3
+            })
+        );
+        let timings = serde_json::json!({"timings": {"prompt_n": 5, "predicted_n": 9}});
+        assert_eq!(
+            Tokens::from_json(&timings),
+            Some(Tokens {
+                prompt: 5,
+                completion: 9
+            })
+        );
+        let anthropic = serde_json::json!({"usage": {"input_tokens": 2, "output_tokens": 4}});
+        assert_eq!(
+            Tokens::from_json(&anthropic),
+            Some(Tokens {
+                prompt: 2,
+                completion: 4
+            })
+        );
+        assert_eq!(Tokens::from_json(&serde_json::json!({"choices": []})), None);
+    }
+
+    #[test]
+    fn render_includes_build_info() {
+        let m = Metrics::new();
+        let text = m.render(&[], &Default::default());
+        assert!(text.contains("corral_build_info{version="));
+    }
+}
