@@ -35,6 +35,8 @@ pub enum Error {
     Conflict(String),
     #[error("{0}")]
     Internal(String),
+    #[error("request cancelled")]
+    Cancelled,
     /// Temporarily unable to serve: a full queue (429) or no replica in time (503), with a retry hint.
     #[error("{message}")]
     Busy {
@@ -54,6 +56,7 @@ impl Error {
             | Error::ShuttingDown(_)
             | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Error::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,

@@ -71,6 +71,7 @@ pub async fn run(
     metrics.register_instances(&fleet.snapshot());
     let app = Arc::new(App::new(fleet.clone(), logs, metrics, opts.limits));
     let ttl = tokio::spawn(fleet.clone().run_ttl());
+    let preload = tokio::spawn(preload(fleet.clone()));
 
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -135,5 +136,29 @@ pub async fn run(
         }
     }
     ttl.abort();
+    preload.abort();
     Ok(())
+}
+
+/// `hooks.on_startup.preload`: loads each model in turn without sending it a request.
+async fn preload(fleet: Fleet) {
+    let names = fleet.config().preload.clone();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let Some((target, _)) = fleet.catalog().resolve(name) else {
+            tracing::warn!("preload: no model or alias named {name:?}; skipped");
+            continue;
+        };
+        let target = target.clone();
+        let started = std::time::Instant::now();
+        match fleet.acquire(&target, None).await {
+            Ok(lease) => {
+                drop(lease);
+                tracing::info!(
+                    "preload: {name} ready in {:.2}s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Err(e) => tracing::warn!("preload: {name} failed: {e}"),
+        }
+    }
 }

@@ -1,7 +1,6 @@
 //! Management routes: model list, running models, unload, logs, version, CORS preflight.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -15,16 +14,62 @@ use crate::error::Error;
 use crate::fleet::Phase;
 use crate::logs::LogRing;
 
+async fn set_profile<B>(app: &Arc<App>, req: Request<B>) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let (parts, body) = req.into_parts();
+    let bytes = super::extract::read_body(&parts.headers, body, 64 * 1024).await?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))?;
+    let name = match v.get("name") {
+        Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        _ => {
+            return Err(Error::BadRequest(
+                "body must be {\"name\": \"profile\"} or {\"name\": null}".into(),
+            ))
+        }
+    };
+    if let Some(n) = &name {
+        if !app.config.profiles.contains_key(n) {
+            return Err(Error::NotFound(format!("no profile {n:?}")));
+        }
+    }
+    app.profiles.set(name.clone());
+    tracing::info!("active profile: {}", name.as_deref().unwrap_or("none"));
+    Ok(json(StatusCode::OK, &json!({"active": name})))
+}
+
 pub async fn route<B>(
     app: &Arc<App>,
     req: Request<B>,
     method: &Method,
     path: &str,
-) -> Result<Response<Body>, Error> {
+) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let get = *method == Method::GET || *method == Method::HEAD;
     match path {
-        "/v1/models" | "/models" if get => Ok(models(app, req.headers())),
+        "/v1/models" | "/models" if get => Ok(super::models::list(app, req.headers())),
         "/running" if get => Ok(running(app)),
+        "/api/events" if get => Ok(super::events::stream(app)),
+        "/api/profiles" if get => {
+            let profiles: Vec<_> = app
+                .config
+                .profiles
+                .iter()
+                .map(|(id, p)| json!({"id": id, "description": p.description, "pins": p.pins}))
+                .collect();
+            Ok(json(
+                StatusCode::OK,
+                &json!({"active": app.profiles.active(), "profiles": profiles}),
+            ))
+        }
+        "/api/profiles/active" if *method == Method::PUT => set_profile(app, req).await,
         "/metrics" if get => {
             let text = app
                 .metrics
@@ -91,6 +136,36 @@ pub async fn route<B>(
                 .any(|p| p == "no-history" || p.starts_with("no-history="));
             Ok(log_stream(&ring, with_history))
         }
+        _ if *method == Method::POST
+            && path.starts_with("/api/inflight/")
+            && path.ends_with("/cancel") =>
+        {
+            let id = path["/api/inflight/".len()..path.len() - "/cancel".len()]
+                .parse::<u64>()
+                .unwrap_or(0);
+            if !app.inflight.cancel(id) {
+                return Err(Error::NotFound(format!("no request {id} in flight")));
+            }
+            Ok(json(StatusCode::OK, &json!({"msg": "ok"})))
+        }
+        _ if *method == Method::POST && path.starts_with("/api/models/load/") => {
+            let raw = &path["/api/models/load/".len()..];
+            let name = percent_encoding::percent_decode_str(raw)
+                .decode_utf8_lossy()
+                .into_owned();
+            let (target, model) = app
+                .fleet
+                .catalog()
+                .resolve(&name)
+                .ok_or_else(|| Error::NotFound("model not found".into()))?;
+            let (target, model) = (target.clone(), model.to_string());
+            let started = std::time::Instant::now();
+            drop(app.fleet.acquire(&target, None).await?);
+            Ok(json(
+                StatusCode::OK,
+                &json!({"msg": "ok", "model": model, "state": "ready", "seconds": started.elapsed().as_secs_f64()}),
+            ))
+        }
         _ if *method == Method::POST && path.starts_with("/api/models/unload/") => {
             let raw = &path["/api/models/unload/".len()..];
             let name = percent_encoding::percent_decode_str(raw)
@@ -153,82 +228,6 @@ fn plain_stream(
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body)
         .expect("valid")
-}
-
-fn models(app: &App, headers: &HeaderMap) -> Response<Body> {
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let snapshot = app.fleet.snapshot();
-    let ready = |ids: &[String]| {
-        snapshot
-            .iter()
-            .any(|s| ids.contains(&s.instance) && s.state == Phase::Ready)
-    };
-    let status = |loaded: bool| json!({"value": if loaded { "loaded" } else { "unloaded" }});
-    let entry = |id: &str, meta: serde_json::Map<String, serde_json::Value>, loaded: bool| json!({"id": id, "object": "model", "created": created, "owned_by": "corral", "meta": {"llamaswap": meta}, "status": status(loaded)});
-    let catalog = app.fleet.catalog();
-    let mut data = Vec::new();
-    for m in app.config.models.values().filter(|m| !m.unlisted) {
-        let ids: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
-        let loaded = ready(&ids);
-        let mut meta = m.metadata.clone();
-        meta.insert("type".into(), json!("model"));
-        if !m.aliases.is_empty() {
-            meta.insert("aliases".into(), json!(m.aliases));
-        }
-        if ids.len() > 1 {
-            meta.insert("replicas".into(), json!(ids));
-        }
-        let mut record = entry(&m.id, meta, loaded);
-        if let Some(name) = &m.name {
-            record["name"] = json!(name);
-        }
-        if let Some(d) = &m.description {
-            record["description"] = json!(d);
-        }
-        data.push(record);
-        if ids.len() > 1 {
-            for id in &ids {
-                let meta = json!({"type": "replica", "modelID": m.id, "pool": m.id});
-                data.push(entry(
-                    id,
-                    meta.as_object().cloned().unwrap_or_default(),
-                    ready(std::slice::from_ref(id)),
-                ));
-            }
-        }
-        if app.config.include_aliases_in_list {
-            for alias in &m.aliases {
-                let meta = json!({"type": "alias", "modelID": m.id});
-                data.push(entry(
-                    alias,
-                    meta.as_object().cloned().unwrap_or_default(),
-                    loaded,
-                ));
-            }
-        }
-    }
-    for pool in catalog
-        .pools
-        .values()
-        .filter(|p| !app.config.models.contains_key(&p.id))
-    {
-        let meta = json!({"type": "pool", "members": pool.members});
-        data.push(entry(
-            &pool.id,
-            meta.as_object().cloned().unwrap_or_default(),
-            ready(&pool.members),
-        ));
-    }
-    data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        resp.headers_mut()
-            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
-    }
-    resp
 }
 
 fn running(app: &App) -> Response<Body> {

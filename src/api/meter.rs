@@ -1,6 +1,7 @@
 //! A response body that observes what passes: time to first byte, duration, and token counts read
 //! from `usage` (or llama.cpp `timings`) in JSON bodies and SSE events, without holding anything back.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -59,6 +60,9 @@ pub struct Metered {
     json: Option<Vec<u8>>,
     tokens: Option<Tokens>,
     finished: bool,
+    inflight: Option<super::inflight::Guard>,
+    holds: Vec<Box<dyn Send + Sync>>,
+    cancelled: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
 }
 
 impl Metered {
@@ -82,7 +86,27 @@ impl Metered {
             json,
             tokens: None,
             finished: false,
+            inflight: None,
+            holds: Vec::new(),
+            cancelled: None,
         }
+    }
+
+    /// Keeps the request listed as in flight until the body ends, and ends it if an operator cancels.
+    pub fn with_inflight(
+        mut self,
+        guard: Option<super::inflight::Guard>,
+        token: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        self.inflight = guard;
+        self.cancelled = Some(Box::pin(token.cancelled_owned()));
+        self
+    }
+
+    /// Keeps these alive (selector counts) until the body ends.
+    pub fn holding(mut self, holds: Vec<Box<dyn Send + Sync>>) -> Self {
+        self.holds = holds;
+        self
     }
 
     fn observe(&mut self, data: &Bytes) {
@@ -166,6 +190,13 @@ impl HttpBody for Metered {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(cancelled) = &mut self.cancelled {
+            if cancelled.as_mut().poll(cx).is_ready() {
+                self.cancelled = None;
+                self.finish();
+                return Poll::Ready(Some(Err("request cancelled".into())));
+            }
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {

@@ -2,8 +2,14 @@
 
 mod admin;
 pub mod auth;
+mod events;
 pub mod extract;
+mod filters;
+pub mod inflight;
 mod meter;
+mod models;
+mod peers;
+pub mod routing;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -40,6 +46,10 @@ impl Default for Limits {
 /// Everything a request handler needs.
 pub struct App {
     pub fleet: Fleet,
+    pub profiles: routing::Profiles,
+    pub spillover: routing::Spillover,
+    peer_clients: BTreeMap<String, HttpClient>,
+    pub inflight: Arc<inflight::Inflight>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub config: Arc<Config>,
     pub logs: Arc<Logs>,
@@ -70,7 +80,25 @@ impl App {
                 )
             })
             .collect();
+        let peer_clients = config
+            .peers
+            .iter()
+            .map(|(id, p)| {
+                (
+                    id.clone(),
+                    proxy::client(
+                        p.timeouts.connect,
+                        p.timeouts.keepalive,
+                        p.timeouts.idle_conn,
+                    ),
+                )
+            })
+            .collect();
         App {
+            profiles: Default::default(),
+            spillover: Default::default(),
+            peer_clients,
+            inflight: Default::default(),
             keys: auth::Keys::new(&config.api_keys),
             config,
             fleet,
@@ -174,35 +202,109 @@ where
     }
     if let Some(rest) = path.strip_prefix("/upstream/") {
         let rest = rest.to_string();
-        let (started, mut seen) = (std::time::Instant::now(), None);
-        let result = upstream_passthrough(app, req, rest, remote, &mut seen).await;
+        let (started, mut seen) = (std::time::Instant::now(), Seen::new(&method, &path, remote));
+        let token = seen.token.clone();
+        let result = cancellable(
+            &token,
+            upstream_passthrough(app, req, rest, remote, &mut seen),
+        )
+        .await;
         return metered(app, "/upstream", started, seen, result);
     }
     if method == Method::POST {
         if let Some(upstream_path) = model_route(&path) {
-            let (started, mut seen) = (std::time::Instant::now(), None);
-            let result = dispatch(app, req, upstream_path, remote, &mut seen).await;
+            let (started, mut seen) =
+                (std::time::Instant::now(), Seen::new(&method, &path, remote));
+            let token = seen.token.clone();
+            let result =
+                cancellable(&token, dispatch(app, req, upstream_path, remote, &mut seen)).await;
             return metered(app, &path, started, seen, result);
         }
     }
     if (method == Method::GET || method == Method::HEAD) && query_route(&path) {
         let upstream_path = path.clone();
-        let (started, mut seen) = (std::time::Instant::now(), None);
-        let result = dispatch(app, req, upstream_path, remote, &mut seen).await;
+        let (started, mut seen) = (std::time::Instant::now(), Seen::new(&method, &path, remote));
+        let token = seen.token.clone();
+        let result =
+            cancellable(&token, dispatch(app, req, upstream_path, remote, &mut seen)).await;
         return metered(app, &path, started, seen, result);
     }
     admin::route(app, req, &method, &path).await
 }
 
 /// Finds the model, starts or waits for it, rewrites the body if asked, forwards and streams back.
+/// What a model request learns on its way: its model, and its place in the in-flight list.
+pub struct Seen {
+    model: Option<String>,
+    holds: Vec<Box<dyn Send + Sync>>,
+    guard: Option<inflight::Guard>,
+    token: tokio_util::sync::CancellationToken,
+    method: String,
+    path: String,
+    remote: SocketAddr,
+}
+
+impl Seen {
+    fn new(method: &Method, path: &str, remote: SocketAddr) -> Seen {
+        Seen {
+            model: None,
+            holds: Vec::new(),
+            guard: None,
+            token: Default::default(),
+            method: method.to_string(),
+            path: path.to_string(),
+            remote,
+        }
+    }
+
+    /// Keeps something alive until the response body ends.
+    fn hold(&mut self, thing: Box<dyn Send + Sync>) {
+        self.holds.push(thing);
+    }
+
+    /// The model is known: list the request as in flight.
+    fn found(&mut self, app: &App, model: &str) {
+        self.model = Some(model.to_string());
+        let remote = self.remote.ip().to_string();
+        self.guard = Some(app.inflight.register(
+            model,
+            &self.path,
+            &self.method,
+            &remote,
+            self.token.clone(),
+        ));
+    }
+}
+
+/// Runs `work` until it ends or an operator cancels the request.
+async fn cancellable<F>(
+    token: &tokio_util::sync::CancellationToken,
+    work: F,
+) -> Result<Response<Body>, Error>
+where
+    F: std::future::Future<Output = Result<Response<Body>, Error>>,
+{
+    tokio::select! {
+        r = work => r,
+        _ = token.cancelled() => Err(Error::Cancelled),
+    }
+}
+
 /// Records a model request: per model when the model is known, else as unknown.
 fn metered(
     app: &Arc<App>,
     route: &str,
     started: std::time::Instant,
-    model: Option<String>,
+    seen: Seen,
     result: Result<Response<Body>, Error>,
 ) -> Result<Response<Body>, Error> {
+    let Seen {
+        model,
+        guard,
+        token,
+        holds,
+        ..
+    } = seen;
     let Some(model) = model else {
         if matches!(result, Err(Error::NoModel | Error::UnknownModel)) {
             app.metrics.unknown_model_requests.inc();
@@ -232,7 +334,9 @@ fn metered(
                 .to_string();
             let (parts, body) = resp.into_parts();
             let body =
-                meter::Metered::new(body, app.metrics.clone(), labels, started, &content_type);
+                meter::Metered::new(body, app.metrics.clone(), labels, started, &content_type)
+                    .with_inflight(guard, token)
+                    .holding(holds);
             Ok(Response::from_parts(parts, BodyExt::boxed(body)))
         }
     }
@@ -243,7 +347,7 @@ async fn dispatch<B>(
     req: Request<B>,
     upstream_path: String,
     remote: SocketAddr,
-    seen: &mut Option<String>,
+    seen: &mut Seen,
 ) -> Result<Response<Body>, Error>
 where
     B: http_body::Body<Data = Bytes> + Send,
@@ -251,7 +355,8 @@ where
 {
     let (mut parts, body) = req.into_parts();
     let query = parts.uri.query().map(String::from);
-    let (name, bytes, kind) = if parts.method == Method::GET || parts.method == Method::HEAD {
+    let get = parts.method == Method::GET || parts.method == Method::HEAD;
+    let (sent, bytes, kind) = if get {
         let name = query
             .as_deref()
             .and_then(|q| extract::query_param(q, "model"));
@@ -262,36 +367,87 @@ where
         let (name, _stream) = extract::model_from_body(&kind, &bytes);
         (name, bytes, kind)
     };
-    let name = name.filter(|n| !n.is_empty()).ok_or(Error::NoModel)?;
-    let (target, model_id) = app
-        .fleet
-        .catalog()
-        .resolve(&name)
-        .ok_or(Error::UnknownModel)?;
-    let (target, model) = (target.clone(), &app.config.models[model_id]);
-    *seen = Some(model.id.clone());
-    let bytes = match (&model.use_model_name, kind) {
-        (Some(upstream_name), BodyKind::Json(mut v)) => {
-            v["model"] = serde_json::Value::String(upstream_name.clone());
-            Bytes::from(serde_json::to_vec(&v).map_err(|e| Error::Internal(e.to_string()))?)
-        }
-        (Some(upstream_name), BodyKind::Multipart(boundary)) => {
-            extract::rewrite_multipart_model(&bytes, &boundary, upstream_name).unwrap_or(bytes)
-        }
-        _ => bytes,
-    };
-    if parts.method != Method::GET && parts.method != Method::HEAD {
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    let sent = sent.filter(|n| !n.is_empty()).ok_or(Error::NoModel)?;
+    let name = routing::apply_profile(&app.config, &app.profiles, &sent)
+        .filter(|n| !n.is_empty())
+        .ok_or(Error::NoModel)?;
+    let (route, spill) = routing::resolve(&app.config, &app.fleet, &app.spillover, &name)?;
+    if let Some(s) = spill {
+        seen.hold(Box::new(s));
     }
-    let path_and_query = match query {
+    let chosen = match &route {
+        routing::Route::Local { .. } if app.config.selectors.contains_key(&name) => {
+            // a selector chose a target: the request names that target from here on
+            match &route {
+                routing::Route::Local {
+                    target: Target::Instance(id) | Target::Pool(id),
+                    ..
+                } => id.clone(),
+                _ => name.clone(),
+            }
+        }
+        _ => name.clone(),
+    };
+    let path_and_query = match &query {
         Some(q) => format!("{upstream_path}?{q}"),
         None => upstream_path,
     };
+    match route {
+        routing::Route::Peer { peer, model } => {
+            seen.found(app, &format!("{peer}/{model}"));
+            let bytes = rewrite_for_peer(app, &peer, &model, kind, bytes)?;
+            peers::forward(app, &peer, parts, bytes, path_and_query, remote).await
+        }
+        routing::Route::Local { target, model } => {
+            let model = &app.config.models[&model];
+            seen.found(app, &model.id);
+            let renamed = chosen != sent;
+            let bytes = match kind {
+                BodyKind::Json(mut v) => {
+                    if renamed {
+                        v["model"] = serde_json::Value::String(chosen.clone());
+                    }
+                    if filters::apply(model, &chosen, &mut v) || renamed {
+                        Bytes::from(
+                            serde_json::to_vec(&v).map_err(|e| Error::Internal(e.to_string()))?,
+                        )
+                    } else {
+                        bytes
+                    }
+                }
+                BodyKind::Multipart(boundary) => match &model.use_model_name {
+                    Some(upstream_name) => {
+                        extract::rewrite_multipart_model(&bytes, &boundary, upstream_name)
+                            .unwrap_or(bytes)
+                    }
+                    None => bytes,
+                },
+                _ => bytes,
+            };
+            if !get {
+                parts
+                    .headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            }
+            forward_local(app, model, &target, parts, bytes, path_and_query, remote).await
+        }
+    }
+}
+
+/// Sends a buffered request to the target's instance; for a pool, a member that fails before sending
+/// a byte back is taken out and the request tried once more on another.
+async fn forward_local(
+    app: &Arc<App>,
+    model: &crate::config::ModelConfig,
+    target: &Target,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    path_and_query: String,
+    remote: SocketAddr,
+) -> Result<Response<Body>, Error> {
     let client = &app.clients[&model.id];
     let timeout = model.timeouts.response_header;
-    let lease = app.fleet.acquire(&target, None).await?;
+    let lease = app.fleet.acquire(target, None).await?;
     let out = |lease: &crate::fleet::Lease, parts: http::request::Parts| Outgoing {
         base: lease.proxy(),
         path_and_query: path_and_query.clone(),
@@ -303,7 +459,6 @@ where
         let req = out(&lease, parts);
         return proxy::forward(client, req, timeout, lease).await;
     }
-    // A pool member that fails before sending a byte back is taken out, and the request tried once more.
     let first = out(&lease, clone_parts(&parts));
     let failed = lease.id().to_string();
     match proxy::forward(client, first, timeout, lease).await {
@@ -311,12 +466,39 @@ where
             app.fleet.report_unreachable(&failed);
             app.metrics.retries.with_label_values(&[&model.id]).inc();
             tracing::warn!(instance = %failed, "retrying on another replica after: {e}");
-            let lease = app.fleet.acquire(&target, Some(&failed)).await?;
+            let lease = app.fleet.acquire(target, Some(&failed)).await?;
             let req = out(&lease, parts);
             proxy::forward(client, req, timeout, lease).await
         }
         other => other,
     }
+}
+
+/// A peer gets the bare model id and its own filters.
+fn rewrite_for_peer(
+    app: &App,
+    peer: &str,
+    model: &str,
+    kind: BodyKind,
+    bytes: Bytes,
+) -> Result<Bytes, Error> {
+    let BodyKind::Json(mut v) = kind else {
+        return Ok(bytes);
+    };
+    let Some(obj) = v.as_object_mut() else {
+        return Ok(bytes);
+    };
+    obj.insert("model".into(), serde_json::Value::String(model.to_string()));
+    let f = &app.config.peers[peer].filters;
+    for key in &f.strip_params {
+        obj.remove(key);
+    }
+    for (k, val) in &f.set_params {
+        obj.insert(k.clone(), val.clone());
+    }
+    serde_json::to_vec(&v)
+        .map(Bytes::from)
+        .map_err(|e| Error::Internal(e.to_string()))
 }
 
 fn clone_parts(parts: &http::request::Parts) -> http::request::Parts {
@@ -340,7 +522,7 @@ async fn upstream_passthrough<B>(
     req: Request<B>,
     rest: String,
     remote: SocketAddr,
-    seen: &mut Option<String>,
+    seen: &mut Seen,
 ) -> Result<Response<Body>, Error>
 where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
@@ -358,7 +540,7 @@ where
             .map(|(target, model)| (target.clone(), model.to_string(), n))
     });
     let (target, model_id, n) = found.ok_or(Error::UnknownModel)?;
-    *seen = Some(model_id.clone());
+    seen.found(app, &model_id);
     let query = req
         .uri()
         .query()
@@ -373,6 +555,11 @@ where
         return Ok(redirect(status, &format!("/upstream/{rest}/{query}")));
     }
     let tail = format!("/{}", segments[n..].join("/"));
+    if app.config.ignore_paths.iter().any(|re| re.is_match(&tail)) && !app.fleet.is_ready(&target) {
+        return Err(Error::Conflict(format!(
+            "{model_id} is not loaded and {tail} does not load it"
+        )));
+    }
     let lease = app.fleet.acquire(&target, None).await?;
     let model = &app.config.models[&model_id];
     let (parts, body) = req.into_parts();

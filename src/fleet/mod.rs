@@ -66,6 +66,7 @@ pub(crate) struct Inner {
     catalog: Arc<Catalog>,
     state: Mutex<State>,
     changed: Notify,
+    generation: watch::Sender<u64>,
     spawner: Spawner,
     health: HealthClient,
     logs: Arc<Logs>,
@@ -159,6 +160,7 @@ impl Fleet {
             catalog,
             state: Mutex::new(state),
             changed: Notify::new(),
+            generation: watch::channel(0).0,
             spawner,
             health: HealthClient::default(),
             logs,
@@ -498,7 +500,7 @@ impl Fleet {
             rx,
             poll,
         ));
-        self.inner.changed.notify_waiters();
+        self.inner.touch();
         inst.generation
     }
 
@@ -510,7 +512,7 @@ impl Fleet {
             inst.order_stop(Duration::from_secs(1), StopReason::Broken);
         }
         drop(st);
-        self.inner.changed.notify_waiters();
+        self.inner.touch();
     }
 
     /// Stops the given models' instances (all when `None`) and waits until they are stopped.
@@ -544,7 +546,7 @@ impl Fleet {
             }
             st.instances.keys().cloned().collect()
         };
-        self.inner.changed.notify_waiters();
+        self.inner.touch();
         self.wait_stopped(&all).await;
     }
 
@@ -620,6 +622,27 @@ impl Fleet {
                 circuit_open: i.circuit_open(),
             })
             .collect()
+    }
+
+    /// True when the target has a ready instance.
+    pub fn is_ready(&self, target: &Target) -> bool {
+        let st = self.inner.lock();
+        match target {
+            Target::Instance(id) => st
+                .instances
+                .get(id)
+                .is_some_and(|i| i.phase == Phase::Ready),
+            Target::Pool(p) => st.pools.get(p).is_some_and(|p| {
+                p.members
+                    .iter()
+                    .any(|m| st.instances[m].phase == Phase::Ready)
+            }),
+        }
+    }
+
+    /// A receiver that changes whenever any instance does.
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.inner.generation.subscribe()
     }
 
     /// Requests waiting in each pool's queue.
@@ -699,7 +722,13 @@ impl Inner {
         if let Some(inst) = self.lock().instances.get_mut(id) {
             f(inst);
         }
+        self.touch();
+    }
+
+    /// Wakes waiters and tells watchers (events, metrics) that something changed.
+    fn touch(&self) {
         self.changed.notify_waiters();
+        self.generation.send_modify(|g| *g += 1);
     }
 }
 
@@ -743,7 +772,7 @@ impl Drop for Ticket {
             p.queue.retain(|t| *t != self.id);
         }
         drop(st);
-        self.inner.changed.notify_waiters();
+        self.inner.touch();
     }
 }
 

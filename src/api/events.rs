@@ -1,0 +1,122 @@
+//! `GET /api/events`: llama-swap's SSE stream of model states, log lines and requests in flight.
+//!
+//! Frames are `event:message\ndata:{"type":T,"data":"<JSON as a string>"}\n\n`, with the payload
+//! encoded twice, as llama-swap's UI expects. A slow reader loses events, never blocks a writer.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Response};
+use http_body_util::{BodyExt, StreamBody};
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc};
+
+use super::App;
+use crate::body::Body;
+
+fn frame(kind: &str, data: &Value) -> Bytes {
+    let inner = json!({"type": kind, "data": data.to_string()});
+    Bytes::from(format!("event:message\ndata:{inner}\n\n"))
+}
+
+/// The state of every model and instance, as the UI lists them.
+pub fn model_status(app: &App) -> Value {
+    let snapshot = app.fleet.snapshot();
+    let mut out: Vec<Value> = snapshot
+        .iter()
+        .map(|s| {
+            let m = &app.config.models[&s.model];
+            json!({"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
+                "state": s.state.as_str(), "unlisted": m.unlisted, "peerID": "", "aliases": m.aliases, "pool": s.pool})
+        })
+        .collect();
+    for (peer, p) in &app.config.peers {
+        for m in &p.models {
+            out.push(json!({"id": format!("{peer}/{m}"), "name": format!("{peer}: {m}"), "state": "stopped", "unlisted": false, "peerID": peer}));
+        }
+    }
+    Value::Array(out)
+}
+
+pub fn stream(app: &Arc<App>) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let app = app.clone();
+    let task = tokio::spawn(async move {
+        let mut proxy_logs = app.logs.proxy.subscribe();
+        let mut upstream_logs = app.logs.upstream.subscribe();
+        let mut inflight = app.inflight.events.subscribe();
+        let mut models = app.fleet.watch();
+        let first = [
+            frame(
+                "logData",
+                &json!({"source": "proxy", "data": String::from_utf8_lossy(&app.logs.proxy.history())}),
+            ),
+            frame(
+                "logData",
+                &json!({"source": "upstream", "data": String::from_utf8_lossy(&app.logs.upstream.history())}),
+            ),
+            frame("modelStatus", &model_status(&app)),
+            frame(
+                "uiConfig",
+                &json!({"activity": {"session_id": app.config.ui_session_headers}}),
+            ),
+            frame("profileChanged", &json!({"active": app.profiles.active()})),
+            frame("inflight", &app.inflight.snapshot()),
+        ];
+        for f in first {
+            if tx.send(f).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let next = tokio::select! {
+                changed = models.changed() => match changed {
+                    Ok(()) => frame("modelStatus", &model_status(&app)),
+                    Err(_) => return,
+                },
+                line = proxy_logs.recv() => match line {
+                    Ok(data) => frame("logData", &json!({"source": "proxy", "data": String::from_utf8_lossy(&data)})),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                },
+                line = upstream_logs.recv() => match line {
+                    Ok(data) => frame("logData", &json!({"source": "upstream", "data": String::from_utf8_lossy(&data)})),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                },
+                event = inflight.recv() => match event {
+                    Ok(v) => frame("inflight", &v),
+                    Err(broadcast::error::RecvError::Lagged(_)) => frame("inflight", &app.inflight.snapshot()),
+                    Err(_) => return,
+                },
+                _ = tx.closed() => return,
+            };
+            if tx.try_send(next).is_err() && tx.is_closed() {
+                return;
+            }
+        }
+    });
+    let guard = AbortOnDrop(task);
+    let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let data = rx.recv().await?;
+        Some((
+            Ok::<_, crate::body::BoxError>(http_body::Frame::data(data)),
+            (rx, guard),
+        ))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(StreamBody::new(body).boxed())
+        .expect("valid")
+}
+
+/// Ends the feeding task when the client goes away.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,171 @@
+//! `GET /v1/models`: the OpenAI list, with llama-swap's extra fields (§2.2).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::{header, HeaderMap, Response, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::{json, App};
+use crate::body::Body;
+use crate::config::ModelConfig;
+use crate::fleet::Phase;
+
+/// Metadata keys that configured capabilities replace.
+const CAPABILITY_KEYS: &[&str] = &[
+    "architecture",
+    "capabilities",
+    "supported_parameters",
+    "context_length",
+];
+
+pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let snapshot = app.fleet.snapshot();
+    let ready = |ids: &[String]| {
+        snapshot
+            .iter()
+            .any(|s| ids.contains(&s.instance) && s.state == Phase::Ready)
+    };
+    let catalog = app.fleet.catalog();
+    let mut data = Vec::new();
+    for m in app.config.models.values().filter(|m| !m.unlisted) {
+        let ids: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
+        let loaded = ready(&ids);
+        data.push(model_record(m, created, loaded, &ids));
+        if ids.len() > 1 {
+            for id in &ids {
+                let meta = json!({"type": "replica", "modelID": m.id, "pool": m.id});
+                data.push(record(id, created, meta, ready(std::slice::from_ref(id))));
+            }
+        }
+        if app.config.include_aliases_in_list {
+            for alias in &m.aliases {
+                let mut r = model_record(m, created, loaded, &ids);
+                r["id"] = json!(alias);
+                r["meta"]["llamaswap"]["type"] = json!("alias");
+                r["meta"]["llamaswap"]["modelID"] = json!(m.id);
+                data.push(r);
+            }
+        }
+    }
+    for pool in catalog
+        .pools
+        .values()
+        .filter(|p| !app.config.models.contains_key(&p.id))
+    {
+        let meta = json!({"type": "pool", "members": pool.members});
+        data.push(record(&pool.id, created, meta, ready(&pool.members)));
+    }
+    for (peer_id, peer) in &app.config.peers {
+        for m in &peer.models {
+            let fqn = format!("{peer_id}/{m}");
+            let mut r = record(
+                &fqn,
+                created,
+                json!({"type": "peer", "peerID": peer_id, "modelID": m}),
+                false,
+            );
+            r["name"] = json!(format!("{peer_id}: {m}"));
+            data.push(r);
+        }
+    }
+    for (id, sel) in app.config.selectors.iter().filter(|(_, s)| !s.unlisted) {
+        let mut meta: Map<String, Value> = sel.metadata.clone();
+        meta.insert("type".into(), json!("selector"));
+        meta.insert("strategy".into(), json!(sel.strategy));
+        meta.insert("targets".into(), json!(sel.targets));
+        if sel.strategy == "spillover" {
+            meta.insert("spillover".into(), json!(sel.spillover));
+        }
+        let mut r = record(id, created, Value::Object(meta), false);
+        if let Some(n) = &sel.name {
+            r["name"] = json!(n);
+        }
+        if let Some(d) = &sel.description {
+            r["description"] = json!(d);
+        }
+        data.push(r);
+    }
+    data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        resp.headers_mut()
+            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    }
+    resp
+}
+
+fn record(id: &str, created: u64, meta: Value, loaded: bool) -> Value {
+    json!({
+        "id": id, "object": "model", "created": created, "owned_by": "corral",
+        "meta": {"llamaswap": meta},
+        "status": {"value": if loaded { "loaded" } else { "unloaded" }},
+    })
+}
+
+fn model_record(m: &ModelConfig, created: u64, loaded: bool, ids: &[String]) -> Value {
+    let caps = &m.capabilities;
+    let has_caps = !caps.input.is_empty()
+        || !caps.output.is_empty()
+        || caps.tools
+        || caps.reranker
+        || caps.context > 0;
+    let mut meta = m.metadata.clone();
+    if has_caps {
+        meta.retain(|k, _| !CAPABILITY_KEYS.contains(&k.as_str()));
+    }
+    meta.insert("type".into(), json!("model"));
+    if !m.aliases.is_empty() {
+        meta.insert("aliases".into(), json!(m.aliases));
+    }
+    if ids.len() > 1 {
+        meta.insert("replicas".into(), json!(ids));
+    }
+    let mut r = record(&m.id, created, Value::Object(meta), loaded);
+    if let Some(name) = &m.name {
+        r["name"] = json!(name);
+    }
+    if let Some(d) = &m.description {
+        r["description"] = json!(d);
+    }
+    if !caps.input.is_empty() || !caps.output.is_empty() {
+        let modality = format!("{}->{}", caps.input.join("+"), caps.output.join("+"));
+        r["architecture"] = json!({"input_modalities": caps.input, "output_modalities": caps.output, "modality": modality});
+    }
+    if has_caps {
+        let has = |list: &[String], m: &str| list.iter().any(|x| x == m);
+        let mut c = Map::new();
+        let flags = [
+            ("vision", has(&caps.input, "image")),
+            (
+                "audio_transcriptions",
+                has(&caps.input, "audio") && has(&caps.output, "text"),
+            ),
+            ("audio_speech", has(&caps.output, "audio")),
+            ("image_generation", has(&caps.output, "image")),
+            (
+                "image_to_image",
+                has(&caps.input, "image") && has(&caps.output, "image"),
+            ),
+            ("function_calling", caps.tools),
+            ("reranker", caps.reranker),
+        ];
+        for (k, v) in flags.into_iter().filter(|(_, v)| *v) {
+            c.insert(k.into(), json!(v));
+        }
+        if !c.is_empty() {
+            r["capabilities"] = Value::Object(c);
+        }
+        if caps.tools {
+            r["supported_parameters"] = json!(["tools", "tool_choice"]);
+        }
+        if caps.context > 0 {
+            r["context_length"] = json!(caps.context);
+            r["meta"]["n_ctx"] = json!(caps.context);
+        }
+    }
+    r
+}

@@ -1,0 +1,218 @@
+//! From the name a client sent to where the request goes: profile pins first, then selectors, then
+//! local models, aliases and pools, then peers (COMPAT.md §1.6-1.8).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::catalog::Target;
+use crate::config::Config;
+use crate::error::Error;
+use crate::fleet::{Fleet, Phase};
+
+/// Where a request goes.
+#[derive(Debug, Clone)]
+pub enum Route {
+    Local { target: Target, model: String },
+    Peer { peer: String, model: String },
+}
+
+/// The active profile: none at start and after every reload.
+#[derive(Default)]
+pub struct Profiles {
+    active: Mutex<Option<String>>,
+}
+
+impl Profiles {
+    pub fn active(&self) -> Option<String> {
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set(&self, name: Option<String>) {
+        *self.active.lock().unwrap_or_else(|e| e.into_inner()) = name;
+    }
+}
+
+/// Per-selector, per-target requests in flight, for `spillover`.
+#[derive(Default)]
+pub struct Spillover {
+    counts: Mutex<BTreeMap<(String, String), Arc<AtomicUsize>>>,
+    rr: AtomicUsize,
+}
+
+/// Holds one in-flight count on a spillover target until the request ends.
+pub struct SpillGuard(Arc<AtomicUsize>);
+
+impl Drop for SpillGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Spillover {
+    fn counter(&self, selector: &str, target: &str) -> Arc<AtomicUsize> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((selector.into(), target.into()))
+            .or_default()
+            .clone()
+    }
+}
+
+/// The name after the active profile's pins: `Ok(None)` when the profile disables it.
+pub fn apply_profile(config: &Config, profiles: &Profiles, name: &str) -> Option<String> {
+    let Some(active) = profiles.active() else {
+        return Some(name.to_string());
+    };
+    match config.profiles.get(&active).and_then(|p| p.pins.get(name)) {
+        None => Some(name.to_string()),
+        Some(target) => target.clone(),
+    }
+}
+
+/// Resolves a requested name. Selectors choose one of their targets; `hold` keeps a spillover count.
+pub fn resolve(
+    config: &Config,
+    fleet: &Fleet,
+    spill: &Spillover,
+    name: &str,
+) -> Result<(Route, Option<SpillGuard>), Error> {
+    if let Some(sel) = config.selectors.get(name) {
+        let chosen = choose(config, fleet, spill, name, sel)?;
+        let guard = (sel.strategy == "spillover").then(|| {
+            let c = spill.counter(name, &chosen);
+            c.fetch_add(1, Ordering::SeqCst);
+            SpillGuard(c)
+        });
+        return Ok((resolve_plain(config, fleet, &chosen)?, guard));
+    }
+    Ok((resolve_plain(config, fleet, name)?, None))
+}
+
+fn resolve_plain(config: &Config, fleet: &Fleet, name: &str) -> Result<Route, Error> {
+    if let Some((target, model)) = fleet.catalog().resolve(name) {
+        return Ok(Route::Local {
+            target: target.clone(),
+            model: model.to_string(),
+        });
+    }
+    if let Some((peer, model)) = name.split_once('/') {
+        if config
+            .peers
+            .get(peer)
+            .is_some_and(|p| p.models.iter().any(|m| m == model))
+        {
+            return Ok(Route::Peer {
+                peer: peer.into(),
+                model: model.into(),
+            });
+        }
+    }
+    let owners: Vec<&String> = config
+        .peers
+        .iter()
+        .filter(|(_, p)| p.models.iter().any(|m| m == name))
+        .map(|(id, _)| id)
+        .collect();
+    if let [peer] = owners.as_slice() {
+        return Ok(Route::Peer {
+            peer: (*peer).clone(),
+            model: name.into(),
+        });
+    }
+    Err(Error::UnknownModel)
+}
+
+fn phase_of(fleet: &Fleet, config: &Config, target: &str) -> Option<Phase> {
+    let model = fleet
+        .catalog()
+        .resolve(target)
+        .map(|(_, m)| m.to_string())?;
+    let ids: Vec<String> = config
+        .models
+        .get(&model)?
+        .instances
+        .iter()
+        .map(|i| i.id.clone())
+        .collect();
+    let snapshot = fleet.snapshot();
+    let phases: Vec<Phase> = snapshot
+        .iter()
+        .filter(|s| ids.contains(&s.instance))
+        .map(|s| s.state)
+        .collect();
+    [Phase::Ready, Phase::Starting, Phase::Stopping]
+        .into_iter()
+        .find(|p| phases.contains(p))
+        .or(Some(Phase::Stopped))
+}
+
+fn choose(
+    config: &Config,
+    fleet: &Fleet,
+    spill: &Spillover,
+    id: &str,
+    sel: &crate::config::Selector,
+) -> Result<String, Error> {
+    match sel.strategy.as_str() {
+        "pin" => Ok(sel.targets[0].clone()),
+        "warm" => {
+            for want in [Phase::Ready, Phase::Starting] {
+                if let Some(t) = sel
+                    .targets
+                    .iter()
+                    .find(|t| phase_of(fleet, config, t) == Some(want))
+                {
+                    return Ok(t.clone());
+                }
+            }
+            Ok(sel.targets[0].clone())
+        }
+        _ => {
+            // spillover: least-loaded active target while under the threshold, else the next cold one
+            let load = |t: &str| spill.counter(id, t).load(Ordering::SeqCst);
+            let is_peer = |t: &str| fleet.catalog().resolve(t).is_none();
+            let active: Vec<&String> = sel
+                .targets
+                .iter()
+                .filter(|t| match phase_of(fleet, config, t) {
+                    Some(Phase::Ready | Phase::Starting) => true,
+                    _ => load(t) > 0 || (is_peer(t) && load(t) > 0),
+                })
+                .collect();
+            let usable: Vec<&String> = sel
+                .targets
+                .iter()
+                .filter(|t| !matches!(phase_of(fleet, config, t), Some(Phase::Stopping)))
+                .collect();
+            if usable.is_empty() {
+                return Err(Error::Busy {
+                    status: 503,
+                    message: format!("selector \"{id}\" has no available spillover targets"),
+                    retry_after: 1,
+                });
+            }
+            let least = |set: &[&String]| -> Option<String> {
+                let min = set.iter().map(|t| load(t)).min()?;
+                let ties: Vec<&&String> = set.iter().filter(|t| load(t) == min).collect();
+                let i = spill.rr.fetch_add(1, Ordering::Relaxed) % ties.len();
+                Some((*ties[i]).clone())
+            };
+            if active.is_empty() {
+                return Ok(usable[0].clone());
+            }
+            let best = least(&active).expect("active is not empty");
+            if (load(&best) as u64) < sel.spillover {
+                return Ok(best);
+            }
+            if let Some(cold) = usable.iter().find(|t| !active.contains(t)) {
+                return Ok((*cold).clone());
+            }
+            Ok(best)
+        }
+    }
+}
