@@ -7,6 +7,8 @@ pub mod config;
 pub mod error;
 pub mod fleet;
 pub mod logs;
+pub mod matrix;
+pub mod memory;
 pub mod metrics;
 pub mod proxy;
 pub mod server;

@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// Most alternatives one set may expand to before compilation gives up.
 pub const MAX_ALTERNATIVES: usize = 4096;
 
+/// Deepest parenthesis nesting accepted (keeps the recursive parser off the stack limit).
+const MAX_DEPTH: usize = 64;
+
 type Combo = BTreeSet<String>;
 
 #[derive(Debug, Clone)]
@@ -28,7 +31,7 @@ pub struct Matrix {
 }
 
 /// What [`Matrix::solve`] decided for one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decision {
     /// Running models to stop, sorted.
     pub evict: Vec<String>,
@@ -51,11 +54,8 @@ impl Matrix {
         models: &BTreeSet<String>,
     ) -> Result<Matrix, String> {
         for (var, model) in vars {
-            let valid_name = (1..=32).contains(&var.chars().count())
-                && var
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
-            if !valid_name {
+            let ok = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-';
+            if !(1..=32).contains(&var.len()) || !var.chars().all(ok) {
                 return Err(format!(
                     "matrix var {var:?}: invalid name (must match ^[a-zA-Z0-9.-]{{1,32}}$)"
                 ));
@@ -74,18 +74,14 @@ impl Matrix {
                     "matrix evict_costs {key:?}: cost {cost} must be a positive integer"
                 ));
             }
-            if let Some(model) = vars.get(key) {
-                let slot = costs.entry(model.clone()).or_insert(cost);
-                *slot = (*slot).max(cost);
-            } else if !models.contains(key) {
-                return Err(format!(
-                    "matrix evict_costs {key:?}: unknown var or model"
-                ));
-            }
-        }
-        for (key, &cost) in evict_costs {
-            if !vars.contains_key(key) {
-                costs.insert(key.clone(), cost);
+            match vars.get(key) {
+                Some(model) if evict_costs.contains_key(model) => {}
+                Some(model) => {
+                    let slot = costs.entry(model.clone()).or_insert(cost);
+                    *slot = (*slot).max(cost);
+                }
+                None if models.contains(key) => _ = costs.insert(key.clone(), cost),
+                None => return Err(format!("matrix evict_costs {key:?}: unknown var or model")),
             }
         }
         if sets.is_empty() {
@@ -118,61 +114,49 @@ impl Matrix {
         })
     }
 
-    fn cost_of(&self, model: &str) -> i64 {
-        self.costs.get(model).copied().unwrap_or(1)
-    }
-
     fn total(&self, models: &[String]) -> i64 {
-        models
+        let costs = models
             .iter()
-            .fold(0i64, |acc, m| acc.saturating_add(self.cost_of(m)))
+            .map(|m| self.costs.get(m).copied().unwrap_or(1));
+        costs.fold(0, i64::saturating_add)
     }
 
     /// Models to evict so that `target` can run next to what stays of `running`;
     /// plus the log line when something is evicted.
     pub fn solve(&self, target: &str, running: &BTreeSet<String>) -> Decision {
         if running.contains(target) {
-            return Decision {
-                evict: Vec::new(),
-                set: None,
-                cost: 0,
-                log: None,
-            };
+            return Decision::default();
         }
+        let outside = |keep: Option<&Combo>| -> Vec<String> {
+            let out = running
+                .iter()
+                .filter(|m| keep.is_none_or(|k| !k.contains(*m)));
+            out.cloned().collect()
+        };
         let mut best: Option<(i64, &Set, &Combo)> = None;
         for set in &self.sets {
             for alt in set.alternatives.iter().filter(|a| a.contains(target)) {
-                let cost = running
-                    .iter()
-                    .filter(|m| !alt.contains(*m))
-                    .fold(0i64, |acc, m| acc.saturating_add(self.cost_of(m)));
-                if best.is_none_or(|(c, _, _)| cost < c) {
+                let cost = self.total(&outside(Some(alt)));
+                if best.is_none_or(|(least, _, _)| cost < least) {
                     best = Some((cost, set, alt));
                 }
             }
         }
-        let (evict, set, dsl, target_models): (Vec<String>, _, _, Vec<String>) = match best {
+        let evict = outside(best.map(|(_, _, alt)| alt));
+        let cost = self.total(&evict);
+        let (set, dsl, kept) = match best {
             Some((_, set, alt)) => (
-                running.iter().filter(|m| !alt.contains(*m)).cloned().collect(),
                 Some(set.name.clone()),
                 set.dsl.as_str(),
-                alt.iter().cloned().collect(),
+                Vec::from_iter(alt.clone()),
             ),
-            None => (
-                running.iter().cloned().collect(),
-                None,
-                "",
-                vec![target.to_string()],
-            ),
+            None => (None, "", vec![target.to_string()]),
         };
-        let cost = self.total(&evict);
         let log = (!evict.is_empty()).then(|| {
-            format!(
-                "matrix: model={target} set={} dsl=\"{dsl}\" evict=[{}] target=[{}] cost={cost}",
-                set.as_deref().unwrap_or("-"),
-                evict.join(" "),
-                target_models.join(" "),
-            )
+            let name = set.as_deref().unwrap_or("-");
+            let (evicted, kept) = (evict.join(" "), kept.join(" "));
+            let head = format!("matrix: model={target} set={name} dsl=\"{dsl}\"");
+            format!("{head} evict=[{evicted}] target=[{kept}] cost={cost}")
         });
         Decision {
             evict,
@@ -222,6 +206,7 @@ impl Expander<'_> {
             set: name.to_string(),
             chars: dsl.chars().collect(),
             pos: 0,
+            depth: 0,
         };
         let alts = p.or(self)?;
         if p.peek().is_some() {
@@ -237,6 +222,13 @@ struct Parser {
     set: String,
     chars: Vec<char>,
     pos: usize,
+    depth: usize,
+}
+
+/// Keeps the first of equal combinations.
+fn dedup(combos: impl Iterator<Item = Combo>) -> Vec<Combo> {
+    let mut seen = BTreeSet::new();
+    combos.filter(|c| seen.insert(c.clone())).collect()
 }
 
 fn is_ident(c: char) -> bool {
@@ -261,7 +253,10 @@ impl Parser {
             Some(c) => format!("{c:?}"),
             None => "end of input".into(),
         };
-        self.err(self.pos, format!("syntax error: expected {expected}, found {found}"))
+        self.err(
+            self.pos,
+            format!("syntax error: expected {expected}, found {found}"),
+        )
     }
 
     fn or(&mut self, cx: &mut Expander) -> Result<Vec<Combo>, String> {
@@ -270,8 +265,7 @@ impl Parser {
             let at = self.pos;
             self.pos += 1;
             let rhs = self.and(cx)?;
-            let mut seen: BTreeSet<Combo> = alts.iter().cloned().collect();
-            alts.extend(rhs.into_iter().filter(|c| seen.insert(c.clone())));
+            alts = dedup(alts.into_iter().chain(rhs));
             self.cap(alts.len(), at)?;
         }
         Ok(alts)
@@ -284,17 +278,7 @@ impl Parser {
             self.pos += 1;
             let rhs = self.atom(cx)?;
             self.cap(alts.len().saturating_mul(rhs.len()), at)?;
-            let mut seen = BTreeSet::new();
-            let mut product = Vec::new();
-            for l in &alts {
-                for r in &rhs {
-                    let combo: Combo = l.union(r).cloned().collect();
-                    if seen.insert(combo.clone()) {
-                        product.push(combo);
-                    }
-                }
-            }
-            alts = product;
+            alts = dedup(alts.iter().flat_map(|l| rhs.iter().map(move |r| l | r)));
         }
         Ok(alts)
     }
@@ -302,12 +286,18 @@ impl Parser {
     fn atom(&mut self, cx: &mut Expander) -> Result<Vec<Combo>, String> {
         match self.peek() {
             Some('(') => {
+                self.depth += 1;
+                if self.depth > MAX_DEPTH {
+                    let what = format!("parentheses nested deeper than {MAX_DEPTH}");
+                    return Err(self.err(self.pos, what));
+                }
                 self.pos += 1;
                 let inner = self.or(cx)?;
                 if self.peek() != Some(')') {
                     return Err(self.unexpected("')'"));
                 }
                 self.pos += 1;
+                self.depth -= 1;
                 Ok(inner)
             }
             Some('+') => {
@@ -325,17 +315,12 @@ impl Parser {
             Some(c) if is_ident(c) => {
                 let at = self.pos;
                 let name = self.ident();
-                let model = match cx.vars.get(&name) {
-                    Some(model) => model.clone(),
-                    None if cx.models.contains(&name) => name,
-                    None => {
-                        return Err(self.err(
-                            at,
-                            format!("unknown identifier {name:?} (not a var nor a model)"),
-                        ))
-                    }
-                };
-                Ok(vec![Combo::from([model])])
+                let var = cx.vars.get(&name).cloned();
+                let model = var.or_else(|| cx.models.contains(&name).then(|| name.clone()));
+                let what = || format!("unknown identifier {name:?} (not a var nor a model)");
+                Ok(vec![Combo::from([
+                    model.ok_or_else(|| self.err(at, what()))?
+                ])])
             }
             _ => Err(self.unexpected("an identifier, '+set' or '('")),
         }
@@ -364,143 +349,191 @@ impl Parser {
 mod tests {
     use super::*;
 
+    type Pairs<'a, T> = &'a [(&'a str, T)];
+
     fn s(v: &[&str]) -> BTreeSet<String> {
         v.iter().map(|x| x.to_string()).collect()
     }
 
-    fn build(vars: &[(&str, &str)], costs: &[(&str, i64)], sets: &[(&str, &str)]) -> Result<Matrix, String> {
-        let vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    fn build(vars: Pairs<&str>, costs: Pairs<i64>, sets: Pairs<&str>) -> Result<Matrix, String> {
+        let own = |(k, v): &(&str, &str)| (k.to_string(), v.to_string());
+        let vars = vars.iter().map(own).collect();
         let costs = costs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        let sets: Vec<_> = sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let sets: Vec<_> = sets.iter().map(own).collect();
         let models = s(&["a", "b", "c", "d", "e", "qwen-7b", "llama_3.1", "x:y"]);
         Matrix::compile(&vars, &costs, &sets, &models)
     }
 
-    fn alts(dsl: &str) -> Vec<Vec<String>> {
-        let m = build(&[], &[], &[("s", dsl)]).unwrap();
-        m.sets[0].alternatives.iter().map(|c| c.iter().cloned().collect()).collect()
+    fn err(vars: Pairs<&str>, costs: Pairs<i64>, sets: Pairs<&str>) -> String {
+        build(vars, costs, sets).unwrap_err()
     }
 
-    fn err(vars: &[(&str, &str)], costs: &[(&str, i64)], sets: &[(&str, &str)]) -> String {
-        build(vars, costs, sets).unwrap_err()
+    /// The alternatives of set `i`, written `a&b | c`.
+    fn shown(m: &Matrix, i: usize) -> String {
+        let alts = m.sets[i].alternatives.iter();
+        let alts: Vec<String> = alts.map(|c| Vec::from_iter(c.clone()).join("&")).collect();
+        alts.join(" | ")
+    }
+
+    fn alts(dsl: &str) -> String {
+        shown(&build(&[], &[], &[("s", dsl)]).unwrap(), 0)
+    }
+
+    /// (evict, set, cost, log) of one decision.
+    fn solved(m: &Matrix, target: &str, running: &[&str]) -> (String, String, i64, String) {
+        let d = m.solve(target, &s(running));
+        let set = d.set.unwrap_or_default();
+        (d.evict.join(" "), set, d.cost, d.log.unwrap_or_default())
     }
 
     #[test]
     fn precedence_and_parentheses() {
-        assert_eq!(alts("a|b&c"), [vec!["a"], vec!["b", "c"]]);
-        assert_eq!(alts("a & b | c"), [vec!["a", "b"], vec!["c"]]);
-        assert_eq!(alts("a & (b | c)"), [vec!["a", "b"], vec!["a", "c"]]);
-        assert_eq!(alts("(a|b) & (c|d)").len(), 4);
-        assert_eq!(alts("a | a | (a & a)"), [vec!["a"]]);
-        assert_eq!(alts(" llama_3.1&qwen-7b "), [vec!["llama_3.1", "qwen-7b"]]);
+        assert_eq!(alts("a|b&c"), "a | b&c");
+        assert_eq!(alts("a & b | c"), "a&b | c");
+        assert_eq!(alts("a & (b | c)"), "a&b | a&c");
+        assert_eq!(alts("((a|b)) & (c|d)"), "a&c | a&d | b&c | b&d");
+        assert_eq!(alts("a | a | (a & a)"), "a");
+        assert_eq!(alts(" llama_3.1&qwen-7b "), "llama_3.1&qwen-7b");
     }
 
     #[test]
     fn references_expand_and_cycles_fail() {
         let m = build(&[], &[], &[("s", "+other & d"), ("other", "a | b & c")]).unwrap();
-        let got: Vec<Vec<String>> = m.sets[0].alternatives.iter().map(|c| c.iter().cloned().collect()).collect();
-        assert_eq!(got, [vec!["a", "d"], vec!["b", "c", "d"]]);
+        assert_eq!(shown(&m, 0), "a&d | b&c&d");
         let e = err(&[], &[], &[("x", "a & +y"), ("y", "+z"), ("z", "b | +x")]);
-        assert!(e.contains("reference cycle x -> y -> z -> x"), "{e}");
+        assert!(e.contains("\"x\": reference cycle x -> y -> z -> x"), "{e}");
         assert!(err(&[], &[], &[("x", "a | +x")]).contains("cycle x -> x"));
         let e = err(&[], &[], &[("x", "a | +nope")]);
-        assert!(e.contains("set \"x\"") && e.contains("undefined set reference \"+nope\" at position 6"), "{e}");
+        assert!(
+            e.contains("undefined set reference \"+nope\" at position 6"),
+            "{e}"
+        );
     }
 
     #[test]
     fn var_wins_over_model_and_names_unlisted_ids() {
         let m = build(&[("a", "b"), ("xy", "x:y")], &[], &[("s", "a & xy")]).unwrap();
-        assert_eq!(m.sets[0].alternatives, [s(&["b", "x:y"])]);
+        assert_eq!(shown(&m, 0), "b&x:y");
     }
 
     #[test]
     fn subset_semantics_and_target_running() {
         let m = build(&[], &[], &[("s", "a & b & c")]).unwrap();
-        let d = m.solve("a", &s(&["b"]));
-        assert_eq!(d, Decision { evict: vec![], set: Some("s".into()), cost: 0, log: None });
+        let (evict, set, cost, log) = solved(&m, "a", &["b"]);
+        assert_eq!((evict + &log, set.as_str(), cost), (String::new(), "s", 0));
         // Target already running: nothing evicted even though {a, d} is no combination.
-        let d = m.solve("a", &s(&["a", "d"]));
-        assert_eq!((d.evict.len(), d.set, d.log), (0, None, None));
+        assert_eq!(m.solve("a", &s(&["a", "d"])), Decision::default());
     }
 
     #[test]
     fn minimises_cost_and_breaks_ties_by_order() {
-        let m = build(
-            &[("B", "b")],
-            &[("B", 5), ("c", 2)],
-            &[("first", "a & d | a & e"), ("second", "a & b"), ("third", "a & c")],
-        )
-        .unwrap();
+        let sets = [
+            ("first", "a&d | a&e"),
+            ("second", "a & b"),
+            ("third", "a&c"),
+        ];
+        let m = build(&[("B", "b")], &[("B", 5), ("c", 2)], &sets).unwrap();
         // Running b (5) and c (2): keeping b costs 2, keeping c costs 5.
-        let d = m.solve("a", &s(&["b", "c"]));
-        assert_eq!((d.evict, d.set.as_deref(), d.cost), (vec!["c".to_string()], Some("second"), 2));
-        assert_eq!(
-            d.log.unwrap(),
-            "matrix: model=a set=second dsl=\"a & b\" evict=[c] target=[a b] cost=2"
-        );
+        let (evict, set, cost, log) = solved(&m, "a", &["b", "c"]);
+        assert_eq!((evict.as_str(), set.as_str(), cost), ("c", "second", 2));
+        let want = "matrix: model=a set=second dsl=\"a & b\" evict=[c] target=[a b] cost=2";
+        assert_eq!(log, want);
         // Equal costs: the first set, then its first alternative, wins.
-        let d = m.solve("a", &s(&["d", "e"]));
-        assert_eq!((d.evict, d.set.as_deref(), d.cost), (vec!["e".to_string()], Some("first"), 1));
-        assert!(d.log.unwrap().contains("target=[a d]"));
+        let (evict, set, cost, log) = solved(&m, "a", &["d", "e"]);
+        assert_eq!((evict.as_str(), set.as_str(), cost), ("e", "first", 1));
+        assert!(log.contains("target=[a d]"), "{log}");
     }
 
     #[test]
     fn target_in_no_set_evicts_everything() {
         let m = build(&[], &[("b", 3)], &[("s", "a & b")]).unwrap();
-        let d = m.solve("e", &s(&["a", "b"]));
-        assert_eq!((d.evict, d.set, d.cost), (vec!["a".to_string(), "b".to_string()], None, 4));
-        assert_eq!(d.log.unwrap(), "matrix: model=e set=- dsl=\"\" evict=[a b] target=[e] cost=4");
-        assert_eq!(m.solve("e", &BTreeSet::new()).log, None);
+        let (evict, set, cost, log) = solved(&m, "e", &["a", "b"]);
+        assert_eq!((evict.as_str(), set.as_str(), cost), ("a b", "", 4));
+        let want = "matrix: model=e set=- dsl=\"\" evict=[a b] target=[e] cost=4";
+        assert_eq!(log, want);
+        assert_eq!(m.solve("e", &BTreeSet::new()), Decision::default());
     }
 
     #[test]
     fn coexistence() {
         let m = build(&[], &[], &[("s", "a & (b | c)"), ("t", "d")]).unwrap();
-        assert!(m.can_coexist(&["a", "b"]) && m.can_coexist(&["c", "a"]) && m.can_coexist(&["d"]));
-        assert!(!m.can_coexist(&["b", "c"]) && !m.can_coexist(&["a", "d"]) && !m.can_coexist(&["e"]));
+        let yes: [&[&str]; 4] = [&["a", "b"], &["c", "a"], &["d"], &[]];
+        assert!(yes.iter().all(|models| m.can_coexist(models)));
+        let no: [&[&str]; 3] = [&["b", "c"], &["a", "d"], &["e"]];
+        assert!(no.iter().all(|models| !m.can_coexist(models)));
     }
 
     #[test]
     fn syntax_errors_name_the_position() {
         for (dsl, want) in [
-            ("a &", "expected an identifier, '+set' or '(', found end of input at position 4"),
-            ("a b", "expected '&', '|' or end of input, found 'b' at position 3"),
+            (
+                "a &",
+                "expected an identifier, '+set' or '(', found end of input at position 4",
+            ),
+            (
+                "a b",
+                "expected '&', '|' or end of input, found 'b' at position 3",
+            ),
             ("(a | b", "expected ')', found end of input at position 7"),
             ("a | )", "found ')' at position 5"),
             ("a & + ", "expected a set name after '+'"),
             ("a ! b", "found '!' at position 3"),
         ] {
             let e = err(&[], &[], &[("s", dsl)]);
-            assert!(e.starts_with("matrix set \"s\": syntax error") && e.contains(want), "{dsl}: {e}");
+            let ok = e.starts_with("matrix set \"s\": syntax error") && e.contains(want);
+            assert!(ok, "{dsl}: {e}");
         }
+    }
+
+    #[track_caller]
+    fn fails(vars: Pairs<&str>, costs: Pairs<i64>, sets: Pairs<&str>, want: &str) {
+        let e = err(vars, costs, sets);
+        assert!(e.contains(want), "{want}: {e}");
     }
 
     #[test]
     fn validation_errors() {
-        let e = err(&[], &[], &[("s", "a & zz")]);
-        assert!(e.contains("unknown identifier \"zz\" (not a var nor a model) at position 5"), "{e}");
-        assert!(err(&[], &[], &[]).contains("at least one set"));
-        assert!(err(&[], &[], &[("s", "  ")]).contains("set \"s\": empty set"));
-        assert!(err(&[], &[], &[("s", "a"), ("s", "b")]).contains("more than once"));
+        let (a, v) = (&[("s", "a")][..], &[("v", "a")][..]);
+        let want = "\"s\": unknown identifier \"zz\" (not a var nor a model) at position 5";
+        fails(&[], &[], &[("s", "a & zz")], want);
+        fails(&[], &[], &[], "matrix: at least one set is required");
+        fails(&[], &[], &[("s", "  ")], "set \"s\": empty set");
+        fails(
+            &[],
+            &[],
+            &[("s", "a"), ("s", "b")],
+            "defined more than once",
+        );
+        fails(&[], &[], &[("s", "a"), ("t", "+u")], "\"t\": undefined set");
         for bad in ["", "has_underscore", "sp ace", &"v".repeat(33)] {
-            assert!(err(&[(bad, "a")], &[], &[("s", "a")]).contains("invalid name"), "{bad}");
+            fails(&[(bad, "a")], &[], a, &format!("var {bad:?}: invalid name"));
         }
-        assert!(build(&[(&"v".repeat(32), "a")], &[], &[("s", "a")]).is_ok());
-        assert!(err(&[("v", "alias")], &[], &[("s", "a")]).contains("not a model id"));
-        assert!(err(&[], &[("a", 0)], &[("s", "a")]).contains("positive integer"));
-        assert!(err(&[], &[("a", -3)], &[("s", "a")]).contains("positive integer"));
-        assert!(err(&[], &[("nope", 2)], &[("s", "a")]).contains("unknown var or model"));
+        assert!(build(&[(&"v".repeat(32), "a")], &[], a).is_ok());
+        fails(&[("v", "alias")], &[], a, "\"alias\" is not a model id");
+        fails(&[], &[("a", 0)], a, "\"a\": cost 0 must be a positive");
+        fails(
+            v,
+            &[("v", -3)],
+            a,
+            "\"v\": cost -3 must be a positive integer",
+        );
+        fails(v, &[("nope", 2)], a, "\"nope\": unknown var or model");
     }
 
     #[test]
     fn alternative_explosion_is_capped() {
-        let dsl = vec!["(a | b | c | d | e)"; 6].join(" & ");
-        // Unions collapse duplicates, so build distinct models per factor instead.
+        // 2^13 distinct combinations of 26 models: over the cap.
         let models: BTreeSet<String> = (0..26).map(|i| format!("m{i}")).collect();
-        let factors: Vec<String> = (0..13).map(|i| format!("(m{} | m{})", 2 * i, 2 * i + 1)).collect();
-        let sets = vec![("s".to_string(), factors.join(" & "))];
+        let factors = Vec::from_iter((0..13).map(|i| format!("(m{} | m{})", 2 * i, 2 * i + 1)));
+        let sets = [("s".to_string(), factors.join(" & "))];
         let e = Matrix::compile(&BTreeMap::new(), &BTreeMap::new(), &sets, &models).unwrap_err();
         assert!(e.contains("more than 4096 alternatives"), "{e}");
-        assert!(build(&[], &[], &[("s", &dsl)]).is_ok());
+        // Duplicate combinations collapse, so repeated factors stay small.
+        let m = build(&[], &[], &[("s", &["(a | b | c | d | e)"; 6].join(" & "))]).unwrap();
+        assert_eq!(m.sets[0].alternatives.len(), 31);
+        let nested = |n| format!("{}a{}", "(".repeat(n), ")".repeat(n));
+        assert_eq!(alts(&nested(64)), "a");
+        let e = err(&[], &[], &[("s", &nested(10_000))]);
+        assert!(e.contains("nested deeper than 64 at position 65"), "{e}");
     }
 }

@@ -115,6 +115,7 @@ pub async fn run(
         });
     }
     drop(listener);
+    app.closing.cancel();
     tracing::info!("shutting down: draining {} connection(s)", graceful.count());
     let stop = async {
         if tokio::time::timeout(opts.drain_timeout, graceful.shutdown())

@@ -171,6 +171,43 @@ fn is_finite_number(v: &Value) -> bool {
     v.as_f64().is_some_and(f64::is_finite)
 }
 
+/// Runs `tests/python/<script>` with `args` on `python` (no proxy, 90 s at most); it must exit 0
+/// and print one JSON line last, which is returned.
+async fn run_python(python: &str, script: &str, args: &[&str]) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(&path)
+        .args(args)
+        .env("NO_PROXY", "*")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .kill_on_drop(true);
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish in 90s"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
 // === 1. the openai SDK ===
 
 /// The most entries of the sorted `times` that fall within any window of `width` seconds.
@@ -202,38 +239,12 @@ async fn openai_sdk_chat_and_streaming_chat() {
         .await;
 
         const MAX_TOKENS: usize = 64;
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/chat_stream.py");
-        let mut cmd = tokio::process::Command::new(&python);
-        cmd.arg(script)
-            .arg(&h.url)
-            .arg("chat")
-            .arg(MAX_TOKENS.to_string())
-            .env("NO_PROXY", "*")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .kill_on_drop(true);
-        for var in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
-            cmd.env_remove(var);
-        }
-        let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
-            .await
-            .expect("the SDK script finished in time")
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "SDK script failed ({}):\n{stdout}\n{stderr}",
-            out.status
-        );
-        let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("SDK script printed no JSON ({e}):\n{stdout}\n{stderr}"));
+        let report = run_python(
+            &python,
+            "chat_stream.py",
+            &[&h.url, "chat", &MAX_TOKENS.to_string()],
+        )
+        .await;
 
         assert!(
             !report["reply"].as_str().unwrap_or_default().is_empty(),
@@ -819,6 +830,124 @@ async fn sigkill_of_corral_leaves_no_llama_server() {
         .unwrap();
         p.child.wait().unwrap();
         assert_no_survivors(&p.marker, Duration::from_secs(5)).await;
+    })
+    .await;
+}
+
+// === 10. replicas under concurrent SDK load ===
+
+/// `/upstream/<instance>/slots` of a `-np 2` replica: how many of its slots have served a task,
+/// and the slots without their sampling `params` (for messages). llama-server lists `id_task` and
+/// `n_prompt_tokens` only for a slot that has taken a task (`n_decoded` is back to 0 once done).
+async fn used_slots(url: &str, instance: &str) -> (usize, Value) {
+    let resp = get(&format!("{url}/upstream/{instance}/slots")).await;
+    assert_eq!(resp.status, 200, "{instance}/slots: {}", resp.text());
+    let mut slots = resp.json();
+    let slots = slots
+        .as_array_mut()
+        .unwrap_or_else(|| panic!("{instance}/slots is not an array: {}", resp.text()));
+    assert_eq!(
+        slots.len(),
+        2,
+        "-np 2 gives {instance} two slots: {slots:?}"
+    );
+    for s in slots.iter_mut() {
+        s.as_object_mut().unwrap().remove("params");
+    }
+    let used = slots
+        .iter()
+        .filter(|s| {
+            s["id_task"].as_i64().is_some_and(|t| t >= 0)
+                && s["n_prompt_tokens"].as_u64().is_some_and(|n| n > 0)
+        })
+        .count();
+    (used, Value::Array(slots.clone()))
+}
+
+/// Two `-np 2` llama-server replicas behind one model: four concurrent chats through the `openai`
+/// SDK are all served, and each replica's own `/slots` (through `/upstream/<replica>/slots`) shows
+/// it served two of them, one per slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_concurrent_sdk_chats() {
+    let (Some(server), Some(python)) = (llama_server(), python()) else {
+        return;
+    };
+    bounded(60, async {
+        let models = tempfile::tempdir().unwrap();
+        let model = tiny(models.path(), "chat", slow_chat_options()).await;
+        let h = Harness::start(&format!(
+            "healthCheckTimeout: 60\nmodels:\n  chat:\n    cmd: {server} -m {} --host 127.0.0.1 \
+             --port ${{PORT}} -np 2 -c 512 -t 1 --no-webui\n    \
+             env: [\"${{env.MARKER}}\", \"CORRAL_E2E_MODEL=chat\"]\n    \
+             replicas: 2\n    startReplicas: all\n",
+            model.display()
+        ))
+        .await;
+        let started = Instant::now();
+
+        // Start the pool before the burst (a replica still loading would leave the four chats to
+        // its sibling): one request to the pool starts both (`startReplicas: all`), and no slot
+        // has served anything yet.
+        let (used, slots) = used_slots(&h.url, "chat").await;
+        assert_eq!(used, 0, "no chat yet: {slots}");
+        h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(20))
+            .await;
+        for replica in ["chat-0", "chat-1"] {
+            let (used, slots) = used_slots(&h.url, replica).await;
+            assert_eq!(used, 0, "no chat yet on {replica}: {slots}");
+        }
+        let warm = started.elapsed();
+
+        const N: usize = 4;
+        const MAX_TOKENS: u32 = 64;
+        let report = run_python(
+            &python,
+            "concurrent_chat.py",
+            &[&h.url, "chat", &N.to_string(), &MAX_TOKENS.to_string()],
+        )
+        .await;
+        assert_eq!(report["errors"], json!([]), "{report}");
+        assert_eq!(report["ok"], N, "{report}");
+        let results = report["results"].as_array().unwrap();
+        assert!(
+            results
+                .iter()
+                .all(|r| r["completion_tokens"].as_u64().is_some_and(|n| n > 0)),
+            "{report}"
+        );
+
+        for replica in ["chat-0", "chat-1"] {
+            let (used, slots) = used_slots(&h.url, replica).await;
+            assert!(
+                used >= 1,
+                "{replica} served none of the {N} chats (all went to its sibling?): {slots}"
+            );
+            // corral balances the burst 2 + 2 (most free slots, reserved at the pick), and the two
+            // chats on a replica overlap (each decodes 64 tokens), so llama-server gives them a
+            // slot each
+            assert_eq!(
+                used, 2,
+                "{replica} did not run two of the {N} chats at once (unbalanced pool, or the chats \
+                 were serialized): {slots}"
+            );
+        }
+        let mut ready: Vec<String> = get(&format!("{}/running", h.url)).await.json()["running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["state"] == "ready")
+            .map(|m| m["model"].as_str().unwrap().to_string())
+            .collect();
+        ready.sort();
+        assert_eq!(ready, ["chat-0", "chat-1"], "both replicas listed ready");
+        assert_eq!(model_pids(&h.marker, "chat").len(), 2, "two llama-servers");
+        eprintln!(
+            "pool warm in {warm:?}; {N} SDK chats of {MAX_TOKENS} tokens in {:.0} ms; \
+             total {:?}",
+            report["total_s"].as_f64().unwrap() * 1e3,
+            started.elapsed()
+        );
+        h.stop().await;
     })
     .await;
 }

@@ -134,7 +134,7 @@ where
                 .unwrap_or("")
                 .split('&')
                 .any(|p| p == "no-history" || p.starts_with("no-history="));
-            Ok(log_stream(&ring, with_history))
+            Ok(log_stream(&ring, with_history, app.closing.clone()))
         }
         _ if *method == Method::POST
             && path.starts_with("/api/inflight/")
@@ -190,34 +190,48 @@ where
     }
 }
 
-fn log_stream(ring: &Arc<LogRing>, with_history: bool) -> Response<Body> {
+fn log_stream(
+    ring: &Arc<LogRing>,
+    with_history: bool,
+    closing: tokio_util::sync::CancellationToken,
+) -> Response<Body> {
     let history = if with_history {
         Some(Bytes::from(ring.history()))
     } else {
         None
     };
-    plain_stream(history.unwrap_or_default(), Some(ring.subscribe()))
+    plain_stream(
+        history.unwrap_or_default(),
+        Some((ring.subscribe(), closing)),
+    )
 }
 
 /// A chunked text/plain body: `first`, then whatever the receiver brings, until the client leaves.
 fn plain_stream(
     first: Bytes,
-    live: Option<tokio::sync::broadcast::Receiver<Bytes>>,
+    live: Option<(
+        tokio::sync::broadcast::Receiver<Bytes>,
+        tokio_util::sync::CancellationToken,
+    )>,
 ) -> Response<Body> {
     use futures_util::stream;
     let first = stream::iter((!first.is_empty()).then(|| Ok(http_body::Frame::data(first))));
     let body: Body = match live {
         None => StreamBody::new(first).boxed(),
-        Some(rx) => {
-            let rest = stream::unfold(rx, |mut rx| async move {
-                let data = match rx.recv().await {
+        Some(live) => {
+            let rest = stream::unfold(live, |(mut rx, closing)| async move {
+                let received = tokio::select! {
+                    r = rx.recv() => r,
+                    _ = closing.cancelled() => return None,
+                };
+                let data = match received {
                     Ok(data) => data,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         Bytes::from(format!("\n--- {n} messages dropped ---\n"))
                     }
                     Err(_) => return None,
                 };
-                Some((Ok(http_body::Frame::data(data)), rx))
+                Some((Ok(http_body::Frame::data(data)), (rx, closing)))
             });
             StreamBody::new(futures_util::StreamExt::chain(first, rest)).boxed()
         }

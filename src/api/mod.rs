@@ -46,6 +46,8 @@ impl Default for Limits {
 /// Everything a request handler needs.
 pub struct App {
     pub fleet: Fleet,
+    /// Cancelled when shutdown starts, so endless streams (events, logs) end and the drain can finish.
+    pub closing: tokio_util::sync::CancellationToken,
     pub profiles: routing::Profiles,
     pub spillover: routing::Spillover,
     peer_clients: BTreeMap<String, HttpClient>,
@@ -95,6 +97,7 @@ impl App {
             })
             .collect();
         App {
+            closing: Default::default(),
             profiles: Default::default(),
             spillover: Default::default(),
             peer_clients,

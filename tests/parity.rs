@@ -1,0 +1,365 @@
+//! llama-swap behaviours beyond the core: request rewriting, the model list, peers, profiles,
+//! selectors, events, in-flight cancellation, preload and the load endpoint.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+fn seen_request(resp: &Resp) -> serde_json::Value {
+    resp.json()["fakellm"]["request"].clone()
+}
+
+/// stripParams, setParams (nested keys too) and setParamsByID rewrite JSON bodies; `model` is protected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_rewrite_the_body() {
+    let extra = "filters:\n  stripParams: 'top_k, model'\n  setParams: {temperature: 0.1, chat_template_kwargs.enable_thinking: false}\n  setParamsByID:\n    'a:think': {chat_template_kwargs.enable_thinking: true}\n";
+    let h = Harness::start(&format!("models:\n{}", fake_model("a", "", extra))).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let r = post_json(
+        &url,
+        &json!({"model": "a", "top_k": 3, "temperature": 0.9, "messages": []}),
+    )
+    .await;
+    let seen = seen_request(&r);
+    assert_eq!(seen["model"], "a");
+    assert!(seen.get("top_k").is_none());
+    assert_eq!(seen["temperature"], 0.1);
+    assert_eq!(seen["chat_template_kwargs"]["enable_thinking"], false);
+    let r = post_json(&url, &json!({"model": "a:think", "messages": []})).await;
+    assert_eq!(r.status, 200, "setParamsByID keys are aliases");
+    assert_eq!(
+        seen_request(&r)["chat_template_kwargs"]["enable_thinking"],
+        true
+    );
+    h.stop().await;
+}
+
+/// The model list carries names, capabilities, metadata, aliases and status; unlisted models are hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_list_in_full() {
+    let a = "name: Model A\ndescription: the first\naliases: [alpha]\nmetadata: {port: '${PORT}', family: test, context_length: 9}\ncapabilities: {in: [text, image], out: [text], tools: true, context: 8192}";
+    let yaml = format!(
+        "includeAliasesInList: true\nmodels:\n{}{}",
+        fake_model("a", "", a),
+        fake_model("hidden", "", "unlisted: true")
+    );
+    let h = Harness::start(&yaml).await;
+    let list = get(&format!("{}/v1/models", h.url)).await.json();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "alpha"]);
+    let a = &list["data"][0];
+    assert_eq!(a["name"], "Model A");
+    assert_eq!(a["description"], "the first");
+    assert_eq!(a["object"], "model");
+    assert_eq!(
+        a["architecture"],
+        json!({"input_modalities": ["text", "image"], "output_modalities": ["text"], "modality": "text+image->text"})
+    );
+    assert_eq!(
+        a["capabilities"],
+        json!({"vision": true, "function_calling": true})
+    );
+    assert_eq!(a["supported_parameters"], json!(["tools", "tool_choice"]));
+    assert_eq!(a["context_length"], 8192);
+    assert_eq!(a["meta"]["n_ctx"], 8192);
+    assert_eq!(a["meta"]["llamaswap"]["type"], "model");
+    assert_eq!(a["meta"]["llamaswap"]["family"], "test");
+    assert!(
+        a["meta"]["llamaswap"]["port"].is_u64(),
+        "macros keep their type in metadata"
+    );
+    assert!(
+        a["meta"]["llamaswap"].get("context_length").is_none(),
+        "replaced by capabilities"
+    );
+    assert_eq!(a["status"]["value"], "unloaded");
+    assert_eq!(list["data"][1]["meta"]["llamaswap"]["type"], "alias");
+    assert_eq!(
+        post_json(&format!("{}/v1/chat/completions", h.url), &chat("hidden"))
+            .await
+            .status,
+        200,
+        "unlisted is still routable"
+    );
+    let resp = request(
+        "GET",
+        &format!("{}/v1/models", h.url),
+        &[("origin", "http://ui.example")],
+        "",
+    )
+    .await;
+    assert_eq!(
+        resp.header("access-control-allow-origin"),
+        Some("http://ui.example")
+    );
+    h.stop().await;
+}
+
+/// A second corral as a peer: full ids `peer/model`, bare ids when unique, the peer's API key
+/// injected, and a 502 naming the peer error when it is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_are_reached_by_full_and_bare_ids() {
+    let remote = Harness::start(&format!(
+        "apiKeys: [peer-key]\nmodels:\n{}",
+        fake_model("far", "", "")
+    ))
+    .await;
+    let dead = free_port_range(1);
+    let yaml = format!(
+        "models:\n{}peers:\n  other:\n    proxy: {}\n    apiKey: peer-key\n    models: [far]\n    filters: {{setParams: {{seed: 7}}}}\n  down:\n    proxy: http://127.0.0.1:{dead}\n    models: [gone]\n",
+        fake_model("near", "", ""),
+        remote.url
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    for name in ["other/far", "far"] {
+        let r = post_json(&url, &chat(name)).await;
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
+        let seen = seen_request(&r);
+        assert_eq!(seen["model"], "far", "the peer gets its bare id");
+        assert_eq!(seen["seed"], 7);
+    }
+    let down = post_json(&url, &chat("gone")).await;
+    assert_eq!(down.status, 502);
+    assert!(down.text().contains("peer proxy error"), "{}", down.text());
+    let list = get(&format!("{}/v1/models", h.url)).await.json();
+    let peer = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "other/far")
+        .unwrap()
+        .clone();
+    assert_eq!(peer["name"], "other: far");
+    assert_eq!(peer["meta"]["llamaswap"]["type"], "peer");
+    h.stop().await;
+    remote.stop().await;
+}
+
+/// Profiles pin requested ids to targets while active, and disable ids pinned to nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_pin_and_switch() {
+    let yaml = format!(
+        "models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\nprofiles:\n  coding:\n    description: use b\n    pins: {{a: b, off: ~}}\n",
+        fake_model("a", "", "aliases: [off]"),
+        fake_model("b", "", "")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let profiles = get(&format!("{}/api/profiles", h.url)).await.json();
+    assert_eq!(profiles["active"], serde_json::Value::Null);
+    assert_eq!(profiles["profiles"][0]["id"], "coding");
+    let set = request(
+        "PUT",
+        &format!("{}/api/profiles/active", h.url),
+        &[("content-type", "application/json")],
+        r#"{"name":"coding"}"#,
+    )
+    .await;
+    assert_eq!(set.json(), json!({"active": "coding"}));
+    let r = post_json(&url, &chat("a")).await;
+    assert_eq!(seen_request(&r)["model"], "b", "a is pinned to b");
+    assert_eq!(h.count_requests("a", "/v1/chat/completions"), 0);
+    assert_eq!(
+        post_json(&url, &chat("off")).await.status,
+        404,
+        "pinned to nothing"
+    );
+    let bad = request(
+        "PUT",
+        &format!("{}/api/profiles/active", h.url),
+        &[],
+        r#"{"name":"nope"}"#,
+    )
+    .await;
+    assert_eq!(bad.status, 404);
+    let clear = request(
+        "PUT",
+        &format!("{}/api/profiles/active", h.url),
+        &[],
+        r#"{"name":null}"#,
+    )
+    .await;
+    assert_eq!(clear.status, 200);
+    assert_eq!(
+        seen_request(&post_json(&url, &chat("a")).await)["model"],
+        "a"
+    );
+    h.stop().await;
+}
+
+/// Selectors: pin always takes the first target; warm prefers a ready one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectors_pin_and_warm() {
+    let yaml = format!(
+        "models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\nselectors:\n  fast: {{strategy: pin, targets: [a, b]}}\n  any: {{strategy: warm, targets: [a, b]}}\n",
+        fake_model("a", "", ""),
+        fake_model("b", "", "")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(
+        seen_request(&post_json(&url, &chat("fast")).await)["model"],
+        "a"
+    );
+    assert_eq!(
+        post_json(&format!("{}/api/models/unload/a", h.url), &json!({}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(post_json(&url, &chat("b")).await.status, 200);
+    assert_eq!(
+        seen_request(&post_json(&url, &chat("any")).await)["model"],
+        "b",
+        "b is the warm one"
+    );
+    let list = get(&format!("{}/v1/models", h.url)).await.json();
+    assert!(list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["id"] == "any" && m["meta"]["llamaswap"]["type"] == "selector"));
+    h.stop().await;
+}
+
+/// `/api/events` streams model states (double-encoded) and the requests in flight; a request can
+/// be cancelled by its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stream_and_inflight_cancel() {
+    use http_body_util::BodyExt;
+    let h = Harness::start(&format!("models:\n{}", fake_model("a", "", ""))).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let resp = client
+        .get(format!("{}/api/events", h.url).parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    let url = format!("{}/v1/chat/completions", h.url);
+    let long = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 100, "interval_ms": 100}});
+    let stream = tokio::spawn(async move { stream_frames(&url, &long).await });
+    let mut text = String::new();
+    let mut inflight_id = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while inflight_id.is_none() {
+        let frame = tokio::time::timeout_at(deadline, body.frame())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        for block in text.split("\n\n") {
+            let Some(data) = block.strip_prefix("event:message\ndata:") else {
+                continue;
+            };
+            let Ok(outer) = serde_json::from_str::<serde_json::Value>(data) else {
+                continue;
+            };
+            let inner: serde_json::Value =
+                serde_json::from_str(outer["data"].as_str().unwrap()).unwrap();
+            if outer["type"] == "inflight" && inner["operation"] == "upsert" {
+                inflight_id = inner["request"]["id"].as_u64();
+            }
+        }
+    }
+    assert!(text.contains(r#""type":"modelStatus""#));
+    let cancel = request(
+        "POST",
+        &format!("{}/api/inflight/{}/cancel", h.url, inflight_id.unwrap()),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(cancel.json(), json!({"msg": "ok"}));
+    let (_, frames) = tokio::time::timeout(Duration::from_secs(5), stream)
+        .await
+        .expect("cancel ended the stream")
+        .unwrap();
+    assert!(frames.len() < 50, "the stream was cut short");
+    assert_eq!(
+        request(
+            "POST",
+            &format!("{}/api/inflight/999/cancel", h.url),
+            &[],
+            ""
+        )
+        .await
+        .status,
+        404
+    );
+    h.stop().await;
+}
+
+/// `POST /api/models/load/<id>` returns once the model is ready; preload loads at start without
+/// sending the engine a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_load_and_preload() {
+    let yaml = format!(
+        "hooks:\n  on_startup:\n    preload: [pre, nosuch]\nmodels:\n{}{}groups:\n  g: {{swap: false, members: [pre, later]}}\n",
+        fake_model("pre", "--loading-ms 200", ""),
+        fake_model("later", "--loading-ms 200", "")
+    );
+    let h = Harness::start(&yaml).await;
+    h.wait_ready(&["pre"], Duration::from_secs(5)).await;
+    assert_eq!(h.count_requests("pre", "/v1/chat/completions"), 0);
+    let load = request("POST", &format!("{}/api/models/load/later", h.url), &[], "").await;
+    assert_eq!(load.status, 200, "{}", load.text());
+    assert_eq!(load.json()["state"], "ready");
+    assert_eq!(h.running().await, ["later", "pre"]);
+    assert_eq!(
+        request(
+            "POST",
+            &format!("{}/api/models/load/nosuch", h.url),
+            &[],
+            ""
+        )
+        .await
+        .status,
+        404
+    );
+    h.stop().await;
+}
+
+/// `/upstream/<model>/x.js` does not load a model that is not ready: 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignored_paths_do_not_load_models() {
+    let h = Harness::start(&format!("models:\n{}", fake_model("a", "", ""))).await;
+    let resp = get(&format!("{}/upstream/a/assets/app.js", h.url)).await;
+    assert_eq!(resp.status, 409);
+    assert_eq!(h.count_events("a", "spawned"), 0);
+    assert_eq!(
+        get(&format!("{}/upstream/a/health", h.url)).await.status,
+        200
+    );
+    assert_eq!(
+        get(&format!("{}/upstream/a/assets/app.js", h.url))
+            .await
+            .status,
+        200,
+        "served once loaded"
+    );
+    h.stop().await;
+}
+
+/// `/audioapi/...` drops its prefix on the way upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audioapi_prefix_is_stripped() {
+    let h = Harness::start(&format!("models:\n{}", fake_model("a", "", ""))).await;
+    let r = post_json(
+        &format!("{}/audioapi/v1/tasks/run", h.url),
+        &json!({"model": "a"}),
+    )
+    .await;
+    assert_eq!(r.json()["path"], "/v1/tasks/run");
+    h.stop().await;
+}
