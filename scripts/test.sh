@@ -42,3 +42,8 @@ log "cargo build"
 cargo build --workspace --all-targets --locked
 log "cargo test"
 cargo test --workspace --locked "$@"
+
+if [[ "${CORRAL_FUZZ_SECONDS:-60}" != 0 ]]; then
+    log "fuzzing the GGUF header reader for ${CORRAL_FUZZ_SECONDS:-60}s"
+    fuzz/run.sh "${CORRAL_FUZZ_SECONDS:-60}"
+fi

@@ -8,6 +8,7 @@ use corral::config::Sources;
 pub const USAGE: &str =
     "usage: corral [--config FILE] [--config-dir DIR] [--listen ADDR] [--watch-config]
        corral check --config FILE [--config-dir DIR]
+       corral estimate FILE.gguf [-c N] [-np N] [-ngl N] [-ctk T] [-ctv T]
        corral fake-engine --port N [...]   (a small llama-server imitation for demos and tests)
        corral --version
 
@@ -24,6 +25,7 @@ pub enum Command {
     Serve(ServeOptions),
     Check(ServeOptions),
     FakeEngine(Vec<String>),
+    Estimate(Vec<String>),
     Version,
     Help,
 }
@@ -32,6 +34,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut args = args.to_vec();
     let check = match args.first().map(String::as_str) {
         Some("fake-engine") => return Ok(Command::FakeEngine(args[1..].to_vec())),
+        Some("estimate") => return Ok(Command::Estimate(args[1..].to_vec())),
         Some("check") => {
             args.remove(0);
             true

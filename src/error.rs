@@ -37,6 +37,9 @@ pub enum Error {
     Internal(String),
     #[error("request cancelled")]
     Cancelled,
+    /// Not enough device memory; the message names what holds it.
+    #[error("{0}")]
+    InsufficientMemory(String),
     /// Temporarily unable to serve: a full queue (429) or no replica in time (503), with a retry hint.
     #[error("{message}")]
     Busy {
@@ -56,7 +59,7 @@ impl Error {
             | Error::ShuttingDown(_)
             | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Upstream(_) => StatusCode::BAD_GATEWAY,
-            Error::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Cancelled | Error::InsufficientMemory(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -70,8 +73,10 @@ impl Error {
 
     /// The `error.code` of the envelope: llama-swap's names by status.
     pub fn code(&self) -> &'static str {
-        if matches!(self, Error::ConcurrencyLimit) {
-            return "concurrency_limit";
+        match self {
+            Error::ConcurrencyLimit => return "concurrency_limit",
+            Error::InsufficientMemory(_) => return "insufficient_memory",
+            _ => {}
         }
         status_code_name(self.status())
     }
@@ -116,6 +121,10 @@ pub fn render(err: &Error, accept: Option<&HeaderValue>) -> Response<Body> {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"llama-swap\""),
             );
+        }
+        Error::InsufficientMemory(_) => {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }
         Error::Busy { retry_after, .. } => {
             resp.headers_mut()

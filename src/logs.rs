@@ -12,6 +12,7 @@ pub const RING_BYTES: usize = 100 * 1024;
 /// (and is told how many), the writer never waits.
 pub struct LogRing {
     history: Mutex<VecDeque<u8>>,
+    last_write: Mutex<Option<std::time::Instant>>,
     live: broadcast::Sender<Bytes>,
     capacity: usize,
 }
@@ -26,6 +27,7 @@ impl LogRing {
     pub fn new(capacity: usize) -> Self {
         LogRing {
             history: Mutex::new(VecDeque::new()),
+            last_write: Mutex::new(None),
             live: broadcast::channel(1024).0,
             capacity,
         }
@@ -39,7 +41,14 @@ impl LogRing {
             h.drain(..overflow);
             h.extend(data);
         }
+        *self.last_write.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::time::Instant::now());
         let _ = self.live.send(Bytes::copy_from_slice(data));
+    }
+
+    /// When something was last written: a loading engine that prints is making progress.
+    pub fn last_write(&self) -> Option<std::time::Instant> {
+        *self.last_write.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn history(&self) -> Vec<u8> {

@@ -34,6 +34,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         cli::Command::FakeEngine(args) => ExitCode::from(fakellm::main_with_args(args) as u8),
+        cli::Command::Estimate(args) => match corral::memory::estimate_command(&args) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("corral estimate: {e}");
+                ExitCode::from(2)
+            }
+        },
         cli::Command::Check(opts) => match load(&opts) {
             Ok(loaded) => {
                 print!("{}", plan::render(&loaded.config));

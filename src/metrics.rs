@@ -175,7 +175,38 @@ impl Metrics {
         &self,
         snapshot: &[Snapshot],
         queues: &std::collections::BTreeMap<String, usize>,
+        devices: &[crate::config::Device],
     ) -> String {
+        for d in devices {
+            let running = snapshot
+                .iter()
+                .filter(|s| s.state != Phase::Stopped && s.devices.contains(&d.name));
+            let share = |bytes: u64, s: &Snapshot| bytes / s.devices.len().max(1) as u64;
+            let (charged, measured) = running.fold((0, 0), |(c, m), s| {
+                (
+                    c + share(s.memory, s),
+                    m + share(s.measured.unwrap_or(0), s),
+                )
+            });
+            self.memory_capacity
+                .with_label_values(&[&d.name])
+                .set(d.usable() as i64);
+            self.memory_charged
+                .with_label_values(&[&d.name])
+                .set(charged as i64);
+            self.memory_measured
+                .with_label_values(&[&d.name])
+                .set(measured as i64);
+        }
+        for s in snapshot {
+            let l = [s.model.as_str(), s.instance.as_str()];
+            self.instance_estimate
+                .with_label_values(&l)
+                .set(s.memory as i64);
+            if let Some(m) = s.measured {
+                self.instance_measured.with_label_values(&l).set(m as i64);
+            }
+        }
         for s in snapshot {
             let l = [s.model.as_str(), s.instance.as_str()];
             self.in_flight.with_label_values(&l).set(s.in_flight as i64);
@@ -307,7 +338,7 @@ mod tests {
     #[test]
     fn render_includes_build_info() {
         let m = Metrics::new();
-        let text = m.render(&[], &Default::default());
+        let text = m.render(&[], &Default::default(), &[]);
         assert!(text.contains("corral_build_info{version="));
     }
 }

@@ -42,7 +42,7 @@ pub fn render(config: &Config) -> String {
         }
         let _ = writeln!(
             out,
-            "  timeouts:    load {}s, unload {}s, swap stop {}s, ttl {}",
+            "  timeouts:    health {}s, unload {}s, swap stop {}s, ttl {}",
             config.health_check_timeout.as_secs(),
             m.unload_timeout.as_secs(),
             config.health_check_timeout.as_secs(),
@@ -50,6 +50,28 @@ pub fn render(config: &Config) -> String {
                 .map_or("never".into(), |t| format!("{}s", t.as_secs()))
         );
         let _ = writeln!(out, "  concurrency: {}", m.concurrency_limit);
+        for inst in &m.instances {
+            let need = corral::fleet::ledger::need_of(m, inst);
+            let deadline = corral::memory::load_deadline(
+                config.health_check_timeout,
+                need.weights,
+                config.load_bandwidth,
+                m.load_timeout,
+            );
+            let label = if m.instances.len() > 1 {
+                format!("  {}:", inst.id)
+            } else {
+                "  load:".to_string()
+            };
+            let _ = writeln!(
+                out,
+                "{label:<14}deadline {}s (weights {}), memory {} ({})",
+                deadline.as_secs(),
+                corral::memory::format_bytes(need.weights),
+                corral::memory::format_bytes(need.bytes),
+                need.source
+            );
+        }
     }
     out
 }

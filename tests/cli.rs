@@ -49,7 +49,10 @@ fn check_prints_the_resolved_plan() {
         out.contains("group:       everyday (swap: false, exclusive: true, persistent: false)"),
         "{out}"
     );
-    assert!(out.contains("timeouts:    load 300s, unload 30s"), "{out}");
+    assert!(
+        out.contains("timeouts:    health 300s, unload 30s"),
+        "{out}"
+    );
 }
 
 /// A broken config exits 64 and names the file, line, column and key.

@@ -82,7 +82,7 @@ async fn missing_binary_is_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_healthy_times_out_and_is_killed() {
     let yaml = format!(
-        "healthCheckTimeout: 15\nmodels:\n{}",
+        "healthCheckTimeout: 15\nloadStallTimeout: 1\nmodels:\n{}",
         fake_model("a", "--never-healthy", "")
     );
     let h = Harness::start(&yaml).await;
@@ -94,7 +94,8 @@ async fn never_healthy_times_out_and_is_killed() {
     .unwrap();
     assert_eq!(resp.status, 500);
     assert!(
-        resp.text().contains("health check timed out after 15s"),
+        resp.text().contains("health check timed out after 1")
+            && resp.text().contains("no sign of progress"),
         "{}",
         resp.text()
     );

@@ -71,9 +71,11 @@ where
         }
         "/api/profiles/active" if *method == Method::PUT => set_profile(app, req).await,
         "/metrics" if get => {
-            let text = app
-                .metrics
-                .render(&app.fleet.snapshot(), &app.fleet.queue_depths());
+            let text = app.metrics.render(
+                &app.fleet.snapshot(),
+                &app.fleet.queue_depths(),
+                &app.config.devices,
+            );
             Ok(Response::builder()
                 .header(
                     header::CONTENT_TYPE,

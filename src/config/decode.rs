@@ -34,6 +34,10 @@ const TOP_KEYS: &[&str] = &[
     "routing",
     "groups",
     "matrix",
+    // corral's own
+    "devices",
+    "loadBandwidth",
+    "loadStallTimeout",
 ];
 
 const MODEL_KEYS: &[&str] = &[
@@ -58,6 +62,15 @@ const MODEL_KEYS: &[&str] = &[
     "compat",
     "capabilities",
     "healthCheckTimeout",
+    // corral's own
+    "replicas",
+    "startReplicas",
+    "queueDepth",
+    "queueTimeout",
+    "slotsPollInterval",
+    "memory",
+    "loadTimeout",
+    super::expand::REPLICAS_KEY,
 ];
 
 const TIMEOUT_KEYS: &[&str] = &[
@@ -135,12 +148,14 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let send_loading_state = top.boolean("sendLoadingState")?.unwrap_or(false);
 
     let models_node = top.child("models", &[], &mut Vec::new())?;
+    let devices = super::memory::devices(&top, warnings)?;
     let mut models = BTreeMap::new();
     for (id, node) in models_node.entries() {
         let defaults = ModelDefaults {
             global_ttl,
             unload,
             send_loading_state,
+            devices: devices.clone(),
         };
         let model = decode_model(id, node, &defaults, warnings)?;
         models.insert(id.clone(), model);
@@ -219,7 +234,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
             settings.child("matrix", &["vars", "evict_costs", "sets"], warnings)?,
         )
     };
-    let groups = decode_groups(&groups_reader, &models, warnings)?;
+    let groups = decode_groups(&groups_reader, &models, !devices.is_empty(), warnings)?;
     let use_matrix = router_use == "matrix" || legacy_matrix;
     let matrix = if use_matrix {
         Some(decode_matrix(&matrix_reader, &models)?)
@@ -231,7 +246,13 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let selectors = decode_selectors(&top, warnings)?;
     let peers = decode_peers(&top, &models, warnings)?;
 
+    let load_bandwidth = super::memory::load_bandwidth(&top)?;
+    let load_stall =
+        super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
     Ok(Config {
+        devices,
+        load_bandwidth,
+        load_stall,
         health_check_timeout: secs(health),
         log_level,
         log_time_format: top.string("logTimeFormat")?.unwrap_or_default(),
@@ -267,6 +288,7 @@ struct ModelDefaults {
     global_ttl: i64,
     unload: i64,
     send_loading_state: bool,
+    devices: Vec<Device>,
 }
 
 fn decode_model(
@@ -365,7 +387,11 @@ fn decode_model(
     let compat = m.child("compat", &["ignoreWebsockets"], warnings)?;
     let instances = decode_instances(id, &m, &argv, &cmd_stop, &proxy, port, &check_endpoint)?;
     let pool = decode_pool(&m)?;
+    let memory = super::memory::memory_spec(&m, &d.devices, warnings)?;
+    let load_timeout = super::memory::seconds(&m, "loadTimeout")?;
     Ok(ModelConfig {
+        memory,
+        load_timeout,
         instances,
         pool,
         id: id.to_string(),
@@ -646,9 +672,12 @@ fn register_aliases(
     Ok(())
 }
 
+/// With devices configured, models in no group are placed by memory alone: the implicit group
+/// neither swaps nor evicts, and the memory ledger decides what must stop.
 fn decode_groups(
     r: &MapReader<'_>,
     models: &BTreeMap<String, ModelConfig>,
+    placed_by_memory: bool,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Group>, ConfigError> {
     let mut groups = Vec::new();
@@ -690,8 +719,8 @@ fn decode_groups(
     if !rest.is_empty() {
         groups.push(Group {
             id: DEFAULT_GROUP.into(),
-            swap: true,
-            exclusive: true,
+            swap: !placed_by_memory,
+            exclusive: !placed_by_memory,
             persistent: false,
             members: rest,
         });

@@ -5,6 +5,7 @@
 
 mod decode;
 mod expand;
+mod memory;
 mod read;
 pub mod yaml;
 
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use decode::slots_from_argv;
+pub use memory::{Device, MemorySpec};
 pub use yaml::Loc;
 
 /// A config error that names where it is: file, line, column and key.
@@ -180,6 +182,12 @@ impl LogToStdout {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub health_check_timeout: Duration,
+    /// Devices whose memory corral places models on; empty turns memory placement off.
+    pub devices: Vec<Device>,
+    /// Bytes per second a load is expected to read at least; sets each model's load deadline.
+    pub load_bandwidth: u64,
+    /// How long a loading engine may show no progress after its deadline before it is killed.
+    pub load_stall: Duration,
     pub log_level: String,
     pub log_time_format: String,
     pub log_to_stdout: LogToStdout,
@@ -252,6 +260,9 @@ pub struct ModelConfig {
     /// The processes this model runs: one, or one per replica.
     pub instances: Vec<InstanceSpec>,
     pub pool: PoolSettings,
+    pub memory: MemorySpec,
+    /// An explicit load deadline, instead of one scaled by the weights.
+    pub load_timeout: Option<Duration>,
     /// The command, split like a POSIX shell; run directly, never through a shell.
     pub argv: Vec<String>,
     /// `cmdStop`, split, with `${PID}` still in it.

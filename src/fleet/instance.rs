@@ -88,6 +88,12 @@ pub struct Instance {
     pub stop: Option<watch::Sender<Option<StopOrder>>>,
     pub failures: u32,
     pub retry_at: Option<Instant>,
+    /// Device memory this instance needs (the engine's own report once it has loaded).
+    pub need: super::ledger::Need,
+    /// Devices it is charged on while it runs.
+    pub placed: Vec<usize>,
+    /// What the engine reported allocating on devices, if it did.
+    pub measured: Option<u64>,
 }
 
 impl Instance {
@@ -161,6 +167,7 @@ pub(crate) async fn run(
             i.last_error = Some((generation, Arc::new(err)));
         });
     };
+    let log = sinks.model.clone();
     let process =
         match Process::spawn(&inner.spawner, &spec, sinks, &inner.state_file.marker()).await {
             Ok(p) => p,
@@ -206,11 +213,24 @@ pub(crate) async fn run(
         }
         _ => None,
     };
+    let measured = super::ledger::measured_from_log(&String::from_utf8_lossy(&log.history()));
     inner.update(&id, |i| {
         i.phase = Phase::Ready;
         i.last_used = Instant::now();
         if let Some(n) = reported_slots {
             i.slots = n;
+        }
+        if let Some(m) = measured {
+            let estimate = i.need.bytes;
+            tracing::info!(
+                instance = %id,
+                "reported {} on devices; estimated {} ({:+.1}%)",
+                crate::memory::format_bytes(m),
+                crate::memory::format_bytes(estimate),
+                (m as f64 - estimate as f64) / (estimate.max(1) as f64) * 100.0
+            );
+            i.measured = Some(m);
+            i.need.bytes = m;
         }
     });
     let poller = slots_poll

@@ -12,6 +12,7 @@
 //! position is below the number of free slots, so slots go out in arrival order.
 
 pub mod instance;
+pub mod ledger;
 pub mod pick;
 pub mod swap;
 
@@ -59,6 +60,12 @@ pub struct Snapshot {
     pub pid: Option<u32>,
     pub failures: u32,
     pub circuit_open: bool,
+    /// Device memory charged while it runs: the estimate, or the engine's report once loaded.
+    pub memory: u64,
+    pub measured: Option<u64>,
+    /// Names of the devices it is charged on.
+    pub devices: Vec<String>,
+    pub load_deadline: std::time::Duration,
 }
 
 pub(crate) struct Inner {
@@ -95,18 +102,31 @@ impl Fleet {
             let model = Arc::new(m.clone());
             for spec in &m.instances {
                 let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
+                let need = ledger::need_of(m, spec);
+                let mut env = m.env.clone();
+                if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
+                    // llama-server prints its allocations at verbosity 4; the ledger reads them
+                    env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
+                }
+                let load_timeout = crate::memory::load_deadline(
+                    config.health_check_timeout,
+                    need.weights,
+                    config.load_bandwidth,
+                    m.load_timeout,
+                );
                 let process = ProcessSpec {
                     id: spec.id.clone(),
                     argv: spec.argv.clone(),
                     base: spec.proxy.clone(),
-                    env: m.env.clone(),
+                    env,
                     cmd_stop: spec.cmd_stop.clone(),
                     health_url: spec.check_endpoint.as_ref().and_then(|p| {
                         format!("{}{}", spec.proxy.trim_end_matches('/'), p)
                             .parse()
                             .ok()
                     }),
-                    load_timeout: config.health_check_timeout,
+                    load_timeout,
+                    stall: config.load_stall,
                 };
                 instances.insert(
                     spec.id.clone(),
@@ -130,6 +150,9 @@ impl Fleet {
                         stop: None,
                         failures: 0,
                         retry_at: None,
+                        need,
+                        placed: Vec::new(),
+                        measured: None,
                     },
                 );
             }
@@ -202,6 +225,8 @@ impl Fleet {
     async fn acquire_instance(&self, id: &str) -> Result<Lease, Error> {
         let reservation = self.reserve(id)?;
         let mut awaited: Option<u64> = None;
+        // while memory is held by busy instances, wait at most the model's queue timeout
+        let mut no_room: Option<(tokio::time::Instant, String)> = None;
         loop {
             let notified = self.inner.changed.notified();
             tokio::pin!(notified);
@@ -226,10 +251,30 @@ impl Fleet {
                     Prepared::Starting(generation) if awaited.is_none() => {
                         awaited = Some(generation)
                     }
-                    _ => {}
+                    Prepared::NeverFits(why) => return Err(Error::InsufficientMemory(why)),
+                    Prepared::NoRoom(why) => {
+                        let limit = st.instances[id].model.pool.queue_timeout;
+                        let since = no_room
+                            .take()
+                            .map_or_else(tokio::time::Instant::now, |(t, _)| t);
+                        if since.elapsed() >= limit {
+                            return Err(Error::InsufficientMemory(why));
+                        }
+                        no_room = Some((since, why));
+                    }
+                    _ => no_room = None,
                 }
             }
-            notified.await;
+            match &no_room {
+                Some((since, _)) => {
+                    let limit = self.inner.lock().instances[id].model.pool.queue_timeout;
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(*since + limit) => {}
+                    }
+                }
+                None => notified.await,
+            }
         }
     }
 
@@ -441,9 +486,68 @@ impl Fleet {
             .all(|c| st.instances[c].phase == Phase::Stopped);
         let inst = &st.instances[id];
         match phase {
-            Phase::Stopped if all_stopped => Prepared::Started(self.start(st, id)),
+            Phase::Stopped if all_stopped => match self.make_room(st, id) {
+                Some(blocked) => blocked,
+                None => Prepared::Started(self.start(st, id)),
+            },
             Phase::Starting => Prepared::Starting(inst.generation),
             _ => Prepared::Waiting,
+        }
+    }
+
+    /// With devices configured, finds room for `id` or says why not; `None` means it is placed.
+    fn make_room(&self, st: &mut State, id: &str) -> Option<Prepared> {
+        let devices = &self.inner.config.devices;
+        let need = st.instances[id].need.bytes;
+        if devices.is_empty() || need == 0 {
+            return None;
+        }
+        let pinned: Vec<usize> = st.instances[id]
+            .model
+            .memory
+            .devices
+            .iter()
+            .filter_map(|name| devices.iter().position(|d| &d.name == name))
+            .collect();
+        let holders: Vec<ledger::Holder> = st
+            .instances
+            .values()
+            .filter(|i| i.phase != Phase::Stopped && i.id != id)
+            .map(|i| ledger::Holder {
+                id: i.id.clone(),
+                devices: i.placed.clone(),
+                bytes: i.need.bytes,
+                busy: busy(st, &i.id),
+                stopping: i.phase == Phase::Stopping
+                    || i.stop.as_ref().is_some_and(|s| s.borrow().is_some()),
+                last_used: i.last_used,
+            })
+            .collect();
+        match ledger::place(devices, need, &pinned, &holders) {
+            ledger::Placement::Fits(on) => {
+                st.instances.get_mut(id).expect("known").placed = on;
+                None
+            }
+            ledger::Placement::Evict(victims) => {
+                for v in victims {
+                    tracing::info!(instance = %v, "stopping to make room for {id}");
+                    let inst = st.instances.get_mut(&v).expect("holder");
+                    let grace = self.inner.config.health_check_timeout;
+                    inst.order_stop(grace, StopReason::Memory);
+                }
+                Some(Prepared::Waiting)
+            }
+            ledger::Placement::WaitForStops => Some(Prepared::Waiting),
+            ledger::Placement::Blocked(why) => Some(Prepared::NoRoom(format!(
+                "insufficient_memory: {id} needs {} ({}); {why}",
+                crate::memory::format_bytes(need),
+                st.instances[id].need.source
+            ))),
+            ledger::Placement::Never(why) => Some(Prepared::NeverFits(format!(
+                "insufficient_memory: {id} needs {} ({}) but {why}",
+                crate::memory::format_bytes(need),
+                st.instances[id].need.source
+            ))),
         }
     }
 
@@ -620,6 +724,14 @@ impl Fleet {
                 pid: i.pid,
                 failures: i.failures,
                 circuit_open: i.circuit_open(),
+                memory: i.need.bytes,
+                measured: i.measured,
+                devices: i
+                    .placed
+                    .iter()
+                    .filter_map(|d| self.inner.config.devices.get(*d).map(|d| d.name.clone()))
+                    .collect(),
+                load_deadline: i.spec.load_timeout,
             })
             .collect()
     }
@@ -656,12 +768,34 @@ impl Fleet {
     }
 }
 
+/// A llama-server whose verbosity the user did not set.
+fn wants_buffer_report(argv: &[String], env: &[(String, String)]) -> bool {
+    let is_llama = argv.first().is_some_and(|a| {
+        a.rsplit('/')
+            .next()
+            .is_some_and(|n| n.starts_with("llama-server"))
+    });
+    let set_in_argv = argv.iter().any(|a| {
+        matches!(
+            a.as_str(),
+            "-lv" | "--verbosity" | "--log-verbosity" | "-v" | "--verbose"
+        )
+    });
+    let set_in_env = env.iter().any(|(k, _)| k == "LLAMA_ARG_LOG_VERBOSITY")
+        || std::env::var_os("LLAMA_ARG_LOG_VERBOSITY").is_some();
+    is_llama && !set_in_argv && !set_in_env
+}
+
 enum Prepared {
     Ready,
     Started(u64),
     Starting(u64),
     Waiting,
     Blocked,
+    /// Memory is held by busy instances; waiting may help.
+    NoRoom(String),
+    /// The model can never fit on the devices.
+    NeverFits(String),
 }
 
 /// An instance that must not be evicted: it has requests in flight or waiting for it.

@@ -36,7 +36,9 @@ pub struct ProcessSpec {
     pub cmd_stop: Option<Vec<String>>,
     /// Full URL polled for readiness; `None` means ready once spawned.
     pub health_url: Option<http::Uri>,
+    /// The load deadline: past it, a load that shows no progress for `stall` is given up.
     pub load_timeout: Duration,
+    pub stall: Duration,
 }
 
 /// Why a start failed. Every waiter for the start gets this.
@@ -46,7 +48,7 @@ pub enum StartError {
     Spawn { cmd: String, error: String },
     #[error("upstream command exited prematurely ({status}){}", tail_text(.tail))]
     Exited { status: String, tail: String },
-    #[error("health check timed out after {}s{}", .after.as_secs(), tail_text(.tail))]
+    #[error("health check timed out after {}s with no sign of progress{}", .after.as_secs(), tail_text(.tail))]
     Timeout { after: Duration, tail: String },
     #[error("model unloaded")]
     Aborted,
@@ -146,21 +148,47 @@ impl Process {
             return Ok(());
         };
         let started = Instant::now();
-        let deadline = tokio::time::sleep(spec.load_timeout);
-        tokio::pin!(deadline);
+        let mut deadline = tokio::time::Instant::now() + spec.load_timeout;
         let mut interval = Duration::from_millis(5);
+        let mut last_answer: Option<u64> = None;
+        let mut answer_changed = Instant::now();
         loop {
-            tokio::select! {
+            let probe = tokio::select! {
                 status = self.exited() => {
                     tokio::time::sleep(Duration::from_millis(50)).await; // let the last output arrive
                     return Err(StartError::Exited { status, tail: self.tail() });
                 }
-                _ = &mut deadline => return Err(StartError::Timeout { after: spec.load_timeout, tail: self.tail() }),
-                ok = health.probe(url) => if ok { return Ok(()) },
+                probe = health.probe(url) => probe,
+            };
+            match probe {
+                Probe::Ready => return Ok(()),
+                Probe::NotReady(answer) => {
+                    if answer.is_some() && answer != last_answer {
+                        last_answer = answer;
+                        answer_changed = Instant::now();
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                // past the deadline, a load that still shows progress (output, a changing health
+                // answer) gets until it has been quiet for the stall window
+                let progress = self
+                    .sinks
+                    .model
+                    .last_write()
+                    .map_or(answer_changed, |w| w.max(answer_changed));
+                if progress.elapsed() >= spec.stall {
+                    let after = started.elapsed();
+                    return Err(StartError::Timeout {
+                        after,
+                        tail: self.tail(),
+                    });
+                }
+                deadline = tokio::time::Instant::from_std(progress + spec.stall);
             }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
-                _ = &mut deadline => return Err(StartError::Timeout { after: spec.load_timeout, tail: self.tail() }),
+                _ = tokio::time::sleep_until(deadline) => {}
             }
             let cap = if started.elapsed() < Duration::from_secs(5) {
                 20
@@ -260,6 +288,13 @@ async fn capture(pipe: Pipe, sinks: Sinks) {
     }
 }
 
+/// One readiness probe's answer.
+pub enum Probe {
+    Ready,
+    /// Not ready; a fingerprint of the answer when there was one.
+    NotReady(Option<u64>),
+}
+
 /// A small client for health probes.
 #[derive(Clone)]
 pub struct HealthClient {
@@ -331,16 +366,23 @@ impl HealthClient {
     }
 
     /// True when the URL answers 200 within two seconds.
-    pub async fn probe(&self, url: &http::Uri) -> bool {
+    /// Ready on a 200; otherwise a fingerprint of the answer, to notice a load that is moving.
+    pub async fn probe(&self, url: &http::Uri) -> Probe {
         let fut = async {
             let resp = self.client.get(url.clone()).await.ok()?;
-            let ok = resp.status() == http::StatusCode::OK;
-            let _ = resp.into_body().collect().await;
-            Some(ok)
+            let status = resp.status();
+            let body = resp.into_body().collect().await.ok()?.to_bytes();
+            Some((status, body))
         };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), fut).await,
-            Ok(Some(true))
-        )
+        match tokio::time::timeout(Duration::from_secs(2), fut).await {
+            Ok(Some((status, _))) if status == http::StatusCode::OK => Probe::Ready,
+            Ok(Some((status, body))) => {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (status.as_u16(), &body[..]).hash(&mut h);
+                Probe::NotReady(Some(h.finish()))
+            }
+            _ => Probe::NotReady(None),
+        }
     }
 }

@@ -1,0 +1,198 @@
+//! corral's memory keys: `devices`, `loadBandwidth`, `loadStallTimeout` at the top, and `memory`
+//! and `loadTimeout` per model.
+
+use std::time::Duration;
+
+use super::read::MapReader;
+use super::yaml::{Node, Value};
+use super::ConfigError;
+use crate::memory::{parse_bytes, parse_params, DEFAULT_LOAD_BANDWIDTH};
+
+/// A GPU (or any device) memory budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Device {
+    pub name: String,
+    pub capacity: u64,
+    /// Kept free for the driver, other programs and fragmentation.
+    pub reserve: u64,
+}
+
+impl Device {
+    pub fn usable(&self) -> u64 {
+        self.capacity.saturating_sub(self.reserve)
+    }
+}
+
+/// A model's `memory:` key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemorySpec {
+    /// An explicit size; overrides every estimate.
+    pub bytes: Option<u64>,
+    /// Parameters and quantization, for engines without a GGUF file.
+    pub params: Option<u64>,
+    pub quant: Option<String>,
+    /// KV cache to add to a parameter-based estimate.
+    pub kv_bytes: u64,
+    /// Devices the model must use (split evenly across them); empty means any one device.
+    pub devices: Vec<String>,
+}
+
+fn bytes_value(r: &MapReader<'_>, key: &str) -> Result<Option<u64>, ConfigError> {
+    match r.get(key).map(|n| &n.value) {
+        None => Ok(None),
+        Some(Value::Int(i)) if *i >= 0 => Ok(Some(*i as u64)),
+        Some(Value::Str(s)) => parse_bytes(s).map(Some).map_err(|e| r.err(key, e)),
+        Some(_) => Err(r.err(key, "must be a size such as 24GiB or a number of bytes")),
+    }
+}
+
+pub fn devices(
+    top: &MapReader<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Device>, ConfigError> {
+    let Some(node) = top.get("devices") else {
+        return Ok(Vec::new());
+    };
+    if let Value::Str(s) = &node.value {
+        if s == "auto" {
+            return Ok(detect_nvidia(warnings));
+        }
+        return Err(top.err("devices", "must be a list of devices or auto"));
+    }
+    let Value::Seq(items) = &node.value else {
+        return Err(top.err("devices", "must be a list of devices or auto"));
+    };
+    let mut out: Vec<Device> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let d = MapReader::new(
+            item,
+            &format!("devices[{i}]"),
+            &["name", "capacity", "reserve"],
+            warnings,
+        )?;
+        let name = d.string("name")?.unwrap_or_else(|| format!("gpu{i}"));
+        if out.iter().any(|o| o.name == name) {
+            return Err(d.err("name", format!("device {name:?} is listed twice")));
+        }
+        let capacity = bytes_value(&d, "capacity")?
+            .ok_or_else(|| d.err("capacity", "a device needs a capacity, such as 24GiB"))?;
+        let reserve = bytes_value(&d, "reserve")?.unwrap_or(0);
+        if reserve >= capacity {
+            return Err(d.err("reserve", "must be less than the capacity"));
+        }
+        out.push(Device {
+            name,
+            capacity,
+            reserve,
+        });
+    }
+    Ok(out)
+}
+
+/// `devices: auto`: every GPU that nvidia-smi lists, with 5% kept in reserve.
+fn detect_nvidia(warnings: &mut Vec<String>) -> Vec<Device> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=index,memory.total",
+            "--format=csv,noheader,nounits",
+        ])
+        .output();
+    let text = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => {
+            warnings.push("devices: auto found no nvidia-smi; placing by memory is off".into());
+            return Vec::new();
+        }
+    };
+    text.lines()
+        .filter_map(|l| {
+            let (index, mib) = l.split_once(',')?;
+            let capacity = mib.trim().parse::<u64>().ok()? * 1024 * 1024;
+            Some(Device {
+                name: format!("cuda{}", index.trim()),
+                capacity,
+                reserve: capacity / 20,
+            })
+        })
+        .collect()
+}
+
+pub fn load_bandwidth(top: &MapReader<'_>) -> Result<u64, ConfigError> {
+    match top.get("loadBandwidth").map(|n| &n.value) {
+        None => Ok(DEFAULT_LOAD_BANDWIDTH),
+        Some(Value::Int(mib)) if *mib > 0 => Ok(*mib as u64 * 1024 * 1024),
+        Some(Value::Str(s)) => {
+            let per_second = s.trim_end_matches("/s");
+            parse_bytes(per_second)
+                .ok()
+                .filter(|b| *b > 0)
+                .ok_or_else(|| {
+                    top.err(
+                        "loadBandwidth",
+                        "must be MiB per second (150) or a rate such as 500MiB/s",
+                    )
+                })
+        }
+        Some(_) => Err(top.err(
+            "loadBandwidth",
+            "must be MiB per second (150) or a rate such as 500MiB/s",
+        )),
+    }
+}
+
+pub fn seconds(r: &MapReader<'_>, key: &str) -> Result<Option<Duration>, ConfigError> {
+    match r.int(key)? {
+        None => Ok(None),
+        Some(s) if s > 0 => Ok(Some(Duration::from_secs(s as u64))),
+        Some(_) => Err(r.err(key, "must be a number of seconds above 0")),
+    }
+}
+
+pub fn memory_spec(
+    m: &MapReader<'_>,
+    devices: &[Device],
+    warnings: &mut Vec<String>,
+) -> Result<MemorySpec, ConfigError> {
+    let Some(node) = m.get("memory") else {
+        return Ok(MemorySpec::default());
+    };
+    if matches!(&node.value, Value::Str(s) if s == "auto") {
+        return Ok(MemorySpec::default());
+    }
+    if matches!(node.value, Value::Int(_)) || matches!(&node.value, Value::Str(_)) {
+        return Ok(MemorySpec {
+            bytes: bytes_value(m, "memory")?,
+            ..Default::default()
+        });
+    }
+    let r = MapReader::new(
+        node,
+        &m.key("memory"),
+        &["bytes", "params", "quant", "kvBytes", "devices"],
+        warnings,
+    )?;
+    let params = match r.get("params").map(Node::scalar_text) {
+        None => None,
+        Some(Some(text)) => Some(parse_params(&text).map_err(|e| r.err("params", e))?),
+        Some(None) => return Err(r.err("params", "must be a parameter count such as 7B")),
+    };
+    let quant = r.string("quant")?;
+    if params.is_some() {
+        let q = quant.clone().unwrap_or_else(|| "fp16".into());
+        crate::memory::estimate_params(1, &q, 0).map_err(|e| r.err("quant", e))?;
+    }
+    let wanted = r.strings("devices")?;
+    if let Some(unknown) = wanted
+        .iter()
+        .find(|d| !devices.iter().any(|x| &x.name == *d))
+    {
+        return Err(r.err("devices", format!("{unknown:?} is not a configured device")));
+    }
+    Ok(MemorySpec {
+        bytes: bytes_value(&r, "bytes")?,
+        params,
+        quant,
+        kv_bytes: bytes_value(&r, "kvBytes")?.unwrap_or(0),
+        devices: wanted,
+    })
+}
