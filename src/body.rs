@@ -15,3 +15,13 @@ pub fn full(data: impl Into<Bytes>) -> Body {
 pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
+
+/// Ends a task when the body that streams its output is dropped (the client went away), so no
+/// detached task outlives its request.
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -363,3 +363,28 @@ async fn audioapi_prefix_is_stripped() {
     assert_eq!(r.json()["path"], "/v1/tasks/run");
     h.stop().await;
 }
+
+/// With sendLoadingState, a streaming chat to a cold model gets loading progress as
+/// reasoning_content at once, then the real stream in the same response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_state_streams_progress_then_the_answer() {
+    let yaml = format!("sendLoadingState: true\nmodels:\n{}", fake_model("a", "--loading-ms 1600", ""));
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 3, "interval_ms": 10}});
+    let (resp, frames) = stream_frames(&url, &body).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("content-type"), Some("text/event-stream"));
+    let text: String = frames.iter().map(|(_, f)| String::from_utf8_lossy(f).into_owned()).collect();
+    let loading = text.find("corral loading model: a").expect("loading message");
+    let done = text.find("Done!").expect("done message");
+    let first_token = text.find(r#""content":"tok0"#).expect("the real stream");
+    assert!(loading < done && done < first_token, "{text}");
+    assert!(text.matches(r#""reasoning_content":"."#).count() >= 1, "progress dots while loading");
+    assert!(frames[0].0 < Duration::from_millis(500), "the first bytes came before the load finished");
+    assert!(text.trim_end().ends_with("data: [DONE]"));
+    // a warm model streams as usual, with no loading messages
+    let (_, again) = stream_frames(&url, &body).await;
+    assert!(!again.iter().any(|(_, f)| String::from_utf8_lossy(f).contains("loading")));
+    h.stop().await;
+}

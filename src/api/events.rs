@@ -97,7 +97,7 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
             }
         }
     });
-    let guard = AbortOnDrop(task);
+    let guard = crate::body::AbortOnDrop(task);
     let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
         let data = rx.recv().await?;
         Some((
@@ -111,13 +111,4 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
         .header("x-accel-buffering", "no")
         .body(StreamBody::new(body).boxed())
         .expect("valid")
-}
-
-/// Ends the feeding task when the client goes away.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }

@@ -3,6 +3,7 @@
 mod admin;
 pub mod auth;
 mod events;
+mod loading;
 pub mod extract;
 mod filters;
 pub mod inflight;
@@ -359,16 +360,16 @@ where
     let (mut parts, body) = req.into_parts();
     let query = parts.uri.query().map(String::from);
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
-    let (sent, bytes, kind) = if get {
+    let (sent, bytes, kind, streaming) = if get {
         let name = query
             .as_deref()
             .and_then(|q| extract::query_param(q, "model"));
-        (name, Bytes::new(), BodyKind::Other)
+        (name, Bytes::new(), BodyKind::Other, false)
     } else {
         let bytes = extract::read_body(&parts.headers, body, app.limits.body_bytes).await?;
         let kind = extract::classify(&parts.headers, &bytes);
-        let (name, _stream) = extract::model_from_body(&kind, &bytes);
-        (name, bytes, kind)
+        let (name, streaming) = extract::model_from_body(&kind, &bytes);
+        (name, bytes, kind, streaming)
     };
     let sent = sent.filter(|n| !n.is_empty()).ok_or(Error::NoModel)?;
     let name = routing::apply_profile(&app.config, &app.profiles, &sent)
@@ -432,6 +433,10 @@ where
                     .headers
                     .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             }
+            let loading_state = model.send_loading_state && streaming && path_and_query.starts_with("/v1/chat/completions");
+            if loading_state && !app.fleet.is_ready(&target) {
+                return Ok(loading::stream(app.clone(), model.id.clone(), target, parts, bytes, path_and_query, remote));
+            }
             forward_local(app, model, &target, parts, bytes, path_and_query, remote).await
         }
     }
@@ -439,7 +444,7 @@ where
 
 /// Sends a buffered request to the target's instance; for a pool, a member that fails before sending
 /// a byte back is taken out and the request tried once more on another.
-async fn forward_local(
+pub(crate) async fn forward_local(
     app: &Arc<App>,
     model: &crate::config::ModelConfig,
     target: &Target,

@@ -1,6 +1,7 @@
 //! From the expanded tree to the typed [`Config`], with llama-swap's defaults and validation (§1.2-1.4).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::read::MapReader;
@@ -241,6 +242,16 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     } else {
         None
     };
+    let router = match &matrix {
+        None => None,
+        Some(m) => {
+            let ids = models.keys().cloned().collect();
+            let sets = m.sets.clone();
+            let compiled = crate::matrix::Matrix::compile(&m.vars, &m.evict_costs, &sets, &ids)
+                .map_err(|e| matrix_reader.err("sets", e))?;
+            Some(Arc::new(compiled))
+        }
+    };
 
     let profiles = decode_profiles(&top, warnings)?;
     let selectors = decode_selectors(&top, warnings)?;
@@ -250,6 +261,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let load_stall =
         super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
     Ok(Config {
+        router,
         devices,
         load_bandwidth,
         load_stall,

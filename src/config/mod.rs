@@ -207,6 +207,8 @@ pub struct Config {
     pub models: BTreeMap<String, ModelConfig>,
     pub groups: Vec<Group>,
     pub matrix: Option<Matrix>,
+    /// The compiled matrix router, when `routing.router.use` is `matrix`.
+    pub router: Option<Arc<crate::matrix::Matrix>>,
     pub profiles: BTreeMap<String, Profile>,
     pub selectors: BTreeMap<String, Selector>,
     pub peers: BTreeMap<String, Peer>,

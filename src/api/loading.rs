@@ -1,0 +1,81 @@
+//! `sendLoadingState`: a streaming chat request to a model that is not ready gets a 200 SSE stream
+//! at once, with progress as `reasoning_content`, and then the real answer in the same response.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, Response};
+use http_body_util::{BodyExt, StreamBody};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::App;
+use crate::body::Body;
+use crate::catalog::Target;
+
+fn reasoning(text: &str) -> Bytes {
+    let chunk = json!({"id": "corral-loading", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"reasoning_content": text}}]});
+    Bytes::from(format!("data: {chunk}\n\n"))
+}
+
+pub fn stream(
+    app: Arc<App>,
+    model_id: String,
+    target: Target,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    path_and_query: String,
+    remote: SocketAddr,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let task = tokio::spawn(async move {
+        let started = Instant::now();
+        let _ = tx.send(reasoning("━━━━━\n")).await;
+        let _ = tx.send(reasoning(&format!("corral loading model: {model_id}\n"))).await;
+        let model = app.config.models[&model_id].clone();
+        let forward = super::forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
+        tokio::pin!(forward);
+        let mut dots = tokio::time::interval(Duration::from_millis(750));
+        dots.tick().await;
+        let result = loop {
+            tokio::select! {
+                r = &mut forward => break r,
+                _ = dots.tick() => {
+                    if tx.send(reasoning(".")).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+        match result {
+            Ok(resp) => {
+                let _ = tx.send(reasoning(&format!("\nDone! ({:.2}s)\n━━━━━\n", started.elapsed().as_secs_f64()))).await;
+                let mut body = resp.into_body();
+                while let Some(Ok(frame)) = body.frame().await {
+                    if let Ok(data) = frame.into_data() {
+                        if tx.send(data).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let event = json!({"error": {"message": e.to_string(), "type": "server_error", "code": e.code()}});
+                let _ = tx.send(Bytes::from(format!("data: {event}\n\n"))).await;
+            }
+        }
+    });
+    let guard = crate::body::AbortOnDrop(task);
+    let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let data = rx.recv().await?;
+        Some((Ok::<_, crate::body::BoxError>(http_body::Frame::data(data)), (rx, guard)))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(StreamBody::new(body).boxed())
+        .expect("valid")
+}
