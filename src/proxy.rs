@@ -136,6 +136,63 @@ fn describe(err: &hyper_util::client::legacy::Error) -> String {
     msg
 }
 
+/// True for a websocket (or other) upgrade request.
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.get(header::UPGRADE).is_some()
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// Forwards an upgrade request (websockets through `/upstream`): when the engine answers 101, the
+/// two connections are joined and copied both ways until either side closes; `guard` lives as long.
+pub async fn forward_upgrade<G: Send + 'static>(
+    client: &HttpClient,
+    base: &str,
+    path_and_query: &str,
+    mut client_req: Request<Body>,
+    guard: G,
+) -> Result<Response<Body>, Error> {
+    let uri: http::Uri = format!("{}{}", base.trim_end_matches('/'), path_and_query)
+        .parse()
+        .map_err(|e| Error::Internal(format!("bad upstream URL: {e}")))?;
+    let client_upgrade = hyper::upgrade::on(&mut client_req);
+    let (mut parts, _) = client_req.into_parts();
+    parts.headers.remove(header::HOST);
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_11;
+    let upstream_req = Request::from_parts(parts, crate::body::empty());
+    let mut resp = client
+        .request(upstream_req)
+        .await
+        .map_err(|e| Error::Upstream(describe(&e)))?;
+    if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, body) = resp.into_parts();
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(|e| Box::new(e) as BoxError).boxed(),
+        ));
+    }
+    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+    tokio::spawn(async move {
+        let _guard = guard;
+        let (Ok(client_io), Ok(upstream_io)) = (client_upgrade.await, upstream_upgrade.await)
+        else {
+            return;
+        };
+        let mut client_io = hyper_util::rt::TokioIo::new(client_io);
+        let mut upstream_io = hyper_util::rt::TokioIo::new(upstream_io);
+        let _ = tokio::io::copy_bidirectional(&mut client_io, &mut upstream_io).await;
+    });
+    let (parts, _) = resp.into_parts();
+    Ok(Response::from_parts(parts, crate::body::empty()))
+}
+
 /// A body that holds a guard until it is finished or dropped.
 pub struct GuardedBody<G> {
     inner: Body,

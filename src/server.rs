@@ -107,7 +107,7 @@ pub async fn run(
             async move { Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await) }
         });
         let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {

@@ -368,23 +368,93 @@ async fn audioapi_prefix_is_stripped() {
 /// reasoning_content at once, then the real stream in the same response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loading_state_streams_progress_then_the_answer() {
-    let yaml = format!("sendLoadingState: true\nmodels:\n{}", fake_model("a", "--loading-ms 1600", ""));
+    let yaml = format!(
+        "sendLoadingState: true\nmodels:\n{}",
+        fake_model("a", "--loading-ms 1600", "")
+    );
     let h = Harness::start(&yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
     let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 3, "interval_ms": 10}});
     let (resp, frames) = stream_frames(&url, &body).await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.header("content-type"), Some("text/event-stream"));
-    let text: String = frames.iter().map(|(_, f)| String::from_utf8_lossy(f).into_owned()).collect();
-    let loading = text.find("corral loading model: a").expect("loading message");
+    let text: String = frames
+        .iter()
+        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
+        .collect();
+    let loading = text
+        .find("corral loading model: a")
+        .expect("loading message");
     let done = text.find("Done!").expect("done message");
     let first_token = text.find(r#""content":"tok0"#).expect("the real stream");
     assert!(loading < done && done < first_token, "{text}");
-    assert!(text.matches(r#""reasoning_content":"."#).count() >= 1, "progress dots while loading");
-    assert!(frames[0].0 < Duration::from_millis(500), "the first bytes came before the load finished");
+    assert!(
+        text.matches(r#""reasoning_content":"."#).count() >= 1,
+        "progress dots while loading"
+    );
+    assert!(
+        frames[0].0 < Duration::from_millis(500),
+        "the first bytes came before the load finished"
+    );
     assert!(text.trim_end().ends_with("data: [DONE]"));
     // a warm model streams as usual, with no loading messages
     let (_, again) = stream_frames(&url, &body).await;
-    assert!(!again.iter().any(|(_, f)| String::from_utf8_lossy(f).contains("loading")));
+    assert!(!again
+        .iter()
+        .any(|(_, f)| String::from_utf8_lossy(f).contains("loading")));
+    h.stop().await;
+}
+
+/// A websocket upgrade through `/upstream/<model>/` is joined to the engine's, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_pass_through_upstream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // an engine that accepts an upgrade and then echoes
+    let engine = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = engine.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut sock, _) = engine.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            sock.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        assert!(String::from_utf8_lossy(&head).starts_with("GET /socket?x=1 HTTP/1.1"));
+        sock.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        loop {
+            let n = sock.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            sock.write_all(&buf[..n]).await.unwrap();
+        }
+    });
+    let yaml = format!("models:\n  ws:\n    cmd: sleep 60\n    checkEndpoint: none\n    proxy: http://127.0.0.1:{port}\n    env: [\"${{env.MARKER}}\"]\n");
+    let h = Harness::start(&yaml).await;
+    let mut sock = tokio::net::TcpStream::connect(h.url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    sock.write_all(b"GET /upstream/ws/socket?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        sock.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        String::from_utf8_lossy(&head).starts_with("HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    sock.write_all(b"ping-through-corral").await.unwrap();
+    let mut echo = [0u8; 19];
+    tokio::time::timeout(Duration::from_secs(5), sock.read_exact(&mut echo))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&echo, b"ping-through-corral");
+    drop(sock);
     h.stop().await;
 }

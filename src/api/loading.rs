@@ -33,9 +33,12 @@ pub fn stream(
     let task = tokio::spawn(async move {
         let started = Instant::now();
         let _ = tx.send(reasoning("━━━━━\n")).await;
-        let _ = tx.send(reasoning(&format!("corral loading model: {model_id}\n"))).await;
+        let _ = tx
+            .send(reasoning(&format!("corral loading model: {model_id}\n")))
+            .await;
         let model = app.config.models[&model_id].clone();
-        let forward = super::forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
+        let forward =
+            super::forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
         tokio::pin!(forward);
         let mut dots = tokio::time::interval(Duration::from_millis(750));
         dots.tick().await;
@@ -51,7 +54,12 @@ pub fn stream(
         };
         match result {
             Ok(resp) => {
-                let _ = tx.send(reasoning(&format!("\nDone! ({:.2}s)\n━━━━━\n", started.elapsed().as_secs_f64()))).await;
+                let _ = tx
+                    .send(reasoning(&format!(
+                        "\nDone! ({:.2}s)\n━━━━━\n",
+                        started.elapsed().as_secs_f64()
+                    )))
+                    .await;
                 let mut body = resp.into_body();
                 while let Some(Ok(frame)) = body.frame().await {
                     if let Ok(data) = frame.into_data() {
@@ -70,7 +78,10 @@ pub fn stream(
     let guard = crate::body::AbortOnDrop(task);
     let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
         let data = rx.recv().await?;
-        Some((Ok::<_, crate::body::BoxError>(http_body::Frame::data(data)), (rx, guard)))
+        Some((
+            Ok::<_, crate::body::BoxError>(http_body::Frame::data(data)),
+            (rx, guard),
+        ))
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")

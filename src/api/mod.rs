@@ -3,10 +3,10 @@
 mod admin;
 pub mod auth;
 mod events;
-mod loading;
 pub mod extract;
 mod filters;
 pub mod inflight;
+mod loading;
 mod meter;
 mod models;
 mod peers;
@@ -433,9 +433,19 @@ where
                     .headers
                     .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             }
-            let loading_state = model.send_loading_state && streaming && path_and_query.starts_with("/v1/chat/completions");
+            let loading_state = model.send_loading_state
+                && streaming
+                && path_and_query.starts_with("/v1/chat/completions");
             if loading_state && !app.fleet.is_ready(&target) {
-                return Ok(loading::stream(app.clone(), model.id.clone(), target, parts, bytes, path_and_query, remote));
+                return Ok(loading::stream(
+                    app.clone(),
+                    model.id.clone(),
+                    target,
+                    parts,
+                    bytes,
+                    path_and_query,
+                    remote,
+                ));
             }
             forward_local(app, model, &target, parts, bytes, path_and_query, remote).await
         }
@@ -568,8 +578,25 @@ where
             "{model_id} is not loaded and {tail} does not load it"
         )));
     }
-    let lease = app.fleet.acquire(&target, None).await?;
     let model = &app.config.models[&model_id];
+    if proxy::is_upgrade(req.headers()) {
+        let req = req.map(|b| b.map_err(Into::into).boxed());
+        let client = &app.clients[&model.id];
+        let path = format!("{tail}{query}");
+        if model.ignore_websockets {
+            // these never load, queue or count: they reach the model only while it is up
+            let Some(base) = app.fleet.ready_proxy(&target) else {
+                return Err(Error::Conflict(format!(
+                    "{model_id} is not loaded; websockets do not load it"
+                )));
+            };
+            return proxy::forward_upgrade(client, &base, &path, req, ()).await;
+        }
+        let lease = app.fleet.acquire(&target, None).await?;
+        let base = lease.proxy();
+        return proxy::forward_upgrade(client, &base, &path, req, lease).await;
+    }
+    let lease = app.fleet.acquire(&target, None).await?;
     let (parts, body) = req.into_parts();
     let body = body.map_err(Into::into).boxed();
     let out = Outgoing {

@@ -752,6 +752,20 @@ impl Fleet {
         }
     }
 
+    /// The base URL of a ready instance of the target, if there is one.
+    pub fn ready_proxy(&self, target: &Target) -> Option<String> {
+        let st = self.inner.lock();
+        let members: Vec<&String> = match target {
+            Target::Instance(id) => vec![id],
+            Target::Pool(p) => st.pools.get(p)?.members.iter().collect(),
+        };
+        members
+            .into_iter()
+            .filter_map(|m| st.instances.get(m))
+            .find(|i| i.phase == Phase::Ready)
+            .map(|i| i.proxy.clone())
+    }
+
     /// A receiver that changes whenever any instance does.
     pub fn watch(&self) -> watch::Receiver<u64> {
         self.inner.generation.subscribe()

@@ -43,16 +43,35 @@ pub fn conflicts<'a>(
 }
 
 /// With the matrix router, the solver picks the cheapest set that holds the target's model.
-fn matrix_conflicts<'a>(matrix: &crate::matrix::Matrix, catalog: &Catalog, target: &str, running: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let Some(model) = catalog.model_of(target) else { return Vec::new() };
+fn matrix_conflicts<'a>(
+    matrix: &crate::matrix::Matrix,
+    catalog: &Catalog,
+    target: &str,
+    running: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let Some(model) = catalog.model_of(target) else {
+        return Vec::new();
+    };
     let running: Vec<&str> = running.into_iter().filter(|r| *r != target).collect();
-    let models: std::collections::BTreeSet<String> =
-        running.iter().filter_map(|r| catalog.model_of(r)).filter(|m| *m != model).map(String::from).collect();
+    let models: std::collections::BTreeSet<String> = running
+        .iter()
+        .filter_map(|r| catalog.model_of(r))
+        .filter(|m| *m != model)
+        .map(String::from)
+        .collect();
     let decision = matrix.solve(model, &models);
     if let Some(log) = &decision.log {
         tracing::debug!("{log}");
     }
-    running.into_iter().filter(|r| catalog.model_of(r).is_some_and(|m| decision.evict.iter().any(|e| e == m))).map(String::from).collect()
+    running
+        .into_iter()
+        .filter(|r| {
+            catalog
+                .model_of(r)
+                .is_some_and(|m| decision.evict.iter().any(|e| e == m))
+        })
+        .map(String::from)
+        .collect()
 }
 
 #[cfg(test)]
@@ -108,7 +127,10 @@ mod tests {
     fn the_matrix_router_evicts_by_set_cost() {
         let yaml = format!("{MODELS}routing:\n  router:\n    use: matrix\n    settings:\n      matrix:\n        evict_costs: {{a: 5}}\n        sets:\n          pair: 'a & b'\n          other: 'c & d'\n");
         let (c, cat) = setup(&yaml);
-        assert!(conflicts(&c, &cat, "b", ["a"]).is_empty(), "a and b share a set");
+        assert!(
+            conflicts(&c, &cat, "b", ["a"]).is_empty(),
+            "a and b share a set"
+        );
         assert_eq!(conflicts(&c, &cat, "c", ["a", "b"]), vec!["a", "b"]);
         assert_eq!(conflicts(&c, &cat, "d", ["c"]), Vec::<String>::new());
     }
