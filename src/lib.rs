@@ -14,5 +14,5 @@ pub mod proxy;
 pub mod server;
 pub mod supervisor;
 
-pub use server::{run, Options};
+pub use server::{run, run_with_reloads, Options, Reload};
 pub mod logging;

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 mod cli;
 mod plan;
+mod reload;
 
 const EXIT_CONFIG: u8 = 64;
 const DEMO_CONFIG: &str = include_str!("../config/demo.yaml");
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
 }
 
 /// `${env.X}` lookups see the process environment plus `CORRAL_EXE`, the path of this binary.
-fn env_lookup(name: &str) -> Option<String> {
+pub(crate) fn env_lookup(name: &str) -> Option<String> {
     if name == "CORRAL_EXE" {
         if let Ok(v) = std::env::var(name) {
             return Some(v);
@@ -98,11 +99,6 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
     if opts.sources.file.is_none() && opts.sources.dir.is_none() {
         tracing::info!("no --config given: serving the embedded demo config (two fake models)");
     }
-    if opts.watch_config {
-        tracing::warn!(
-            "--watch-config: live reload is not supported yet; restart corral to apply changes"
-        );
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -137,13 +133,19 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
             state_key: state_key(&opts.sources, opts.listen),
             ..Default::default()
         };
-        match corral::run(
+        let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(reload::on_sighup(opts.sources.clone(), reload_tx.clone()));
+        if opts.watch_config {
+            tokio::spawn(reload::watch(opts.sources.clone(), reload_tx));
+        }
+        match corral::run_with_reloads(
             loaded.config,
             listener,
             logs,
             options,
             shutdown,
             abort.clone(),
+            reloads,
         )
         .await
         {

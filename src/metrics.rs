@@ -167,6 +167,7 @@ impl Metrics {
             Some(StopReason::Unload) => "unload",
             Some(StopReason::Shutdown) => "shutdown",
             Some(StopReason::Broken) => "unreachable",
+            Some(StopReason::Reload) => "reload",
         }
     }
 

@@ -8,7 +8,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use std::sync::RwLock;
+
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, App, Limits};
@@ -54,6 +57,23 @@ pub async fn run(
     shutdown: CancellationToken,
     abort: CancellationToken,
 ) -> std::io::Result<()> {
+    let (_keep, reloads) = mpsc::channel(1);
+    run_with_reloads(config, listener, logs, opts, shutdown, abort, reloads).await
+}
+
+/// A config to apply, or why one could not be loaded (a reload that fails keeps the old config).
+pub type Reload = Result<Config, String>;
+
+/// Like [`run`], applying each config that arrives on `reloads` without dropping a request.
+pub async fn run_with_reloads(
+    config: Config,
+    listener: TcpListener,
+    logs: Arc<Logs>,
+    opts: Options,
+    shutdown: CancellationToken,
+    abort: CancellationToken,
+    mut reloads: mpsc::Receiver<Reload>,
+) -> std::io::Result<()> {
     let state_file = StateFile::new(opts.state_dir.clone(), &opts.state_key);
     let swept = state_file.sweep();
     if !swept.is_empty() {
@@ -69,9 +89,10 @@ pub async fn run(
         state_file,
     );
     metrics.register_instances(&fleet.snapshot());
-    let app = Arc::new(App::new(fleet.clone(), logs, metrics, opts.limits));
+    let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), opts.limits));
+    let current = Arc::new(RwLock::new(app.clone()));
     let ttl = tokio::spawn(fleet.clone().run_ttl());
-    let preload = tokio::spawn(preload(fleet.clone()));
+    let mut preload_task = tokio::spawn(preload(fleet.clone()));
 
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -91,6 +112,25 @@ pub async fn run(
         let (stream, remote) = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = abort.cancelled() => break,
+            Some(reload) = reloads.recv() => {
+                match reload {
+                    Ok(config) => {
+                        fleet.reconfigure(Arc::new(config));
+                        let next = Arc::new(current.read().unwrap_or_else(|e| e.into_inner()).reloaded());
+                        *current.write().unwrap_or_else(|e| e.into_inner()) = next;
+                        metrics.config_reloads.with_label_values(&["success"]).inc();
+                        metrics.register_instances(&fleet.snapshot());
+                        preload_task.abort();
+                        preload_task = tokio::spawn(preload(fleet.clone()));
+                        tracing::info!("config reloaded");
+                    }
+                    Err(why) => {
+                        metrics.config_reloads.with_label_values(&["failure"]).inc();
+                        tracing::warn!("config reload failed, keeping the running config: {why}");
+                    }
+                }
+                continue;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -101,9 +141,9 @@ pub async fn run(
             },
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
+        let current = current.clone();
         let service = service_fn(move |req| {
-            let app = app.clone();
+            let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
             async move { Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await) }
         });
         let conn = builder
@@ -137,7 +177,7 @@ pub async fn run(
         }
     }
     ttl.abort();
-    preload.abort();
+    preload_task.abort();
     Ok(())
 }
 
@@ -145,7 +185,8 @@ pub async fn run(
 async fn preload(fleet: Fleet) {
     let names = fleet.config().preload.clone();
     for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-        let Some((target, _)) = fleet.catalog().resolve(name) else {
+        let catalog = fleet.catalog();
+        let Some((target, _)) = catalog.resolve(name) else {
             tracing::warn!("preload: no model or alias named {name:?}; skipped");
             continue;
         };

@@ -123,7 +123,8 @@ where
                     let decoded = percent_encoding::percent_decode_str(other)
                         .decode_utf8_lossy()
                         .into_owned();
-                    let (target, _) = app.fleet.catalog().resolve(&decoded).ok_or_else(|| {
+                    let catalog = app.fleet.catalog();
+                    let (target, _) = catalog.resolve(&decoded).ok_or_else(|| {
                         Error::BadRequest(format!("unknown log stream {decoded:?}"))
                     })?;
                     let (Target::Instance(id) | Target::Pool(id)) = target;
@@ -155,9 +156,8 @@ where
             let name = percent_encoding::percent_decode_str(raw)
                 .decode_utf8_lossy()
                 .into_owned();
-            let (target, model) = app
-                .fleet
-                .catalog()
+            let catalog = app.fleet.catalog();
+            let (target, model) = catalog
                 .resolve(&name)
                 .ok_or_else(|| Error::NotFound("model not found".into()))?;
             let (target, model) = (target.clone(), model.to_string());

@@ -62,6 +62,21 @@ pub struct App {
 }
 
 impl App {
+    /// The same service for a reloaded config: fleet, metrics, logs, requests in flight and the
+    /// shutdown signal carry over; routes, clients and keys come from the new config, and the
+    /// active profile is reset, as llama-swap does.
+    pub fn reloaded(&self) -> App {
+        let mut next = App::new(
+            self.fleet.clone(),
+            self.logs.clone(),
+            self.metrics.clone(),
+            self.limits,
+        );
+        next.inflight = self.inflight.clone();
+        next.closing = self.closing.clone();
+        next
+    }
+
     pub fn new(
         fleet: Fleet,
         logs: Arc<Logs>,

@@ -41,6 +41,7 @@ pub enum StopReason {
     Shutdown,
     Broken,
     Memory,
+    Reload,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -94,6 +95,8 @@ pub struct Instance {
     pub placed: Vec<usize>,
     /// What the engine reported allocating on devices, if it did.
     pub measured: Option<u64>,
+    /// Set by a reload that changed or removed this instance while it ran.
+    pub retire: super::Retire,
 }
 
 impl Instance {
@@ -140,7 +143,11 @@ pub(crate) async fn run(
     slots_poll: Option<Duration>,
 ) {
     let id = spec.id.clone();
-    let model = inner.catalog.model_of(&id).unwrap_or(&id).to_string();
+    let model = inner
+        .lock()
+        .instances
+        .get(&id)
+        .map_or_else(|| id.clone(), |i| i.model.id.clone());
     let started = Instant::now();
     if generation > 1 {
         inner

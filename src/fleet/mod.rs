@@ -27,7 +27,7 @@ use tokio::sync::{watch, Notify};
 pub use instance::{Phase, StopReason};
 
 use crate::catalog::{Catalog, Target};
-use crate::config::{Config, ModelConfig, PoolSettings};
+use crate::config::{Config, PoolSettings};
 use crate::error::Error;
 use crate::logs::{LogRing, Logs};
 use crate::metrics::Metrics;
@@ -42,6 +42,8 @@ struct PoolState {
 }
 
 pub(crate) struct State {
+    config: Arc<Config>,
+    catalog: Arc<Catalog>,
     instances: BTreeMap<String, Instance>,
     pools: BTreeMap<String, PoolState>,
     next_ticket: u64,
@@ -69,8 +71,6 @@ pub struct Snapshot {
 }
 
 pub(crate) struct Inner {
-    config: Arc<Config>,
-    catalog: Arc<Catalog>,
     state: Mutex<State>,
     changed: Notify,
     generation: watch::Sender<u64>,
@@ -97,90 +97,17 @@ impl Fleet {
         state_file: StateFile,
     ) -> Fleet {
         let catalog = Arc::new(Catalog::new(&config));
-        let mut instances = BTreeMap::new();
-        for m in config.models.values() {
-            let model = Arc::new(m.clone());
-            for spec in &m.instances {
-                let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
-                let need = ledger::need_of(m, spec);
-                let mut env = m.env.clone();
-                if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
-                    // llama-server prints its allocations at verbosity 4; the ledger reads them
-                    env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
-                }
-                let load_timeout = crate::memory::load_deadline(
-                    config.health_check_timeout,
-                    need.weights,
-                    config.load_bandwidth,
-                    m.load_timeout,
-                );
-                let process = ProcessSpec {
-                    id: spec.id.clone(),
-                    argv: spec.argv.clone(),
-                    base: spec.proxy.clone(),
-                    env,
-                    cmd_stop: spec.cmd_stop.clone(),
-                    health_url: spec.check_endpoint.as_ref().and_then(|p| {
-                        format!("{}{}", spec.proxy.trim_end_matches('/'), p)
-                            .parse()
-                            .ok()
-                    }),
-                    load_timeout,
-                    stall: config.load_stall,
-                };
-                instances.insert(
-                    spec.id.clone(),
-                    Instance {
-                        id: spec.id.clone(),
-                        model: model.clone(),
-                        pool,
-                        spec: process,
-                        proxy: spec.proxy.clone(),
-                        logs: Arc::new(LogRing::default()),
-                        phase: Phase::Stopped,
-                        reserved: 0,
-                        in_flight: 0,
-                        external_busy: 0,
-                        slots: spec.slots.unwrap_or(m.concurrency_limit),
-                        last_used: Instant::now(),
-                        last_picked: 0,
-                        generation: 0,
-                        last_error: None,
-                        pid: None,
-                        stop: None,
-                        failures: 0,
-                        retry_at: None,
-                        need,
-                        placed: Vec::new(),
-                        measured: None,
-                    },
-                );
-            }
-        }
-        let pools = catalog
-            .pools
-            .values()
-            .map(|p| {
-                let settings = config.models[&p.model].pool.clone();
-                (
-                    p.id.clone(),
-                    PoolState {
-                        members: p.members.clone(),
-                        settings,
-                        queue: VecDeque::new(),
-                    },
-                )
-            })
-            .collect();
+        let instances = build_instances(&config, &catalog);
+        let pools = build_pools(&config, &catalog, &mut BTreeMap::new());
         let state = State {
             instances,
             pools,
             next_ticket: 0,
             picks: 0,
-        };
-        let inner = Inner {
             config,
             catalog,
+        };
+        let inner = Inner {
             state: Mutex::new(state),
             changed: Notify::new(),
             generation: watch::channel(0).0,
@@ -196,12 +123,84 @@ impl Fleet {
         }
     }
 
-    pub fn config(&self) -> &Arc<Config> {
-        &self.inner.config
+    /// Applies a new config. Instances whose process would be the same keep running and serving;
+    /// changed ones finish their requests and restart with the new command; removed ones stop
+    /// once idle. Requests waiting in a pool that still exists keep their place.
+    pub fn reconfigure(&self, config: Arc<Config>) {
+        let catalog = Arc::new(Catalog::new(&config));
+        let fresh = build_instances(&config, &catalog);
+        let mut guard = self.inner.lock();
+        let st = &mut *guard;
+        let mut kept = 0;
+        for (id, new) in fresh {
+            match st.instances.get_mut(&id) {
+                Some(old) if same_process(&old.spec, &new.spec) => {
+                    old.model = new.model;
+                    old.pool = new.pool;
+                    old.spec.load_timeout = new.spec.load_timeout;
+                    old.spec.stall = new.spec.stall;
+                    if old.measured.is_none() {
+                        old.need = new.need;
+                    }
+                    old.retire = Retire::No;
+                    kept += 1;
+                }
+                Some(old) if old.phase == Phase::Stopped => *old = new,
+                Some(old) => old.retire = Retire::Replace(Box::new(new)),
+                None => {
+                    st.instances.insert(id, new);
+                }
+            }
+        }
+        let known: std::collections::BTreeSet<String> = catalog.instances.keys().cloned().collect();
+        st.instances
+            .retain(|id, i| known.contains(id) || i.phase != Phase::Stopped);
+        for (id, i) in st.instances.iter_mut() {
+            if !known.contains(id) {
+                i.retire = Retire::Remove;
+            }
+        }
+        let mut old_pools = std::mem::take(&mut st.pools);
+        st.pools = build_pools(&config, &catalog, &mut old_pools);
+        st.config = config;
+        st.catalog = catalog;
+        tracing::info!("config applied: {kept} running or stopped instance(s) kept as they were");
+        drop(guard);
+        self.inner.touch();
     }
 
-    pub fn catalog(&self) -> &Arc<Catalog> {
-        &self.inner.catalog
+    /// Stops retired instances once idle, and swaps in their successors once stopped.
+    fn retire_idle(st: &mut State) {
+        let ids: Vec<String> = st
+            .instances
+            .iter()
+            .filter(|(_, i)| i.retire != Retire::No)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in ids {
+            let idle = !busy(st, &id);
+            let inst = st.instances.get_mut(&id).expect("listed");
+            if inst.phase == Phase::Stopped {
+                match std::mem::replace(&mut inst.retire, Retire::No) {
+                    Retire::Replace(next) => *inst = *next,
+                    Retire::Remove => {
+                        st.instances.remove(&id);
+                    }
+                    Retire::No => {}
+                }
+            } else if idle {
+                let grace = inst.model.unload_timeout;
+                inst.order_stop(grace, StopReason::Reload);
+            }
+        }
+    }
+
+    pub fn config(&self) -> Arc<Config> {
+        self.inner.lock().config.clone()
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.inner.lock().catalog.clone()
     }
 
     /// The log ring of one instance's process output (the first replica's for a replicated model).
@@ -234,7 +233,9 @@ impl Fleet {
             {
                 let mut st = self.inner.lock();
                 self.check_open(id)?;
-                let inst = &st.instances[id];
+                let Some(inst) = st.instances.get(id) else {
+                    return Err(Error::UnknownModel); // removed by a reload while waiting
+                };
                 if let Some(err) = failed_start(inst, awaited) {
                     return Err(err);
                 }
@@ -267,7 +268,12 @@ impl Fleet {
             }
             match &no_room {
                 Some((since, _)) => {
-                    let limit = self.inner.lock().instances[id].model.pool.queue_timeout;
+                    let limit = self
+                        .inner
+                        .lock()
+                        .instances
+                        .get(id)
+                        .map_or(Duration::ZERO, |i| i.model.pool.queue_timeout);
                     tokio::select! {
                         _ = notified => {}
                         _ = tokio::time::sleep_until(*since + limit) => {}
@@ -301,7 +307,12 @@ impl Fleet {
                 id: st.next_ticket,
             }
         };
-        let timeout = self.inner.lock().pools[pool].settings.queue_timeout;
+        let timeout = self
+            .inner
+            .lock()
+            .pools
+            .get(pool)
+            .map_or(Duration::from_secs(60), |p| p.settings.queue_timeout);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut awaited: HashMap<String, u64> = HashMap::new();
         loop {
@@ -311,6 +322,9 @@ impl Fleet {
             {
                 let mut st = self.inner.lock();
                 self.check_open(pool)?;
+                if !st.pools.contains_key(pool) {
+                    return Err(Error::UnknownModel); // removed by a reload while waiting
+                }
                 if let Some(lease) = self.try_pick(&mut st, pool, ticket.id, avoid) {
                     return Ok(lease);
                 }
@@ -460,13 +474,19 @@ impl Fleet {
 
     /// Under the lock: is `id` ready with nothing to evict, or what must happen first.
     fn prepare(&self, st: &mut State, id: &str) -> Prepared {
+        if st.instances[id].retire != Retire::No {
+            Self::retire_idle(st);
+            if st.instances[id].retire != Retire::No {
+                return Prepared::Waiting;
+            }
+        }
         let running: Vec<&str> = st
             .instances
             .iter()
             .filter(|(_, i)| i.phase != Phase::Stopped)
             .map(|(k, _)| k.as_str())
             .collect();
-        let conflicts = swap::conflicts(&self.inner.config, &self.inner.catalog, id, running);
+        let conflicts = swap::conflicts(&st.config, &st.catalog, id, running);
         let phase = st.instances[id].phase;
         if phase == Phase::Ready && conflicts.is_empty() {
             return Prepared::Ready;
@@ -474,7 +494,7 @@ impl Fleet {
         if conflicts.iter().any(|c| busy(st, c)) {
             return Prepared::Blocked;
         }
-        let grace = self.inner.config.health_check_timeout;
+        let grace = st.config.health_check_timeout;
         for c in &conflicts {
             st.instances
                 .get_mut(c)
@@ -497,7 +517,7 @@ impl Fleet {
 
     /// With devices configured, finds room for `id` or says why not; `None` means it is placed.
     fn make_room(&self, st: &mut State, id: &str) -> Option<Prepared> {
-        let devices = &self.inner.config.devices;
+        let devices = &st.config.devices.clone();
         let need = st.instances[id].need.bytes;
         if devices.is_empty() || need == 0 {
             return None;
@@ -532,7 +552,7 @@ impl Fleet {
                 for v in victims {
                     tracing::info!(instance = %v, "stopping to make room for {id}");
                     let inst = st.instances.get_mut(&v).expect("holder");
-                    let grace = self.inner.config.health_check_timeout;
+                    let grace = st.config.health_check_timeout;
                     inst.order_stop(grace, StopReason::Memory);
                 }
                 Some(Prepared::Waiting)
@@ -558,7 +578,7 @@ impl Fleet {
             .iter()
             .filter(|(_, i)| i.phase != Phase::Stopped)
             .map(|(k, _)| k.as_str());
-        swap::conflicts(&self.inner.config, &self.inner.catalog, id, running).is_empty()
+        swap::conflicts(&st.config, &st.catalog, id, running).is_empty()
     }
 
     fn check_open(&self, what: &str) -> Result<(), Error> {
@@ -592,7 +612,7 @@ impl Fleet {
         let sinks = Sinks {
             model: inst.logs.clone(),
             logs: self.inner.logs.clone(),
-            upstream_to_stdout: self.inner.config.log_to_stdout.upstream(),
+            upstream_to_stdout: st.config.log_to_stdout.upstream(),
         };
         let poll = inst.pool.as_ref().and(inst.model.pool.slots_poll);
         tracing::info!(instance = id, "starting: {}", inst.spec.argv.join(" "));
@@ -671,10 +691,13 @@ impl Fleet {
             let notified = self.inner.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if ids
-                .iter()
-                .all(|id| self.inner.lock().instances[id].phase == Phase::Stopped)
-            {
+            if ids.iter().all(|id| {
+                self.inner
+                    .lock()
+                    .instances
+                    .get(id)
+                    .is_none_or(|i| i.phase == Phase::Stopped)
+            }) {
                 return;
             }
             notified.await;
@@ -689,12 +712,16 @@ impl Fleet {
             tick.tick().await;
             let mut st = self.inner.lock();
             let st = &mut *st;
+            let retiring = st.instances.values().any(|i| i.retire != Retire::No);
+            if retiring {
+                Self::retire_idle(st);
+            }
             for inst in st.instances.values_mut() {
                 let Some(ttl) = inst.model.ttl else { continue };
                 let queued = inst
                     .pool
                     .as_ref()
-                    .is_some_and(|p| !st.pools[p].queue.is_empty());
+                    .is_some_and(|p| st.pools.get(p).is_some_and(|p| !p.queue.is_empty()));
                 if inst.phase == Phase::Ready
                     && inst.reserved == 0
                     && inst.in_flight == 0
@@ -710,9 +737,9 @@ impl Fleet {
     }
 
     pub fn snapshot(&self) -> Vec<Snapshot> {
-        self.inner
-            .lock()
-            .instances
+        let st = self.inner.lock();
+        let devices = &st.config.devices;
+        st.instances
             .values()
             .map(|i| Snapshot {
                 instance: i.id.clone(),
@@ -729,7 +756,7 @@ impl Fleet {
                 devices: i
                     .placed
                     .iter()
-                    .filter_map(|d| self.inner.config.devices.get(*d).map(|d| d.name.clone()))
+                    .filter_map(|d| devices.get(*d).map(|d| d.name.clone()))
                     .collect(),
                 load_deadline: i.spec.load_timeout,
             })
@@ -782,6 +809,118 @@ impl Fleet {
     }
 }
 
+/// Every instance a config describes, stopped.
+fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<String, Instance> {
+    let mut instances = BTreeMap::new();
+    for m in config.models.values() {
+        let model = Arc::new(m.clone());
+        for spec in &m.instances {
+            let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
+            let need = ledger::need_of(m, spec);
+            let mut env = m.env.clone();
+            if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
+                // llama-server prints its allocations at verbosity 4; the ledger reads them
+                env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
+            }
+            let load_timeout = crate::memory::load_deadline(
+                config.health_check_timeout,
+                need.weights,
+                config.load_bandwidth,
+                m.load_timeout,
+            );
+            let process = ProcessSpec {
+                id: spec.id.clone(),
+                argv: spec.argv.clone(),
+                base: spec.proxy.clone(),
+                env,
+                cmd_stop: spec.cmd_stop.clone(),
+                health_url: spec.check_endpoint.as_ref().and_then(|p| {
+                    format!("{}{}", spec.proxy.trim_end_matches('/'), p)
+                        .parse()
+                        .ok()
+                }),
+                load_timeout,
+                stall: config.load_stall,
+            };
+            let instance = Instance {
+                id: spec.id.clone(),
+                model: model.clone(),
+                pool,
+                spec: process,
+                proxy: spec.proxy.clone(),
+                logs: Arc::new(LogRing::default()),
+                phase: Phase::Stopped,
+                reserved: 0,
+                in_flight: 0,
+                external_busy: 0,
+                slots: spec.slots.unwrap_or(m.concurrency_limit),
+                last_used: Instant::now(),
+                last_picked: 0,
+                generation: 0,
+                last_error: None,
+                pid: None,
+                stop: None,
+                failures: 0,
+                retry_at: None,
+                need,
+                placed: Vec::new(),
+                measured: None,
+                retire: Retire::No,
+            };
+            instances.insert(spec.id.clone(), instance);
+        }
+    }
+    instances
+}
+
+/// The pools a catalog names; a pool that existed before keeps its queue.
+fn build_pools(
+    config: &Config,
+    catalog: &Catalog,
+    old: &mut BTreeMap<String, PoolState>,
+) -> BTreeMap<String, PoolState> {
+    catalog
+        .pools
+        .values()
+        .map(|p| {
+            let settings = config.models[&p.model].pool.clone();
+            let queue = old.remove(&p.id).map(|o| o.queue).unwrap_or_default();
+            (
+                p.id.clone(),
+                PoolState {
+                    members: p.members.clone(),
+                    settings,
+                    queue,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Two specs run the same process: same command, environment, address and stop command.
+fn same_process(a: &ProcessSpec, b: &ProcessSpec) -> bool {
+    a.argv == b.argv
+        && a.env == b.env
+        && a.base == b.base
+        && a.cmd_stop == b.cmd_stop
+        && a.health_url == b.health_url
+}
+
+/// What a reload decided for an instance that was running.
+pub enum Retire {
+    No,
+    /// Its command changed: when idle, stop it and start the new one on the next request.
+    Replace(Box<Instance>),
+    /// The new config has no such instance: stop it when idle.
+    Remove,
+}
+
+impl PartialEq for Retire {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
 /// A llama-server whose verbosity the user did not set.
 fn wants_buffer_report(argv: &[String], env: &[(String, String)]) -> bool {
     let is_llama = argv.first().is_some_and(|a| {
@@ -818,7 +957,7 @@ fn busy(st: &State, id: &str) -> bool {
     let pool_waiting = i
         .pool
         .as_ref()
-        .is_some_and(|p| !st.pools[p].queue.is_empty());
+        .is_some_and(|p| st.pools.get(p).is_some_and(|p| !p.queue.is_empty()));
     i.in_flight > 0
         || i.reserved > 0
         || (pool_waiting && matches!(i.phase, Phase::Starting | Phase::Ready))
@@ -938,13 +1077,14 @@ impl Lease {
         &self.id
     }
 
-    pub fn model(&self) -> Arc<ModelConfig> {
-        self.inner.lock().instances[&self.id].model.clone()
-    }
-
     /// The instance's base URL.
     pub fn proxy(&self) -> String {
-        self.inner.lock().instances[&self.id].proxy.clone()
+        self.inner
+            .lock()
+            .instances
+            .get(&self.id)
+            .map(|i| i.proxy.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -1,6 +1,8 @@
 //! Test support: corral on port 0 in front of the fake engine, a small HTTP client, and an orphan oracle.
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
