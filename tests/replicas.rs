@@ -372,3 +372,46 @@ async fn slots_come_from_props_and_slots_polling() {
     }
     h.stop().await;
 }
+
+/// `balance: round-robin` sends to each replica in turn whatever its slots, as a client-side
+/// balancer would; it exists to compare against the slot-aware pick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_ignores_free_slots() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        replicated(
+            "chat",
+            2,
+            "-np 1",
+            "startReplicas: all\nbalance: round-robin"
+        )
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+        .await;
+    let burst: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::spawn({
+                let url = url.clone();
+                async move { stream_frames(&url, &long("chat", 5)).await.0.status }
+            })
+        })
+        .collect();
+    for b in burst {
+        assert_eq!(b.await.unwrap(), 200);
+    }
+    let max_active = h
+        .events("chat")
+        .iter()
+        .filter(|e| e["path"] == "/v1/chat/completions")
+        .filter_map(|e| e["active"].as_u64())
+        .max();
+    assert_eq!(
+        max_active,
+        Some(2),
+        "two requests at once on a one-slot replica: nothing waited at corral"
+    );
+    h.stop().await;
+}

@@ -69,6 +69,7 @@ const MODEL_KEYS: &[&str] = &[
     "queueDepth",
     "queueTimeout",
     "slotsPollInterval",
+    "balance",
     "memory",
     "loadTimeout",
     super::expand::REPLICAS_KEY,
@@ -527,7 +528,18 @@ fn decode_pool(m: &MapReader<'_>) -> Result<PoolSettings, ConfigError> {
             ))
         }
     };
+    let round_robin = match m.string("balance")?.as_deref() {
+        None | Some("slots") => false,
+        Some("round-robin") => true,
+        Some(other) => {
+            return Err(m.err(
+                "balance",
+                format!("must be slots or round-robin, not {other:?}"),
+            ))
+        }
+    };
     Ok(PoolSettings {
+        round_robin,
         start_all,
         queue_depth: depth,
         queue_timeout: timeout,

@@ -242,12 +242,16 @@ pub struct PoolSettings {
     pub queue_timeout: Duration,
     /// How often a ready replica's `/slots` is polled to see work that reached it another way.
     pub slots_poll: Option<Duration>,
+    /// `balance: round-robin` ignores free slots (each replica queues for itself), for comparison
+    /// with the default slot-aware pick.
+    pub round_robin: bool,
 }
 
 impl Default for PoolSettings {
     fn default() -> Self {
         PoolSettings {
             start_all: false,
+            round_robin: false,
             queue_depth: 64,
             queue_timeout: Duration::from_secs(60),
             slots_poll: Some(Duration::from_secs(5)),

@@ -352,6 +352,7 @@ impl Fleet {
         avoid: Option<&str>,
     ) -> Option<Lease> {
         let p = &st.pools[pool];
+        let round_robin = p.settings.round_robin;
         let position = p.queue.iter().position(|t| *t == ticket)?;
         let members: Vec<&Instance> = p.members.iter().map(|m| &st.instances[m]).collect();
         let candidates: Vec<pick::Candidate> = members
@@ -361,12 +362,13 @@ impl Fleet {
             .filter(|(_, i)| self.conflict_free(st, &i.id))
             .map(|(index, i)| pick::Candidate {
                 index,
-                free: i.free_slots(),
+                // round-robin sends regardless of slots: every ready replica always takes one more
+                free: if round_robin { 1 } else { i.free_slots() },
                 last_picked: i.last_picked,
             })
             .collect();
         let free: usize = candidates.iter().map(|c| c.free).sum();
-        if position >= free {
+        if position >= free && !(round_robin && !candidates.is_empty()) {
             return None;
         }
         let chosen = members[pick::pick(&candidates)?].id.clone();
