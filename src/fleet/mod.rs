@@ -368,7 +368,7 @@ impl Fleet {
             })
             .collect();
         let free: usize = candidates.iter().map(|c| c.free).sum();
-        if position >= free && !(round_robin && !candidates.is_empty()) {
+        if !round_robin && position >= free {
             return None;
         }
         let chosen = members[pick::pick(&candidates)?].id.clone();

@@ -23,6 +23,7 @@ use serde_json::json;
 
 const USAGE: &str = "usage:
   corral-load suite [--corral PATH] [--nginx PATH | --no-nginx] [--out DIR] [--criterion DIR] [--quick] [--keep]
+                    [--corral-env NAME=VALUE]...
   corral-load http URL [-c N] [-n N | -d SECS] [--body JSON]
   corral-load sse URL [-c N] [--chunks N] [--interval-ms MS] [--model M]
 
@@ -158,6 +159,13 @@ async fn suite_cmd(mut a: Args) -> Result<(), String> {
     let criterion = a.value(&["--criterion"])?.map(PathBuf::from);
     let quick = a.flag(&["--quick"]);
     let keep = a.flag(&["--keep"]);
+    let mut corral_env = Vec::new();
+    while let Some(kv) = a.value(&["--corral-env"])? {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--corral-env {kv}: expected NAME=VALUE"))?;
+        corral_env.push((k.to_string(), v.to_string()));
+    }
     a.finish()?;
     let opts = suite::Opts {
         corral,
@@ -166,6 +174,7 @@ async fn suite_cmd(mut a: Args) -> Result<(), String> {
         criterion,
         scale: if quick { 0.3 } else { 1.0 },
         keep,
+        corral_env,
     };
     suite::run(opts).await.map_err(|e| e.to_string())
 }

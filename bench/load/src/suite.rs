@@ -30,6 +30,8 @@ pub struct Opts {
     /// Multiplies request counts and durations (1.0: the default run; --quick: 0.3).
     pub scale: f64,
     pub keep: bool,
+    /// Extra environment for corral (experiments such as TOKIO_WORKER_THREADS=1).
+    pub corral_env: Vec<(String, String)>,
 }
 
 const CHAT: &str = "/v1/chat/completions";
@@ -266,6 +268,7 @@ groups:
             .arg("--listen")
             .arg(format!("127.0.0.1:{corral_port}"))
             .env("CORRAL_STATE_DIR", work.join("state"))
+            .envs(opts.corral_env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(work.join("corral.log"))?)
             .stderr(std::fs::File::create(work.join("corral.err"))?)
@@ -361,9 +364,19 @@ groups:
     });
     let mut report = Report::default();
     report.machine = machine();
+    report.load1 = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(0.0);
     report.nginx_version = opts.nginx.as_ref().map(|p| nginx_version(p));
     report.names = targets.iter().map(|t| t.name).collect();
     report.corral_rss_warm_kib = corral_rss_warm as f64;
+    report.corral_env = opts
+        .corral_env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
 
     eprintln!("bench: 1/5 small requests at concurrency 1");
     results["c1"] = scenario_c1(&targets, opts.scale, &mut report).await?;
@@ -482,7 +495,13 @@ pub fn machine() -> String {
         .map(|n| n.get())
         .unwrap_or(1);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cores} cores, {model}, Linux {}", kernel.trim())
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    format!(
+        "{cores} cores, {model}, Linux {}; load average at start {}",
+        kernel.trim(),
+        load.join(" ")
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -609,9 +628,13 @@ async fn scenario_sse(
     scale: f64,
     report: &mut Report,
 ) -> Result<Value, BoxError> {
-    let rounds = 2;
+    let rounds = 3;
     let concurrent = scaled(8.0, scale, 4.0) as usize;
     let interval = SSE_INTERVAL_MS as f64 * 1000.0;
+    // The engine's timer has millisecond ticks, so each stream's chunks are late by a fixed
+    // fraction of a millisecond that depends on when the stream started. Streams start 1 + 1/n ms
+    // apart so that every target gets the same spread of phases.
+    let stagger = Duration::from_micros(1000 + 1000 / concurrent as u64);
     let mut all: BTreeMap<&str, Vec<Result<sse::Stream, String>>> = BTreeMap::new();
     for round in 0..rounds {
         for t in rotate(targets, round) {
@@ -621,10 +644,13 @@ async fn scenario_sse(
                 &stream_body("m", SSE_CHUNKS as u64, SSE_INTERVAL_MS as u64),
             ));
             let mut set = tokio::task::JoinSet::new();
-            for _ in 0..concurrent {
+            for i in 0..concurrent {
                 let req = req.clone();
                 let a = t.fast;
-                set.spawn(async move { sse::run_stream(a, &req, Duration::from_secs(30)).await });
+                set.spawn(async move {
+                    tokio::time::sleep(stagger * i as u32).await;
+                    sse::run_stream(a, &req, Duration::from_secs(30)).await
+                });
             }
             while let Some(r) = set.join_next().await {
                 all.entry(t.name).or_default().push(r?);
@@ -672,6 +698,10 @@ async fn scenario_sse(
                 last_read = Some(e.read);
             }
             f.missing += (SSE_CHUNKS as usize).saturating_sub(seen);
+            if !s.events.iter().any(|e| e.done) {
+                f.failed += 1;
+                eprintln!("bench: SSE through {}: no [DONE]", t.name);
+            }
         }
         f.lateness = summarize(&late);
         f.first = summarize(&first);
@@ -782,7 +812,7 @@ async fn scenario_hold(
                 h.up_closed_all_ms = Some(ms);
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         tokio::time::sleep(Duration::from_millis(1500)).await;
         h.rss_after_kib = procfs::rss_sum_kib(&t.pids) as f64;
@@ -935,6 +965,8 @@ struct Report {
     nginx_version: Option<String>,
     names: Vec<&'static str>,
     corral_rss_warm_kib: f64,
+    corral_env: String,
+    load1: f64,
     c1: BTreeMap<&'static str, Summary>,
     c64: BTreeMap<&'static str, C64>,
     sse: BTreeMap<&'static str, SseFigures>,
@@ -1143,6 +1175,14 @@ impl Report {
             "",
             None,
         );
+        self.row(
+            &mut rows,
+            "",
+            "first chunk after request p50 / p99 (µs)",
+            |n| format!("{} / {}", f0(sse(n).first.p50), f0(sse(n).first.p99)),
+            "",
+            None,
+        );
         let ok = cmp(
             Some(sadd("corral", |s| s.p99)),
             nginx.then(|| sadd("nginx", |s| s.p99)),
@@ -1194,11 +1234,8 @@ impl Report {
 
         // 4
         let hold = |n: &str| self.hold.get(n).copied().unwrap_or_default();
-        let per_stream = |n: &str| {
-            (hold(n).rss_hold_kib - hold(n).rss_idle_kib) * 1024.0
-                / hold(n).opened.max(1) as f64
-                / 1024.0
-        };
+        let per_stream =
+            |n: &str| (hold(n).rss_hold_kib - hold(n).rss_idle_kib) / hold(n).opened.max(1) as f64;
         let corral_idle = hold("corral").rss_idle_kib;
         self.row(
             &mut rows,
@@ -1373,12 +1410,26 @@ impl Report {
 
         let mut out = String::new();
         out.push_str(&format!(
-            "Machine: {}; nginx {}\n\n",
+            "Machine: {}; nginx {}\n",
             self.machine,
             self.nginx_version
                 .clone()
                 .unwrap_or_else(|| "not run".into())
         ));
+        if !self.corral_env.is_empty() {
+            out.push_str(&format!("corral ran with {}\n", self.corral_env));
+        }
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1) as f64;
+        if self.load1 > cores / 2.0 {
+            out.push_str(&format!(
+                "\nWARNING: the machine was busy when the run started (load average {:.2} on {cores} cores): \
+                 latencies, chunk delays and coalescing are noisy; CPU per request and memory are not.\n",
+                self.load1
+            ));
+        }
+        out.push('\n');
         out.push_str("| scenario | figure | direct | corral | nginx | target | result |\n|---|---|---:|---:|---:|---|---|\n");
         for r in rows {
             out.push_str(&r);
