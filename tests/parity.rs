@@ -458,3 +458,37 @@ async fn websockets_pass_through_upstream() {
     drop(sock);
     h.stop().await;
 }
+
+/// A spillover selector keeps to the first target until it has `spillover` requests in flight,
+/// then spills to the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spillover_selector_spills_under_load() {
+    let yaml = format!(
+        "models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\nselectors:\n  s: {{strategy: spillover, targets: [a, b], settings: {{spillover: 1}}}}\n",
+        fake_model("a", "", ""),
+        fake_model("b", "", "")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(
+        seen_request(&post_json(&url, &chat("s")).await)["model"],
+        "a",
+        "a cold selector starts its first target"
+    );
+    let long = json!({"model": "s", "stream": true, "messages": [], "fakellm": {"chunks": 10, "interval_ms": 100}});
+    let busy = tokio::spawn({
+        let url = url.clone();
+        async move { stream_frames(&url, &long).await }
+    });
+    eventually(Duration::from_secs(5), "a busy", || {
+        h.count_requests("a", "/v1/chat/completions") == 2
+    })
+    .await;
+    assert_eq!(
+        seen_request(&post_json(&url, &chat("s")).await)["model"],
+        "b",
+        "a has 1 in flight: spill to b"
+    );
+    busy.await.unwrap();
+    h.stop().await;
+}
