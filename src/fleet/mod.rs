@@ -46,6 +46,8 @@ pub(crate) struct State {
     catalog: Arc<Catalog>,
     instances: BTreeMap<String, Instance>,
     pools: BTreeMap<String, PoolState>,
+    /// Direct requests waiting for a swap, by arrival: (priority, instance).
+    waiting: BTreeMap<u64, (i64, String)>,
     next_ticket: u64,
     picks: u64,
 }
@@ -102,6 +104,7 @@ impl Fleet {
         let state = State {
             instances,
             pools,
+            waiting: BTreeMap::new(),
             next_ticket: 0,
             picks: 0,
             config,
@@ -223,6 +226,8 @@ impl Fleet {
 
     async fn acquire_instance(&self, id: &str) -> Result<Lease, Error> {
         let reservation = self.reserve(id)?;
+        // a place among swap waiters, taken only if the model is not ready at once
+        let mut turn: Option<Turn> = None;
         let mut awaited: Option<u64> = None;
         // while memory is held by busy instances, wait at most the model's queue timeout
         let mut no_room: Option<(tokio::time::Instant, String)> = None;
@@ -242,7 +247,10 @@ impl Fleet {
                 if inst.phase == Phase::Stopped && inst.in_backoff() && awaited.is_none() {
                     return Err(backoff_error(inst));
                 }
-                match self.prepare(&mut st, id) {
+                if turn.is_none() && inst.phase != Phase::Ready {
+                    turn = Some(self.take_turn(&mut st, id));
+                }
+                match self.prepare(&mut st, id, turn.as_ref().map(|t| t.seq)) {
                     Prepared::Ready => {
                         let inst = st.instances.get_mut(id).expect("known instance");
                         inst.in_flight += 1;
@@ -463,7 +471,7 @@ impl Fleet {
             if !start_all && capacity >= demand && alive {
                 break;
             }
-            if let Prepared::Started(g) = self.prepare(st, &m) {
+            if let Prepared::Started(g) = self.prepare(st, &m, None) {
                 awaited.insert(m.clone(), g);
                 capacity += st.instances[&m].slots;
             }
@@ -475,7 +483,7 @@ impl Fleet {
     }
 
     /// Under the lock: is `id` ready with nothing to evict, or what must happen first.
-    fn prepare(&self, st: &mut State, id: &str) -> Prepared {
+    fn prepare(&self, st: &mut State, id: &str, turn: Option<u64>) -> Prepared {
         if st.instances[id].retire != Retire::No {
             Self::retire_idle(st);
             if st.instances[id].retire != Retire::No {
@@ -495,6 +503,9 @@ impl Fleet {
         }
         if conflicts.iter().any(|c| busy(st, c)) {
             return Prepared::Blocked;
+        }
+        if phase == Phase::Stopped && turn.is_some_and(|t| self.outranked(st, id, t)) {
+            return Prepared::Waiting;
         }
         let grace = st.config.health_check_timeout;
         for c in &conflicts {
@@ -588,6 +599,42 @@ impl Fleet {
             return Err(Error::ShuttingDown(what.to_string()));
         }
         Ok(())
+    }
+
+    /// A place among the requests waiting for swaps, ranked by `fifo.priority`, then arrival.
+    fn take_turn(&self, st: &mut State, id: &str) -> Turn {
+        let priority = st.instances.get(id).map_or(0, |i| {
+            let names = std::iter::once(&i.model.id).chain(i.model.aliases.iter());
+            names
+                .filter_map(|n| st.config.fifo_priority.get(n))
+                .copied()
+                .max()
+                .unwrap_or(0)
+        });
+        st.next_ticket += 1;
+        let seq = st.next_ticket;
+        st.waiting.insert(seq, (priority, id.to_string()));
+        Turn {
+            inner: self.inner.clone(),
+            seq,
+        }
+    }
+
+    /// True when a request that ranks higher waits for a model that conflicts with `id`: it swaps first.
+    fn outranked(&self, st: &State, id: &str, seq: u64) -> bool {
+        let Some(&(mine, _)) = st.waiting.get(&seq) else {
+            return false;
+        };
+        st.waiting.iter().any(|(other_seq, (prio, other))| {
+            let ahead = *prio > mine || (*prio == mine && *other_seq < seq);
+            ahead
+                && other != id
+                && st
+                    .instances
+                    .get(other)
+                    .is_some_and(|o| o.phase != Phase::Ready)
+                && !swap::conflicts(&st.config, &st.catalog, other, [id]).is_empty()
+        })
     }
 
     fn reserve(&self, id: &str) -> Result<Reservation, Error> {
@@ -1044,6 +1091,19 @@ impl Drop for Reservation {
         if !self.done {
             self.inner.update(&self.id, |i| i.reserved -= 1);
         }
+    }
+}
+
+/// A direct request's place among swap waiters; gone when the request is.
+struct Turn {
+    inner: Arc<Inner>,
+    seq: u64,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.inner.lock().waiting.remove(&self.seq);
+        self.inner.touch();
     }
 }
 
