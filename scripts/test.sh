@@ -41,9 +41,15 @@ export CORRAL_PYTHON
 log "cargo build"
 cargo build --workspace --all-targets --locked
 log "cargo test"
-cargo test --workspace --locked "$@"
+results="$(mktemp)"
+trap 'rm -f "$results"' EXIT
+cargo test --workspace --locked "$@" 2>&1 | tee "$results"
 
 if [[ "${CORRAL_FUZZ_SECONDS:-60}" != 0 ]]; then
     log "fuzzing the GGUF header reader for ${CORRAL_FUZZ_SECONDS:-60}s"
     fuzz/run.sh "${CORRAL_FUZZ_SECONDS:-60}"
 fi
+
+# One closing line for the whole suite, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$results"
