@@ -22,7 +22,7 @@ pub struct TensorInfo {
 impl TensorInfo {
     /// Number of elements (1 for a 0-dim tensor, as in ggml).
     pub fn n_elements(&self) -> u64 {
-        self.dims.iter().product()
+        self.dims.iter().fold(1u64, |n, d| n.saturating_mul(*d))
     }
 }
 
@@ -122,12 +122,16 @@ impl Header {
 
     /// Sum of the tensors' data sizes, without alignment padding.
     pub fn tensor_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.n_bytes).sum()
+        self.tensors
+            .iter()
+            .fold(0u64, |sum, t| sum.saturating_add(t.n_bytes))
     }
 
     /// Sum of the tensors' element counts (the parameter count).
     pub fn n_elements(&self) -> u64 {
-        self.tensors.iter().map(TensorInfo::n_elements).sum()
+        self.tensors
+            .iter()
+            .fold(0u64, |sum, t| sum.saturating_add(t.n_elements()))
     }
 
     /// Offset just past the end of the furthest tensor's data: the size a
@@ -142,5 +146,35 @@ impl Header {
             })
             .max()
             .unwrap_or(self.data_offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn huge(name: &str) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            dims: vec![u64::MAX / 2, 4],
+            ggml_type: GgmlType::from_id(0).unwrap(),
+            offset: 0,
+            n_bytes: u64::MAX / 2 + 1,
+        }
+    }
+
+    /// Found by fuzzing: sizes that a corrupt header declares must not overflow the sums.
+    #[test]
+    fn sums_saturate_instead_of_overflowing() {
+        let h = Header {
+            version: 3,
+            metadata: Vec::new(),
+            tensors: vec![huge("a"), huge("b")],
+            alignment: 32,
+            data_offset: 0,
+        };
+        assert_eq!(h.tensor_bytes(), u64::MAX);
+        assert_eq!(h.n_elements(), u64::MAX);
+        assert_eq!(huge("c").n_elements(), u64::MAX);
     }
 }

@@ -29,17 +29,23 @@ pub struct Model {
 impl Model {
     /// Sum of all tensors' data sizes (the weights), without padding.
     pub fn tensor_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.n_bytes).sum()
+        self.tensors
+            .iter()
+            .fold(0u64, |sum, t| sum.saturating_add(t.n_bytes))
     }
 
     /// Sum of the parts' file sizes.
     pub fn file_size(&self) -> u64 {
-        self.parts.iter().map(|p| p.file_size).sum()
+        self.parts
+            .iter()
+            .fold(0u64, |sum, p| sum.saturating_add(p.file_size))
     }
 
     /// Sum of all tensors' element counts.
     pub fn n_elements(&self) -> u64 {
-        self.tensors.iter().map(TensorInfo::n_elements).sum()
+        self.tensors
+            .iter()
+            .fold(0u64, |sum, t| sum.saturating_add(t.n_elements()))
     }
 }
 
