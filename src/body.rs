@@ -25,3 +25,23 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+/// A `text/event-stream` response whose body is what `task` sends on `rx`; the task is aborted
+/// when the client goes away.
+pub fn sse_from_task(
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    task: tokio::task::JoinHandle<()>,
+) -> http::Response<Body> {
+    use http_body_util::StreamBody;
+    let guard = AbortOnDrop(task);
+    let frames = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let data = rx.recv().await?;
+        Some((Ok::<_, BoxError>(http_body::Frame::data(data)), (rx, guard)))
+    });
+    http::Response::builder()
+        .header(http::header::CONTENT_TYPE, "text/event-stream")
+        .header(http::header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(StreamBody::new(frames).boxed())
+        .expect("static response parts are valid")
+}

@@ -261,64 +261,10 @@ async fn concurrency_limit_answers_429() {
     h.stop().await;
 }
 
-/// `fifo.priority`: when a busy model drains, the waiting request with the higher priority swaps
-/// in first, though it arrived later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn priority_decides_which_waiting_swap_goes_first() {
-    let yaml = format!(
-        "routing:\n  scheduler:\n    use: fifo\n    settings:\n      fifo:\n        priority: {{urgent: 10}}\nmodels:\n{}{}{}",
-        fake_model("busy", "", ""),
-        fake_model("urgent", "", ""),
-        fake_model("later", "", ""),
-    );
-    let h = Harness::start(&yaml).await;
-    let url = format!("{}/v1/chat/completions", h.url);
-    let long = json!({"model": "busy", "stream": true, "messages": [], "fakellm": {"chunks": 8, "interval_ms": 100}});
-    let stream = tokio::spawn({
-        let url = url.clone();
-        async move { stream_frames(&url, &long).await }
-    });
-    eventually(Duration::from_secs(5), "busy serving", || {
-        h.count_requests("busy", "/v1/chat/completions") == 1
-    })
-    .await;
-    let low = tokio::spawn({
-        let url = url.clone();
-        async move { post_json(&url, &chat("later")).await.status }
-    });
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let high = tokio::spawn({
-        let url = url.clone();
-        async move { post_json(&url, &chat("urgent")).await.status }
-    });
-    stream.await.unwrap();
-    assert_eq!(high.await.unwrap(), 200);
-    assert_eq!(low.await.unwrap(), 200);
-    let spawned_at = |m: &str| {
-        h.events(m)
-            .iter()
-            .find(|e| e["event"] == "spawned")
-            .unwrap()["t_ms"]
-            .as_f64()
-            .unwrap()
-    };
-    assert!(
-        spawned_at("urgent") < spawned_at("later"),
-        "the higher priority went first"
-    );
-    h.stop().await;
-}
-
-/// Without priorities, the request that waited longest swaps in first.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_swaps_go_in_arrival_order() {
-    let yaml = format!(
-        "models:\n{}{}{}",
-        fake_model("busy", "", ""),
-        fake_model("first", "", ""),
-        fake_model("second", "", "")
-    );
-    let h = Harness::start(&yaml).await;
+/// While `busy` streams, requests for `first` then `second` wait to swap in; returns when each
+/// one's engine was spawned.
+async fn swap_order(yaml: &str, first: &str, second: &str) -> (f64, f64) {
+    let h = Harness::start(yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
     let long = json!({"model": "busy", "stream": true, "messages": [], "fakellm": {"chunks": 8, "interval_ms": 100}});
     let stream = tokio::spawn({
@@ -330,13 +276,13 @@ async fn waiting_swaps_go_in_arrival_order() {
     })
     .await;
     let one = tokio::spawn({
-        let url = url.clone();
-        async move { post_json(&url, &chat("first")).await.status }
+        let (url, body) = (url.clone(), chat(first));
+        async move { post_json(&url, &body).await.status }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     let two = tokio::spawn({
-        let url = url.clone();
-        async move { post_json(&url, &chat("second")).await.status }
+        let (url, body) = (url.clone(), chat(second));
+        async move { post_json(&url, &body).await.status }
     });
     stream.await.unwrap();
     assert_eq!(one.await.unwrap(), 200);
@@ -349,6 +295,34 @@ async fn waiting_swaps_go_in_arrival_order() {
             .as_f64()
             .unwrap()
     };
-    assert!(spawned_at("first") < spawned_at("second"));
+    let times = (spawned_at(first), spawned_at(second));
     h.stop().await;
+    times
+}
+
+/// `fifo.priority`: when a busy model drains, the waiting request with the higher priority swaps
+/// in first, though it arrived later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_decides_which_waiting_swap_goes_first() {
+    let yaml = format!(
+        "routing:\n  scheduler:\n    use: fifo\n    settings:\n      fifo:\n        priority: {{urgent: 10}}\nmodels:\n{}{}{}",
+        fake_model("busy", "", ""),
+        fake_model("urgent", "", ""),
+        fake_model("later", "", ""),
+    );
+    let (later, urgent) = swap_order(&yaml, "later", "urgent").await;
+    assert!(urgent < later, "the higher priority went first");
+}
+
+/// Without priorities, the request that waited longest swaps in first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_swaps_go_in_arrival_order() {
+    let yaml = format!(
+        "models:\n{}{}{}",
+        fake_model("busy", "", ""),
+        fake_model("first", "", ""),
+        fake_model("second", "", "")
+    );
+    let (first, second) = swap_order(&yaml, "first", "second").await;
+    assert!(first < second);
 }

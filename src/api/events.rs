@@ -6,8 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Response};
-use http_body_util::{BodyExt, StreamBody};
+use http::Response;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
@@ -97,18 +96,5 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
             }
         }
     });
-    let guard = crate::body::AbortOnDrop(task);
-    let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
-        let data = rx.recv().await?;
-        Some((
-            Ok::<_, crate::body::BoxError>(http_body::Frame::data(data)),
-            (rx, guard),
-        ))
-    });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(StreamBody::new(body).boxed())
-        .expect("valid")
+    crate::body::sse_from_task(rx, task)
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, Response};
-use http_body_util::{BodyExt, StreamBody};
+use http::Response;
+use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -75,18 +75,5 @@ pub fn stream(
             }
         }
     });
-    let guard = crate::body::AbortOnDrop(task);
-    let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
-        let data = rx.recv().await?;
-        Some((
-            Ok::<_, crate::body::BoxError>(http_body::Frame::data(data)),
-            (rx, guard),
-        ))
-    });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(StreamBody::new(body).boxed())
-        .expect("valid")
+    crate::body::sse_from_task(rx, task)
 }
