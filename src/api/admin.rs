@@ -252,13 +252,14 @@ fn running(app: &App) -> Response<Body> {
         .snapshot()
         .into_iter()
         .filter(|s| s.state != Phase::Stopped)
-        .map(|s| {
-            let m = &app.config.models[&s.model];
+        .filter_map(|s| {
+            // an instance a reload retired still runs until idle; the model may be gone from the config
+            let m = app.config.models.get(&s.model)?;
             let spec = m.instances.iter().find(|i| i.id == s.instance).unwrap_or(&m.instances[0]);
-            json!({"model": s.instance, "state": s.state.as_str(), "cmd": spec.argv.join(" "), "proxy": spec.proxy,
+            Some(json!({"model": s.instance, "state": s.state.as_str(), "cmd": spec.argv.join(" "), "proxy": spec.proxy,
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()), "name": m.name.clone().unwrap_or_default(),
                 "description": m.description.clone().unwrap_or_default(), "pool": s.pool,
-                "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open})
+                "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open}))
         })
         .collect();
     json(StatusCode::OK, &json!({"running": list}))

@@ -23,10 +23,10 @@ pub fn model_status(app: &App) -> Value {
     let snapshot = app.fleet.snapshot();
     let mut out: Vec<Value> = snapshot
         .iter()
-        .map(|s| {
-            let m = &app.config.models[&s.model];
-            json!({"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
-                "state": s.state.as_str(), "unlisted": m.unlisted, "peerID": "", "aliases": m.aliases, "pool": s.pool})
+        .filter_map(|s| {
+            let m = app.config.models.get(&s.model)?;
+            Some(json!({"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
+                "state": s.state.as_str(), "unlisted": m.unlisted, "peerID": "", "aliases": m.aliases, "pool": s.pool}))
         })
         .collect();
     for (peer, p) in &app.config.peers {

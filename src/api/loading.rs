@@ -36,7 +36,9 @@ pub fn stream(
         let _ = tx
             .send(reasoning(&format!("corral loading model: {model_id}\n")))
             .await;
-        let model = app.config.models[&model_id].clone();
+        let Some(model) = app.config.models.get(&model_id).cloned() else {
+            return;
+        };
         let forward =
             super::forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
         tokio::pin!(forward);

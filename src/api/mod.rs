@@ -418,7 +418,7 @@ where
             peers::forward(app, &peer, parts, bytes, path_and_query, remote).await
         }
         routing::Route::Local { target, model } => {
-            let model = &app.config.models[&model];
+            let model = app.config.models.get(&model).ok_or(Error::UnknownModel)?;
             seen.found(app, &model.id);
             let renamed = chosen != sent;
             let bytes = match kind {
@@ -593,7 +593,11 @@ where
             "{model_id} is not loaded and {tail} does not load it"
         )));
     }
-    let model = &app.config.models[&model_id];
+    let model = app
+        .config
+        .models
+        .get(&model_id)
+        .ok_or(Error::UnknownModel)?;
     if proxy::is_upgrade(req.headers()) {
         let req = req.map(|b| b.map_err(Into::into).boxed());
         let client = &app.clients[&model.id];
