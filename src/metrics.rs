@@ -279,6 +279,29 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// Reads a JSON document's `usage`/`timings` without building the rest of it.
+    pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
+        #[derive(serde::Deserialize)]
+        struct Nested {
+            usage: Option<serde_json::Value>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Parts {
+            usage: Option<serde_json::Value>,
+            timings: Option<serde_json::Value>,
+            response: Option<Nested>,
+        }
+        let p: Parts = serde_json::from_slice(bytes).ok()?;
+        let mut v = serde_json::Map::new();
+        if let Some(u) = p.usage.or(p.response.and_then(|r| r.usage)) {
+            v.insert("usage".into(), u);
+        }
+        if let Some(t) = p.timings {
+            v.insert("timings".into(), t);
+        }
+        Tokens::from_json(&serde_json::Value::Object(v))
+    }
+
     /// Reads one JSON document (a response body or an SSE event's data).
     pub fn from_json(v: &serde_json::Value) -> Option<Tokens> {
         let usage = v

@@ -78,7 +78,7 @@ async fn a_serving_model_is_never_evicted() {
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
     });
-    eventually(Duration::from_secs(5), "big serving", || {
+    eventually(Duration::from_secs(15), "big serving", || {
         h.count_requests("big", "/v1/chat/completions") == 1
     })
     .await;
@@ -130,7 +130,7 @@ async fn a_start_waits_for_the_holder_to_become_idle() {
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
     });
-    eventually(Duration::from_secs(5), "big serving", || {
+    eventually(Duration::from_secs(15), "big serving", || {
         h.count_requests("big", "/v1/chat/completions") == 1
     })
     .await;

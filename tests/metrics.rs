@@ -208,7 +208,7 @@ async fn in_flight_gauge_follows_a_stream() {
     let url = format!("{}/v1/chat/completions", h.url);
     let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 10, "interval_ms": 100}});
     let stream = tokio::spawn(async move { stream_frames(&url, &body).await });
-    eventually(Duration::from_secs(5), "streaming", || {
+    eventually(Duration::from_secs(15), "streaming", || {
         h.count_requests("a", "/v1/chat/completions") == 1
     })
     .await;

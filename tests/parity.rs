@@ -310,7 +310,7 @@ async fn explicit_load_and_preload() {
         fake_model("later", "--loading-ms 200", "")
     );
     let h = Harness::start(&yaml).await;
-    h.wait_ready(&["pre"], Duration::from_secs(5)).await;
+    h.wait_ready(&["pre"], Duration::from_secs(15)).await;
     assert_eq!(h.count_requests("pre", "/v1/chat/completions"), 0);
     let load = request("POST", &format!("{}/api/models/load/later", h.url), &[], "").await;
     assert_eq!(load.status, 200, "{}", load.text());
@@ -480,7 +480,7 @@ async fn spillover_selector_spills_under_load() {
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
     });
-    eventually(Duration::from_secs(5), "a busy", || {
+    eventually(Duration::from_secs(15), "a busy", || {
         h.count_requests("a", "/v1/chat/completions") == 2
     })
     .await;

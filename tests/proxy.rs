@@ -250,7 +250,7 @@ async fn client_disconnect_reaches_the_engine() {
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 100, "interval_ms": 100}});
     let stream = tokio::spawn(async move { stream_frames(&url, &body).await });
-    eventually(Duration::from_secs(5), "stream started", || {
+    eventually(Duration::from_secs(15), "stream started", || {
         h.count_requests("a", "/v1/chat/completions") >= 2
     })
     .await;

@@ -39,7 +39,7 @@ async fn a_burst_fills_each_replica_to_its_slots() {
     .await;
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("chat")).await.status, 200, "warm up");
-    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
         .await;
     let before = per_replica(&h, "chat");
     let burst: Vec<_> = (0..6)
@@ -111,7 +111,7 @@ async fn queue_bounds_give_429_and_503() {
     .await;
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("chat")).await.status, 200, "warm up");
-    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
         .await;
     let busy: Vec<_> = (0..2)
         .map(|_| {
@@ -121,7 +121,7 @@ async fn queue_bounds_give_429_and_503() {
             })
         })
         .collect();
-    eventually(Duration::from_secs(5), "both replicas busy", || {
+    eventually(Duration::from_secs(15), "both replicas busy", || {
         per_replica(&h, "chat").values().sum::<usize>() == 3
     })
     .await;
@@ -226,7 +226,7 @@ async fn a_killed_replicas_queue_is_served_by_its_sibling() {
             })
         })
         .collect();
-    eventually(Duration::from_secs(5), "both busy", || {
+    eventually(Duration::from_secs(15), "both busy", || {
         per_replica(&h, "chat").len() == 2
     })
     .await;
@@ -321,7 +321,7 @@ async fn slots_come_from_props_and_slots_polling() {
     .await;
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
-    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
         .await;
     let running = get(&format!("{}/running", h.url)).await.json();
     assert!(
@@ -389,7 +389,7 @@ async fn round_robin_ignores_free_slots() {
     .await;
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
-    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(5))
+    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
         .await;
     let burst: Vec<_> = (0..4)
         .map(|_| {

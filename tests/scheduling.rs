@@ -145,7 +145,7 @@ async fn no_eviction_while_a_request_is_in_flight() {
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
     });
-    eventually(Duration::from_secs(5), "a serving", || {
+    eventually(Duration::from_secs(15), "a serving", || {
         h.count_requests("a", "/v1/chat/completions") >= 1
     })
     .await;
@@ -244,7 +244,7 @@ async fn concurrency_limit_answers_429() {
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
     });
-    eventually(Duration::from_secs(5), "first in flight", || {
+    eventually(Duration::from_secs(15), "first in flight", || {
         h.count_requests("a", "/v1/chat/completions") >= 1
     })
     .await;
@@ -271,7 +271,7 @@ async fn swap_order(yaml: &str, first: &str, second: &str) -> (f64, f64) {
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
     });
-    eventually(Duration::from_secs(5), "busy serving", || {
+    eventually(Duration::from_secs(15), "busy serving", || {
         h.count_requests("busy", "/v1/chat/completions") == 1
     })
     .await;

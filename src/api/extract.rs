@@ -31,7 +31,12 @@ where
 /// How the body carries the model id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BodyKind {
-    Json(serde_json::Value),
+    /// A JSON body; only `model` and `stream` are read here, the rest stays bytes until a rule
+    /// needs to rewrite it.
+    Json {
+        model: Option<String>,
+        stream: bool,
+    },
     Multipart(String),
     Form,
     Other,
@@ -48,7 +53,18 @@ pub fn content_type(headers: &HeaderMap) -> &str {
 pub fn classify(headers: &HeaderMap, body: &[u8]) -> BodyKind {
     let ct = content_type(headers);
     if ct.contains("application/json") {
-        return serde_json::from_slice(body).map_or(BodyKind::Other, BodyKind::Json);
+        #[derive(serde::Deserialize)]
+        struct Peek {
+            model: Option<serde_json::Value>,
+            stream: Option<serde_json::Value>,
+        }
+        return match serde_json::from_slice::<Peek>(body) {
+            Ok(p) => BodyKind::Json {
+                model: p.model.and_then(|m| m.as_str().map(String::from)),
+                stream: p.stream.and_then(|s| s.as_bool()).unwrap_or(false),
+            },
+            Err(_) => BodyKind::Other,
+        };
     }
     if ct.starts_with("multipart/form-data") {
         if let Some(boundary) = boundary(ct) {
@@ -64,10 +80,7 @@ pub fn classify(headers: &HeaderMap, body: &[u8]) -> BodyKind {
 /// The `model` named in the body, and whether the client asked for a stream.
 pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
     match kind {
-        BodyKind::Json(v) => (
-            v.get("model").and_then(|m| m.as_str()).map(String::from),
-            v.get("stream").and_then(|s| s.as_bool()).unwrap_or(false),
-        ),
+        BodyKind::Json { model, stream } => (model.clone(), *stream),
         BodyKind::Multipart(b) => {
             let field = |name: &str| {
                 multipart_parts(body, b)

@@ -5,6 +5,16 @@ use serde_json::{Map, Value};
 
 use crate::config::ModelConfig;
 
+/// True when the model has a rule that could change a request sent as `requested`: only then is
+/// the body parsed in full.
+pub fn may_apply(model: &ModelConfig, requested: &str) -> bool {
+    let f = &model.filters;
+    model.use_model_name.is_some()
+        || !f.strip_params.is_empty()
+        || !f.set_params.is_empty()
+        || f.set_params_by_id.contains_key(requested)
+}
+
 /// Applies the model's rules to a parsed JSON body; returns true when it changed.
 pub fn apply(model: &ModelConfig, requested: &str, body: &mut Value) -> bool {
     let Some(obj) = body.as_object_mut() else {

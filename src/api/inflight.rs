@@ -10,8 +10,19 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 struct Entry {
-    record: Value,
+    model: String,
+    path: String,
+    method: String,
+    remote: String,
+    started: SystemTime,
     token: CancellationToken,
+}
+
+impl Entry {
+    fn record(&self, id: u64) -> Value {
+        json!({"id": id, "timestamp": humantime_rfc3339(self.started), "model": self.model,
+            "req_path": self.path, "method": self.method, "remote_ip": self.remote})
+    }
 }
 
 pub struct Inflight {
@@ -61,21 +72,24 @@ impl Inflight {
         token: CancellationToken,
     ) -> Guard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let timestamp = humantime_rfc3339(SystemTime::now());
-        let record = json!({"id": id, "timestamp": timestamp, "model": model, "req_path": path, "method": method, "remote_ip": remote});
+        let entry = Entry {
+            model: model.into(),
+            path: path.into(),
+            method: method.into(),
+            remote: remote.into(),
+            started: SystemTime::now(),
+            token,
+        };
+        // the JSON is built only when someone listens
+        if self.events.receiver_count() > 0 {
+            let _ = self
+                .events
+                .send(json!({"operation": "upsert", "request": entry.record(id)}));
+        }
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                id,
-                Entry {
-                    record: record.clone(),
-                    token: token.clone(),
-                },
-            );
-        let _ = self
-            .events
-            .send(json!({"operation": "upsert", "request": record}));
+            .insert(id, entry);
         Guard {
             registry: self.clone(),
             id,
@@ -100,7 +114,7 @@ impl Inflight {
 
     pub fn snapshot(&self) -> Value {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        json!({"operation": "snapshot", "requests": entries.values().map(|e| e.record.clone()).collect::<Vec<_>>()})
+        json!({"operation": "snapshot", "requests": entries.iter().map(|(id, e)| e.record(*id)).collect::<Vec<_>>()})
     }
 }
 

@@ -141,13 +141,13 @@ impl Metered {
             return;
         };
         let data = data.trim_ascii();
-        if data.first() != Some(&b'{') {
+        // only the events that carry counts are parsed (usually the last one)
+        let carries = |key: &[u8]| data.windows(key.len()).any(|w| w == key);
+        if data.first() != Some(&b'{') || !(carries(b"\"usage\"") || carries(b"\"timings\"")) {
             return;
         }
-        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-            if let Some(t) = Tokens::from_json(&v) {
-                self.tokens = Some(t);
-            }
+        if let Some(t) = Tokens::from_slice(data) {
+            self.tokens = Some(t);
         }
     }
 
@@ -156,9 +156,7 @@ impl Metered {
             return;
         }
         if let Some(buf) = self.json.take() {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&buf) {
-                self.tokens = Tokens::from_json(&v).or(self.tokens);
-            }
+            self.tokens = Tokens::from_slice(&buf).or(self.tokens);
         }
         let l = [self.labels.model.as_str(), self.labels.route.as_str()];
         self.metrics

@@ -422,7 +422,9 @@ where
             seen.found(app, &model.id);
             let renamed = chosen != sent;
             let bytes = match kind {
-                BodyKind::Json(mut v) => {
+                BodyKind::Json { .. } if renamed || filters::may_apply(model, &chosen) => {
+                    let mut v: serde_json::Value = serde_json::from_slice(&bytes)
+                        .map_err(|e| Error::BadRequest(e.to_string()))?;
                     if renamed {
                         v["model"] = serde_json::Value::String(chosen.clone());
                     }
@@ -515,9 +517,11 @@ fn rewrite_for_peer(
     kind: BodyKind,
     bytes: Bytes,
 ) -> Result<Bytes, Error> {
-    let BodyKind::Json(mut v) = kind else {
+    let BodyKind::Json { .. } = kind else {
         return Ok(bytes);
     };
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| Error::BadRequest(e.to_string()))?;
     let Some(obj) = v.as_object_mut() else {
         return Ok(bytes);
     };
