@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod server;
 pub mod supervisor;
+mod trim;
 
 pub use server::{run, run_with_reloads, Options, Reload};
 pub mod logging;

@@ -107,6 +107,8 @@ pub async fn run_with_reloads(
         .max_concurrent_streams(100)
         .max_header_list_size(64 * 1024);
     let graceful = GracefulShutdown::new();
+    let connections = Arc::new(crate::trim::Connections::default());
+    let trimmer = tokio::spawn(crate::trim::run(connections.clone()));
 
     loop {
         let (stream, remote) = tokio::select! {
@@ -150,8 +152,10 @@ pub async fn run_with_reloads(
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
         let conn = graceful.watch(conn);
+        let open = connections.opened();
         tokio::spawn(async move {
             let _ = conn.await;
+            drop(open);
         });
     }
     drop(listener);
@@ -177,6 +181,7 @@ pub async fn run_with_reloads(
         }
     }
     ttl.abort();
+    trimmer.abort();
     preload_task.abort();
     Ok(())
 }
