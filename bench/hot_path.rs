@@ -140,6 +140,74 @@ fn hot_path(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    // What the same work costs done differently: figures for the profiling notes, not corral code.
+    let mut r = c.benchmark_group("hot_path_reference");
+    r.throughput(Throughput::Bytes(json.len() as u64));
+    r.bench_function(
+        format!("peek_model_stream_struct/json_{}B", json.len()),
+        |b| {
+            b.iter(|| {
+                let p: Peek = serde_json::from_slice(black_box(&json)).unwrap();
+                (p.model.map(|m| m.len()), p.stream)
+            })
+        },
+    );
+    let response = chat_response();
+    r.throughput(Throughput::Bytes(response.len() as u64));
+    // corral's metering parses every non-streamed response like this to read `usage`.
+    r.bench_function(format!("response_to_value/json_{}B", response.len()), |b| {
+        b.iter(|| {
+            let v: serde_json::Value = serde_json::from_slice(black_box(&response)).unwrap();
+            v.get("usage")
+                .and_then(|u| u.get("completion_tokens"))
+                .and_then(|n| n.as_u64())
+        })
+    });
+    r.bench_function(
+        format!("response_usage_struct/json_{}B", response.len()),
+        |b| {
+            b.iter(|| {
+                let u: UsageOnly = serde_json::from_slice(black_box(&response)).unwrap();
+                u.usage.map(|u| u.completion_tokens)
+            })
+        },
+    );
+    r.finish();
+}
+
+/// Only the fields dispatch needs; serde skips the rest without building it.
+#[derive(serde::Deserialize)]
+struct Peek<'a> {
+    #[serde(borrow)]
+    model: Option<std::borrow::Cow<'a, str>>,
+    stream: Option<bool>,
+}
+
+#[derive(serde::Deserialize)]
+struct Usage {
+    #[allow(dead_code)]
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct UsageOnly {
+    usage: Option<Usage>,
+}
+
+/// A llama-server style non-streamed chat answer (~1 KB).
+fn chat_response() -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "id": "chatcmpl-4f1a9c", "object": "chat.completion", "created": 1764486000u64, "model": "model-37",
+        "system_fingerprint": "b4321-0a1b2c3d",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+            "content": "The KV cache stores keys and values for every token of every layer, so it grows linearly with the context. Quantizing it to q8_0 halves its size compared with f16, and the quality loss is small because attention is tolerant of small errors in keys and values. q4_0 saves more but hurts long-context recall."}}],
+        "usage": {"prompt_tokens": 412, "completion_tokens": 71, "total_tokens": 483},
+        "timings": {"prompt_n": 412, "prompt_ms": 35.2, "prompt_per_token_ms": 0.085, "prompt_per_second": 11704.5,
+                    "predicted_n": 71, "predicted_ms": 1420.7, "predicted_per_token_ms": 20.01, "predicted_per_second": 49.97}
+    }))
+    .unwrap()
 }
 
 criterion_group!(benches, hot_path);

@@ -70,7 +70,7 @@ struct Outcome {
 async fn run_mode(corral: &str, mode: &str, work: &[(Duration, u64)]) -> Outcome {
     let dir = std::env::temp_dir().join(format!("corral-balance-{}-{mode}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let base_port = free_port().max(20000).min(60000);
+    let base_port = free_port().clamp(20000, 60000);
     let config = format!(
         "startPort: {base_port}\nmodels:\n  chat:\n    cmd: {corral} fake-engine --port ${{PORT}} -np {SLOTS} --threads 1\n    proxy: http://127.0.0.1:${{PORT}}\n    replicas: {REPLICAS}\n    startReplicas: all\n    balance: {mode}\n    queueDepth: 100000\n    queueTimeout: 600\n    concurrencyLimit: 100000\n    slotsPollInterval: 0\n"
     );

@@ -23,7 +23,7 @@ use serde_json::json;
 
 const USAGE: &str = "usage:
   corral-load suite [--corral PATH] [--nginx PATH | --no-nginx] [--out DIR] [--criterion DIR] [--quick] [--keep]
-                    [--corral-env NAME=VALUE]...
+                    [--corral-env NAME=VALUE]... [--corral-rev TEXT]
   corral-load http URL [-c N] [-n N | -d SECS] [--body JSON]
   corral-load sse URL [-c N] [--chunks N] [--interval-ms MS] [--model M]
 
@@ -159,6 +159,7 @@ async fn suite_cmd(mut a: Args) -> Result<(), String> {
     let criterion = a.value(&["--criterion"])?.map(PathBuf::from);
     let quick = a.flag(&["--quick"]);
     let keep = a.flag(&["--keep"]);
+    let corral_rev = a.value(&["--corral-rev"])?;
     let mut corral_env = Vec::new();
     while let Some(kv) = a.value(&["--corral-env"])? {
         let (k, v) = kv
@@ -175,6 +176,7 @@ async fn suite_cmd(mut a: Args) -> Result<(), String> {
         scale: if quick { 0.3 } else { 1.0 },
         keep,
         corral_env,
+        corral_rev,
     };
     suite::run(opts).await.map_err(|e| e.to_string())
 }

@@ -39,6 +39,40 @@ pub fn cpu_us(pids: &[u32]) -> f64 {
     ticks as f64 * 1e6 / clk_tck() as f64
 }
 
+/// Busy clock ticks of the whole machine since boot (every state but idle and iowait; steal
+/// included: a hypervisor taking the CPU is noise too).
+pub fn machine_busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(cpu) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0;
+    };
+    let f: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user)
+    [0usize, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|i| f.get(*i))
+        .sum()
+}
+
+/// This process's CPU ticks plus those of its waited-for children (corral and nginx once stopped,
+/// with the engines and workers they reaped).
+pub fn own_ticks_with_children() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    let Some(end) = stat.rfind(')') else { return 0 };
+    let f: Vec<u64> = stat[end + 2..]
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // after the state field (skipped, not a number): utime is f[10], stime f[11], cutime f[12], cstime f[13]
+    f.get(10..14).map(|x| x.iter().sum()).unwrap_or(0)
+}
+
 /// VmRSS in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -243,6 +277,7 @@ fn diag_established(port: u16) -> Option<usize> {
 }
 
 /// Raises the soft open-file limit to the hard limit; returns the new soft limit.
+#[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
 pub fn raise_nofile() -> u64 {
     let mut r = libc::rlimit {
         rlim_cur: 0,

@@ -27,6 +27,8 @@ pub struct Event {
 pub struct Stream {
     /// Just before the request was written.
     pub sent: Instant,
+    /// The same moment on the wall clock (ms since the epoch), to compare with the engine's events.
+    pub sent_unix_ms: f64,
     pub status: u16,
     pub reads: u32,
     pub events: Vec<Event>,
@@ -217,6 +219,7 @@ pub async fn run_stream(
         .map_err(|e| format!("connect {addr}: {e}"))?;
     sock.set_nodelay(true).map_err(|e| e.to_string())?;
     let sent = Instant::now();
+    let sent_unix_ms = crate::procfs::unix_ms();
     sock.write_all(request).await.map_err(|e| e.to_string())?;
     let deadline = sent + timeout;
     let mut reader = Reader::new();
@@ -224,6 +227,7 @@ pub async fn run_stream(
     let mut pending: Vec<u8> = Vec::new();
     let mut out = Stream {
         sent,
+        sent_unix_ms,
         status: 0,
         reads: 0,
         events: Vec::new(),

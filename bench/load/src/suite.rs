@@ -32,13 +32,20 @@ pub struct Opts {
     pub keep: bool,
     /// Extra environment for corral (experiments such as TOKIO_WORKER_THREADS=1).
     pub corral_env: Vec<(String, String)>,
+    /// What corral was built from (bench/run.sh records it before building); else asked of git.
+    pub corral_rev: Option<String>,
 }
 
 const CHAT: &str = "/v1/chat/completions";
 const SSE_CHUNKS: u32 = 200;
 const SSE_INTERVAL_MS: u32 = 5;
 const HOLD_STREAMS: usize = 1000;
+/// Scenario 5 loads `READY_REPS` models, `slow-0` .. `slow-9`, taking LOADING_MS + i * LOADING_STEP_MS
+/// each: corral polls readiness on a fixed schedule, so a single load time would always land on the
+/// same phase of it; the steps spread the loads over a 20 ms span.
 const LOADING_MS: f64 = 300.0;
+const LOADING_STEP_MS: f64 = 2.0;
+const READY_REPS: usize = 10;
 
 // ---------------------------------------------------------------------------------------------
 // processes
@@ -223,9 +230,19 @@ pub async fn run(opts: Opts) -> Result<(), BoxError> {
 async fn run_in(opts: &Opts, work: &Path) -> Result<(), BoxError> {
     let corral_exe = std::fs::canonicalize(&opts.corral)
         .map_err(|e| format!("{}: {e}", opts.corral.display()))?;
+    let machine_at_start = machine(opts.corral_rev.clone());
+    let (busy0, own0, wall0) = (
+        procfs::machine_busy_ticks(),
+        procfs::own_ticks_with_children(),
+        Instant::now(),
+    );
+    let load1: f64 = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(0.0);
     let ev_hold = work.join("events-hold.jsonl");
     let ev_slow = work.join("events-slow.jsonl");
-    let start_port = free_port_run(3);
+    let start_port = free_port_run(2 + READY_REPS as u16);
     let corral_port = free_port();
     let exe = corral_exe.display().to_string();
     let config = format!(
@@ -244,18 +261,24 @@ models:
     proxy: http://127.0.0.1:${{PORT}}
     ttl: 0
     concurrencyLimit: 4096
-  slow:
-    cmd: {exe} fake-engine --port ${{PORT}} --threads 1 --alias bench-slow --loading-ms {load} --events-file {ev_slow}
-    proxy: http://127.0.0.1:${{PORT}}
-    ttl: 0
-groups:
+{slow}groups:
   bench:
     swap: false
-    members: [m, hold, slow]
+    members: [m, hold, {slow_ids}]
 ",
         ev_hold = ev_hold.display(),
-        ev_slow = ev_slow.display(),
-        load = LOADING_MS as u64,
+        slow = (0..READY_REPS)
+            .map(|i| format!(
+                "  slow-{i}:
+    cmd: {exe} fake-engine --port ${{PORT}} --threads 1 --alias bench-slow-{i} --loading-ms {load} --events-file {ev}
+    proxy: http://127.0.0.1:${{PORT}}
+    ttl: 0
+",
+                load = (LOADING_MS + i as f64 * LOADING_STEP_MS) as u64,
+                ev = ev_slow.display()
+            ))
+            .collect::<String>(),
+        slow_ids = (0..READY_REPS).map(|i| format!("slow-{i}")).collect::<Vec<_>>().join(", "),
     );
     let config_path = work.join("corral.yaml");
     std::fs::write(&config_path, &config)?;
@@ -358,37 +381,38 @@ groups:
     let corral_rss_warm = procfs::rss_kib(corral.pid()).unwrap_or(0);
 
     let mut results = json!({
-        "machine": machine(),
+        "machine": machine_at_start,
         "nginx_version": opts.nginx.as_ref().map(|p| nginx_version(p)),
         "corral_rss_kib": {"start": corral_rss_start, "after_warmup": corral_rss_warm},
     });
-    let mut report = Report::default();
-    report.machine = machine();
-    report.load1 = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().and_then(|x| x.parse().ok()))
-        .unwrap_or(0.0);
-    report.nginx_version = opts.nginx.as_ref().map(|p| nginx_version(p));
-    report.names = targets.iter().map(|t| t.name).collect();
-    report.corral_rss_warm_kib = corral_rss_warm as f64;
-    report.corral_env = opts
-        .corral_env
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let mut report = Report {
+        machine: machine_at_start,
+        load1,
+        nginx_version: opts.nginx.as_ref().map(|p| nginx_version(p)),
+        names: targets.iter().map(|t| t.name).collect(),
+        corral_rss_warm_kib: corral_rss_warm as f64,
+        corral_env: opts
+            .corral_env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        ..Default::default()
+    };
 
     eprintln!("bench: 1/5 small requests at concurrency 1");
     results["c1"] = scenario_c1(&targets, opts.scale, &mut report).await?;
     eprintln!("bench: 2/5 small requests at concurrency 64");
     results["c64"] = scenario_c64(&targets, opts.scale, engine_pid, &mut report).await?;
     eprintln!("bench: 3/5 SSE streams of {SSE_CHUNKS} chunks every {SSE_INTERVAL_MS} ms");
-    results["sse"] = scenario_sse(&targets, opts.scale, &mut report).await?;
+    results["sse"] = scenario_sse(&targets, opts.scale, &ev_hold, &mut report).await?;
     eprintln!("bench: 4/5 {HOLD_STREAMS} open streams");
     results["hold"] = scenario_hold(&targets, hold_port, hold_pid, &ev_hold, &mut report).await?;
-    eprintln!("bench: 5/5 readiness after a {LOADING_MS} ms load");
-    let reps = scaled(10.0, opts.scale.max(0.5), 5.0) as usize;
-    results["readiness"] = scenario_readiness(corral_addr, &ev_slow, reps, &mut report).await?;
+    eprintln!(
+        "bench: 5/5 readiness after {READY_REPS} model loads of {LOADING_MS}-{} ms",
+        LOADING_MS + (READY_REPS - 1) as f64 * LOADING_STEP_MS
+    );
+    results["readiness"] = scenario_readiness(corral_addr, &ev_slow, &mut report).await?;
     if let Some(dir) = &opts.criterion {
         report.hot_path = read_criterion(dir);
         results["hot_path"] = json!(report
@@ -399,6 +423,15 @@ groups:
     }
     drop(nginx);
     drop(corral);
+    // How much of the machine other processes used while this ran.
+    let busy = procfs::machine_busy_ticks().saturating_sub(busy0) as f64;
+    let own = procfs::own_ticks_with_children().saturating_sub(own0) as f64;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64;
+    let capacity = wall0.elapsed().as_secs_f64() * procfs::clk_tck() as f64 * cores;
+    report.foreign = ((busy - own) / capacity).max(0.0);
+    results["other_processes_cpu_share"] = json!(report.foreign);
 
     let table = report.render();
     println!("{table}");
@@ -482,7 +515,36 @@ fn nginx_version(exe: &Path) -> String {
         .unwrap_or_default()
 }
 
-pub fn machine() -> String {
+/// The commit corral was built from, when run inside its git checkout.
+fn corral_rev() -> Option<String> {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let rev = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--",
+        "src",
+        "crates",
+        "Cargo.toml",
+        "Cargo.lock",
+    ])
+    .is_some_and(|s| !s.is_empty());
+    Some(if dirty {
+        format!("{rev} with local changes")
+    } else {
+        rev
+    })
+}
+
+pub fn machine(rev: Option<String>) -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -497,8 +559,12 @@ pub fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let rev = rev
+        .or_else(corral_rev)
+        .map(|r| format!("corral {r}; "))
+        .unwrap_or_default();
     format!(
-        "{cores} cores, {model}, Linux {}; load average at start {}",
+        "{rev}{cores} cores, {model}, Linux {}; load average at start {}",
         kernel.trim(),
         load.join(" ")
     )
@@ -512,7 +578,7 @@ async fn scenario_c1(
     scale: f64,
     report: &mut Report,
 ) -> Result<Value, BoxError> {
-    let rounds = 3;
+    let rounds = 5;
     let per_round = scaled(2000.0, scale, 300.0) as u64;
     let mut lat: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut errors: BTreeMap<&str, u64> = BTreeMap::new();
@@ -549,6 +615,8 @@ struct C64 {
     engine_cpu_us_per_req: f64,
     p50: f64,
     p99: f64,
+    cpu_round_min: f64,
+    cpu_round_max: f64,
 }
 
 async fn scenario_c64(
@@ -557,9 +625,12 @@ async fn scenario_c64(
     engine_pid: u32,
     report: &mut Report,
 ) -> Result<Value, BoxError> {
-    let rounds = 2;
-    let secs = scaled(2.5, scale, 1.0);
-    let mut acc: BTreeMap<&str, (u64, f64, f64, f64, u64, Vec<f64>)> = BTreeMap::new();
+    let rounds = 4;
+    let secs = scaled(1.25, scale, 0.5);
+    // per target: requests, seconds, proxy CPU µs, engine CPU µs, errors, latencies, and the
+    // proxy's CPU per request of each round
+    type Acc = (u64, f64, f64, f64, u64, Vec<f64>, Vec<f64>);
+    let mut acc: BTreeMap<&str, Acc> = BTreeMap::new();
     for round in 0..rounds {
         for t in rotate(targets, round) {
             let cpu0 = procfs::cpu_us(&t.pids);
@@ -580,6 +651,7 @@ async fn scenario_c64(
             e.3 += eng;
             e.4 += out.errors;
             e.5.extend(out.latency_us);
+            e.6.push(cpu / out.ok.max(1) as f64);
             if let Some(err) = out.first_error {
                 eprintln!(
                     "bench: c=64 through {}: {} errors, first: {err}",
@@ -590,9 +662,12 @@ async fn scenario_c64(
     }
     let mut v = json!({});
     for t in targets {
-        let (ok, secs, cpu, eng, errors, lat) = &acc[t.name];
+        let (ok, secs, cpu, eng, errors, lat, per_round) = &acc[t.name];
         let s = summarize(lat);
+        let rounds_cpu = summarize(per_round);
         let r = C64 {
+            cpu_round_min: rounds_cpu.min,
+            cpu_round_max: rounds_cpu.max,
             rps: *ok as f64 / secs,
             proxy_cpu_us_per_req: cpu / *ok as f64,
             engine_cpu_us_per_req: eng / *ok as f64,
@@ -602,6 +677,7 @@ async fn scenario_c64(
         report.c64.insert(t.name, r);
         report.errors += errors;
         v[t.name] = json!({"requests": ok, "seconds": secs, "rps": r.rps, "proxy_cpu_us_per_request": r.proxy_cpu_us_per_req,
+                           "proxy_cpu_us_per_request_by_round": per_round,
                            "engine_cpu_us_per_request": r.engine_cpu_us_per_req, "latency_us": s.to_json(), "errors": errors});
     }
     Ok(v)
@@ -614,6 +690,7 @@ async fn scenario_c64(
 struct SseFigures {
     lateness: Summary,
     first: Summary,
+    request: Summary,
     streams: usize,
     events_expected: usize,
     events: usize,
@@ -626,34 +703,68 @@ struct SseFigures {
 async fn scenario_sse(
     targets: &[Target],
     scale: f64,
+    events: &Path,
     report: &mut Report,
 ) -> Result<Value, BoxError> {
-    let rounds = 3;
+    let rounds = 6;
     let concurrent = scaled(8.0, scale, 4.0) as usize;
     let interval = SSE_INTERVAL_MS as f64 * 1000.0;
     // The engine's timer has millisecond ticks, so each stream's chunks are late by a fixed
     // fraction of a millisecond that depends on when the stream started. Streams start 1 + 1/n ms
-    // apart so that every target gets the same spread of phases.
+    // apart so that every target gets the same spread of phases (and so that the engine's
+    // `request` events come in the order the streams were sent).
     let stagger = Duration::from_micros(1000 + 1000 / concurrent as u64);
-    let mut all: BTreeMap<&str, Vec<Result<sse::Stream, String>>> = BTreeMap::new();
+    // per target: each stream, with the engine's start of its schedule when matched
+    type Streams = Vec<(Result<sse::Stream, String>, Option<f64>)>;
+    let mut all: BTreeMap<&str, Streams> = BTreeMap::new();
     for round in 0..rounds {
         for t in rotate(targets, round) {
+            // The `hold` engine writes an events file: its `request` events say when each stream's
+            // schedule started, on the engine's side.
             let req = Arc::new(sse::post(
-                t.fast,
+                t.hold,
                 CHAT,
-                &stream_body("m", SSE_CHUNKS as u64, SSE_INTERVAL_MS as u64),
+                &stream_body("hold", SSE_CHUNKS as u64, SSE_INTERVAL_MS as u64),
             ));
+            let window_start = unix_ms();
             let mut set = tokio::task::JoinSet::new();
             for i in 0..concurrent {
                 let req = req.clone();
-                let a = t.fast;
+                let a = t.hold;
                 set.spawn(async move {
                     tokio::time::sleep(stagger * i as u32).await;
                     sse::run_stream(a, &req, Duration::from_secs(30)).await
                 });
             }
+            let mut batch = Vec::new();
             while let Some(r) = set.join_next().await {
-                all.entry(t.name).or_default().push(r?);
+                batch.push(r?);
+            }
+            // Match streams to the engine's request events in time order.
+            let window_end = unix_ms();
+            let mut starts: Vec<f64> = read_events(events)
+                .into_iter()
+                .filter(|e| e["event"] == "request" && e["path"] == CHAT)
+                .filter_map(|e| e["t_ms"].as_f64())
+                .filter(|t| *t >= window_start && *t <= window_end)
+                .collect();
+            starts.sort_by(|a, b| a.total_cmp(b));
+            batch.sort_by(|a, b| match (a, b) {
+                (Ok(x), Ok(y)) => x.sent.cmp(&y.sent),
+                _ => std::cmp::Ordering::Equal,
+            });
+            let matched = starts.len() == batch.len() && batch.iter().all(|b| b.is_ok());
+            for (i, b) in batch.into_iter().enumerate() {
+                let start = if matched { Some(starts[i]) } else { None };
+                all.entry(t.name).or_default().push((b, start));
+            }
+            if !matched {
+                eprintln!(
+                    "bench: SSE through {}: {} engine request events for {concurrent} streams; \
+                     chunk delays fall back to the client's send time",
+                    t.name,
+                    starts.len()
+                );
             }
         }
     }
@@ -662,7 +773,8 @@ async fn scenario_sse(
         let mut f = SseFigures::default();
         let mut late = Vec::new();
         let mut first = Vec::new();
-        for s in &all[t.name] {
+        let mut request = Vec::new();
+        for (s, engine_start) in &all[t.name] {
             let s = match s {
                 Ok(s) if s.status == 200 => s,
                 Ok(s) => {
@@ -680,15 +792,24 @@ async fn scenario_sse(
             f.events_expected += SSE_CHUNKS as usize + 2;
             f.events += s.events.len();
             f.reads += s.reads as usize;
+            // µs from the client's send to the engine's schedule start (0 when unmatched).
+            let offset = match engine_start {
+                Some(t0) => {
+                    let us = (t0 - s.sent_unix_ms) * 1000.0;
+                    request.push(us);
+                    us
+                }
+                None => 0.0,
+            };
             let mut last_read = None;
             let mut seen = 0;
             for e in &s.events {
                 let Some(k) = e.index else { continue };
                 seen += 1;
-                let lat = (e.at - s.sent).as_secs_f64() * 1e6 - k as f64 * interval;
+                let lat = (e.at - s.sent).as_secs_f64() * 1e6 - offset - k as f64 * interval;
                 late.push(lat);
                 if k == 0 {
-                    first.push(lat);
+                    first.push((e.at - s.sent).as_secs_f64() * 1e6);
                 }
                 // A content chunk that arrived in the same read as the previous one was held back
                 // somewhere: the engine sends them 5 ms apart.
@@ -705,13 +826,23 @@ async fn scenario_sse(
         }
         f.lateness = summarize(&late);
         f.first = summarize(&first);
+        f.request = summarize(&request);
         report.failed_streams += f.failed;
-        v[t.name] = json!({"chunk_lateness_us": f.lateness.to_json(), "first_chunk_us": f.first.to_json(),
+        v[t.name] = json!({"chunk_delay_after_engine_schedule_us": f.lateness.to_json(),
+            "request_to_engine_us": f.request.to_json(), "first_chunk_us": f.first.to_json(),
             "streams": f.streams, "events_expected": f.events_expected, "events": f.events, "reads": f.reads,
             "coalesced_chunks": f.coalesced, "missing_chunks": f.missing, "failed_streams": f.failed});
         report.sse.insert(t.name, f);
     }
     Ok(v)
+}
+
+fn read_events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -846,25 +977,25 @@ async fn scenario_hold(
 async fn scenario_readiness(
     corral: SocketAddr,
     events: &Path,
-    reps: usize,
     report: &mut Report,
 ) -> Result<Value, BoxError> {
     let mut totals = Vec::new();
-    for _ in 0..reps {
-        let load = chat_load(corral, &small_body("slow"), 1, Limit::Requests(1));
+    for i in 0..READY_REPS {
+        let model = format!("slow-{i}");
+        let load = chat_load(corral, &small_body(&model), 1, Limit::Requests(1));
         let mut s = http::connect(corral).await?;
         let (status, body, lat) = http::once(&mut s, &load).await?;
         if status != 200 {
             return Err(format!(
-                "model slow: status {status}: {}",
+                "model {model}: status {status}: {}",
                 String::from_utf8_lossy(&body)
             )
             .into());
         }
-        totals.push(lat.as_secs_f64() * 1e3);
+        totals.push(lat.as_secs_f64() * 1e3 - (LOADING_MS + i as f64 * LOADING_STEP_MS));
         let unload = Load {
             method: hyper::Method::POST,
-            path: "/api/models/unload/slow".into(),
+            path: format!("/api/models/unload/{model}"),
             content_type: "application/json".into(),
             ..get_load(corral, "")
         };
@@ -874,7 +1005,7 @@ async fn scenario_readiness(
         }
     }
     // Per engine process: its start, and the first chat request corral sent it.
-    let mut spawned: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut spawned: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
     let mut listening: BTreeMap<u64, f64> = BTreeMap::new();
     let mut first_req: BTreeMap<u64, f64> = BTreeMap::new();
     for e in std::fs::read_to_string(events)?
@@ -886,7 +1017,17 @@ async fn scenario_readiness(
         };
         match e["event"].as_str() {
             Some("spawned") => {
-                spawned.insert(pid, t);
+                // The load time is in the engine's own arguments.
+                let args: Vec<&str> = e["args"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+                    .unwrap_or_default();
+                let load = args
+                    .windows(2)
+                    .find(|w| w[0] == "--loading-ms")
+                    .and_then(|w| w[1].parse().ok())
+                    .unwrap_or(LOADING_MS);
+                spawned.insert(pid, (t, load));
             }
             Some("listening") => {
                 listening.insert(pid, t);
@@ -899,9 +1040,9 @@ async fn scenario_readiness(
     }
     let mut beyond = Vec::new();
     let mut bind = Vec::new();
-    for (pid, t_spawn) in &spawned {
+    for (pid, (t_spawn, load)) in &spawned {
         if let Some(t_req) = first_req.get(pid) {
-            beyond.push(t_req - (t_spawn + LOADING_MS));
+            beyond.push(t_req - (t_spawn + load));
         }
         if let Some(t_l) = listening.get(pid) {
             bind.push(t_l - t_spawn);
@@ -911,8 +1052,8 @@ async fn scenario_readiness(
     let total = summarize(&totals);
     report.readiness = Some((s, total));
     Ok(
-        json!({"loading_ms": LOADING_MS, "beyond_load_ms": s.to_json(), "spawn_to_listening_ms": summarize(&bind).to_json(),
-              "client_total_ms": total.to_json()}),
+        json!({"loading_ms": format!("{LOADING_MS} + i * {LOADING_STEP_MS}, i < {READY_REPS}"), "beyond_load_ms": s.to_json(),
+               "spawn_to_listening_ms": summarize(&bind).to_json(), "client_total_beyond_load_ms": total.to_json()}),
     )
 }
 
@@ -967,6 +1108,8 @@ struct Report {
     corral_rss_warm_kib: f64,
     corral_env: String,
     load1: f64,
+    /// Share of the machine's CPU used by other processes during the run.
+    foreign: f64,
     c1: BTreeMap<&'static str, Summary>,
     c64: BTreeMap<&'static str, C64>,
     sse: BTreeMap<&'static str, SseFigures>,
@@ -1135,12 +1278,17 @@ impl Report {
         self.row(
             &mut rows,
             "",
-            "proxy CPU per request (µs)",
+            "proxy CPU per request, all (rounds min-max) (µs)",
             |n| {
                 if n == "direct" {
                     "–".into()
                 } else {
-                    f1(c64(n).proxy_cpu_us_per_req)
+                    format!(
+                        "{} ({}-{})",
+                        f1(c64(n).proxy_cpu_us_per_req),
+                        f0(c64(n).cpu_round_min),
+                        f0(c64(n).cpu_round_max)
+                    )
                 }
             },
             "corral < nginx",
@@ -1170,7 +1318,15 @@ impl Report {
         self.row(
             &mut rows,
             &format!("3. SSE {SSE_CHUNKS} chunks × {SSE_INTERVAL_MS} ms"),
-            "chunk lateness vs schedule p50 / p99 (µs)",
+            "request reaches the engine p50 / p99 (µs)",
+            |n| format!("{} / {}", f0(sse(n).request.p50), f0(sse(n).request.p99)),
+            "",
+            None,
+        );
+        self.row(
+            &mut rows,
+            "",
+            "chunk arrival after the engine's schedule p50 / p99 (µs)",
             |n| format!("{} / {}", f0(sse(n).lateness.p50), f0(sse(n).lateness.p99)),
             "",
             None,
@@ -1372,7 +1528,12 @@ impl Report {
             let ok = Some(s.max < 30.0);
             self.row(
                 &mut rows,
-                &format!("5. readiness ({}× {} ms load)", s.n, LOADING_MS as u64),
+                &format!(
+                    "5. readiness ({}× {}-{} ms load)",
+                    s.n,
+                    LOADING_MS as u64,
+                    (LOADING_MS + (READY_REPS - 1) as f64 * LOADING_STEP_MS) as u64
+                ),
                 "wait beyond the load p50 / max (ms)",
                 |n| {
                     if n == "corral" {
@@ -1395,10 +1556,10 @@ impl Report {
             self.row(
                 &mut rows,
                 "",
-                "client's first request, total p50 (ms)",
+                "client's first request beyond the load p50 / max (ms)",
                 |n| {
                     if n == "corral" {
-                        f1(total.p50)
+                        format!("{} / {}", f1(total.p50), f1(total.max))
                     } else {
                         "–".into()
                     }
@@ -1422,11 +1583,17 @@ impl Report {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1) as f64;
-        if self.load1 > cores / 2.0 {
+        out.push_str(&format!(
+            "Other processes used {:.0} % of the machine's CPU during the run.\n",
+            self.foreign * 100.0
+        ));
+        if self.load1 > cores / 2.0 || self.foreign > 0.1 {
             out.push_str(&format!(
-                "\nWARNING: the machine was busy when the run started (load average {:.2} on {cores} cores): \
-                 latencies, chunk delays and coalescing are noisy; CPU per request and memory are not.\n",
-                self.load1
+                "\nWARNING: the machine was busy (load average {:.2} on {cores} cores at the start, \
+                 {:.0} % of its CPU taken by other processes during the run): latencies, chunk delays \
+                 and coalescing are noisy; CPU per request and memory much less so.\n",
+                self.load1,
+                self.foreign * 100.0
             ));
         }
         out.push('\n');
