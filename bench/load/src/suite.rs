@@ -1185,6 +1185,7 @@ impl Report {
     fn render(&self) -> String {
         let mut rows = Vec::new();
         let nginx = self.has("nginx");
+        let nx = |v: String| if nginx { v } else { "–".to_string() };
         let cmp = |a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> bool| match (a, b) {
             (Some(a), Some(b)) if a.is_finite() && b.is_finite() => Some(f(a, b)),
             _ => None,
@@ -1225,7 +1226,7 @@ impl Report {
             format!(
                 "c=1 added p50: corral {} µs vs nginx {} µs",
                 f0(added("corral", |s| s.p50)),
-                f0(added("nginx", |s| s.p50))
+                nx(f0(added("nginx", |s| s.p50)))
             ),
             ok,
         ));
@@ -1258,7 +1259,7 @@ impl Report {
             format!(
                 "c=64 throughput ratio: corral {} vs nginx {}",
                 f2(ratio("corral")),
-                f2(ratio("nginx"))
+                nx(f2(ratio("nginx")))
             ),
             ok,
         ));
@@ -1298,7 +1299,7 @@ impl Report {
             format!(
                 "CPU per request: corral {} µs vs nginx {} µs",
                 f1(c64("corral").proxy_cpu_us_per_req),
-                f1(c64("nginx").proxy_cpu_us_per_req)
+                nx(f1(c64("nginx").proxy_cpu_us_per_req))
             ),
             ok,
         ));
@@ -1362,7 +1363,7 @@ impl Report {
             format!(
                 "SSE added p99 per chunk: corral {} µs vs nginx {} µs",
                 f0(sadd("corral", |s| s.p99)),
-                f0(sadd("nginx", |s| s.p99))
+                nx(f0(sadd("nginx", |s| s.p99)))
             ),
             ok,
         ));
@@ -1463,7 +1464,7 @@ impl Report {
             format!(
                 "memory per stream: corral {} KiB vs nginx {} KiB",
                 f1(per_stream("corral")),
-                f1(per_stream("nginx"))
+                nx(f1(per_stream("nginx")))
             ),
             ok,
         ));
@@ -1571,11 +1572,11 @@ impl Report {
 
         let mut out = String::new();
         out.push_str(&format!(
-            "Machine: {}; nginx {}\n",
+            "Machine: {}; {}\n",
             self.machine,
             self.nginx_version
                 .clone()
-                .unwrap_or_else(|| "not run".into())
+                .unwrap_or_else(|| "nginx not run".into())
         ));
         if !self.corral_env.is_empty() {
             out.push_str(&format!("corral ran with {}\n", self.corral_env));
