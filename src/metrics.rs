@@ -279,27 +279,46 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    /// Reads a JSON document's `usage`/`timings` without building the rest of it.
+    /// Reads a JSON document's `usage`/`timings` into typed fields, skipping everything else.
     pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
         #[derive(serde::Deserialize)]
+        struct Usage {
+            prompt_tokens: Option<u64>,
+            input_tokens: Option<u64>,
+            completion_tokens: Option<u64>,
+            output_tokens: Option<u64>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Timings {
+            prompt_n: Option<u64>,
+            predicted_n: Option<u64>,
+        }
+        #[derive(serde::Deserialize)]
         struct Nested {
-            usage: Option<serde_json::Value>,
+            usage: Option<Usage>,
         }
         #[derive(serde::Deserialize)]
         struct Parts {
-            usage: Option<serde_json::Value>,
-            timings: Option<serde_json::Value>,
+            usage: Option<Usage>,
+            timings: Option<Timings>,
             response: Option<Nested>,
         }
         let p: Parts = serde_json::from_slice(bytes).ok()?;
-        let mut v = serde_json::Map::new();
         if let Some(u) = p.usage.or(p.response.and_then(|r| r.usage)) {
-            v.insert("usage".into(), u);
+            let prompt = u.prompt_tokens.or(u.input_tokens);
+            let completion = u.completion_tokens.or(u.output_tokens);
+            if prompt.is_some() || completion.is_some() {
+                return Some(Tokens {
+                    prompt: prompt.unwrap_or(0),
+                    completion: completion.unwrap_or(0),
+                });
+            }
         }
-        if let Some(t) = p.timings {
-            v.insert("timings".into(), t);
-        }
-        Tokens::from_json(&serde_json::Value::Object(v))
+        let t = p.timings?;
+        Some(Tokens {
+            prompt: t.prompt_n.unwrap_or(0),
+            completion: t.predicted_n.unwrap_or(0),
+        })
     }
 
     /// Reads one JSON document (a response body or an SSE event's data).
@@ -357,6 +376,24 @@ mod tests {
             })
         );
         assert_eq!(Tokens::from_json(&serde_json::json!({"choices": []})), None);
+    }
+
+    #[test]
+    fn typed_reading_agrees_with_the_document_reading() {
+        for doc in [
+            r#"{"usage": {"prompt_tokens": 7, "completion_tokens": 3}, "choices": [{"x": [1, 2]}]}"#,
+            r#"{"timings": {"prompt_n": 5, "predicted_n": 9, "x": 1.5}}"#,
+            r#"{"response": {"usage": {"input_tokens": 2, "output_tokens": 4}}}"#,
+            r#"{"choices": []}"#,
+            r#"{"usage": null, "timings": {"prompt_n": 1}}"#,
+        ] {
+            let v: serde_json::Value = serde_json::from_str(doc).unwrap();
+            assert_eq!(
+                Tokens::from_slice(doc.as_bytes()),
+                Tokens::from_json(&v),
+                "{doc}"
+            );
+        }
     }
 
     #[test]

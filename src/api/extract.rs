@@ -82,13 +82,12 @@ pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
     match kind {
         BodyKind::Json { model, stream } => (model.clone(), *stream),
         BodyKind::Multipart(b) => {
-            let field = |name: &str| {
-                multipart_parts(body, b)
-                    .into_iter()
-                    .find(|p| p.name == name && p.filename.is_none())
-            };
+            let parts = multipart_parts(body, b);
             let text = |name: &str| {
-                field(name).map(|p| String::from_utf8_lossy(&body[p.data]).into_owned())
+                parts
+                    .iter()
+                    .find(|p| p.name == name && p.filename.is_none())
+                    .map(|p| String::from_utf8_lossy(&body[p.data.clone()]).into_owned())
             };
             (text("model"), text("stream").as_deref() == Some("true"))
         }
@@ -173,13 +172,7 @@ pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<Part> {
 }
 
 fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    if from > haystack.len() {
-        return None;
-    }
-    haystack[from..]
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| p + from)
+    memchr::memmem::find(haystack.get(from..)?, needle).map(|p| p + from)
 }
 
 /// Replaces the value of the text field `model` in a multipart body; other bytes stay as they are.

@@ -47,6 +47,8 @@ impl Default for Limits {
 /// Everything a request handler needs.
 pub struct App {
     pub fleet: Fleet,
+    /// The fleet's catalog when this App was built: a reload builds a new App.
+    pub catalog: Arc<crate::catalog::Catalog>,
     /// Cancelled when shutdown starts, so endless streams (events, logs) end and the drain can finish.
     pub closing: tokio_util::sync::CancellationToken,
     pub profiles: routing::Profiles,
@@ -113,6 +115,7 @@ impl App {
             })
             .collect();
         App {
+            catalog: fleet.catalog(),
             closing: Default::default(),
             profiles: Default::default(),
             spillover: Default::default(),
@@ -390,7 +393,8 @@ where
     let name = routing::apply_profile(&app.config, &app.profiles, &sent)
         .filter(|n| !n.is_empty())
         .ok_or(Error::NoModel)?;
-    let (route, spill) = routing::resolve(&app.config, &app.fleet, &app.spillover, &name)?;
+    let (route, spill) =
+        routing::resolve(&app.config, &app.catalog, &app.fleet, &app.spillover, &name)?;
     if let Some(s) = spill {
         seen.hold(Box::new(s));
     }

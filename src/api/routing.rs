@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::catalog::Target;
+use crate::catalog::{Catalog, Target};
 use crate::config::Config;
 use crate::error::Error;
 use crate::fleet::{Fleet, Phase};
@@ -77,6 +77,7 @@ pub fn apply_profile(config: &Config, profiles: &Profiles, name: &str) -> Option
 /// Resolves a requested name. Selectors choose one of their targets; `hold` keeps a spillover count.
 pub fn resolve(
     config: &Config,
+    catalog: &Catalog,
     fleet: &Fleet,
     spill: &Spillover,
     name: &str,
@@ -88,13 +89,13 @@ pub fn resolve(
             c.fetch_add(1, Ordering::SeqCst);
             SpillGuard(c)
         });
-        return Ok((resolve_plain(config, fleet, &chosen)?, guard));
+        return Ok((resolve_plain(config, catalog, &chosen)?, guard));
     }
-    Ok((resolve_plain(config, fleet, name)?, None))
+    Ok((resolve_plain(config, catalog, name)?, None))
 }
 
-fn resolve_plain(config: &Config, fleet: &Fleet, name: &str) -> Result<Route, Error> {
-    if let Some((target, model)) = fleet.catalog().resolve(name) {
+fn resolve_plain(config: &Config, catalog: &Catalog, name: &str) -> Result<Route, Error> {
+    if let Some((target, model)) = catalog.resolve(name) {
         return Ok(Route::Local {
             target: target.clone(),
             model: model.to_string(),

@@ -254,7 +254,7 @@ impl Fleet {
                     Prepared::Ready => {
                         let inst = st.instances.get_mut(id).expect("known instance");
                         inst.in_flight += 1;
-                        return Ok(reservation.into_lease());
+                        return Ok(reservation.into_lease(inst.proxy.clone()));
                     }
                     Prepared::Started(generation) => awaited = Some(generation),
                     Prepared::Starting(generation) if awaited.is_none() => {
@@ -385,6 +385,7 @@ impl Fleet {
         let inst = st.instances.get_mut(&chosen).expect("member");
         inst.in_flight += 1;
         inst.last_picked = picks;
+        let proxy = inst.proxy.clone();
         st.pools
             .get_mut(pool)
             .expect("pool")
@@ -393,6 +394,7 @@ impl Fleet {
         Some(Lease {
             inner: self.inner.clone(),
             id: chosen,
+            proxy,
             direct: false,
         })
     }
@@ -1076,11 +1078,12 @@ struct Reservation {
 }
 
 impl Reservation {
-    fn into_lease(mut self) -> Lease {
+    fn into_lease(mut self, proxy: String) -> Lease {
         self.done = true;
         Lease {
             inner: self.inner.clone(),
             id: std::mem::take(&mut self.id),
+            proxy,
             direct: true,
         }
     }
@@ -1130,6 +1133,7 @@ impl Drop for Ticket {
 pub struct Lease {
     inner: Arc<Inner>,
     id: String,
+    proxy: String,
     direct: bool,
 }
 
@@ -1141,12 +1145,7 @@ impl Lease {
 
     /// The instance's base URL.
     pub fn proxy(&self) -> String {
-        self.inner
-            .lock()
-            .instances
-            .get(&self.id)
-            .map(|i| i.proxy.clone())
-            .unwrap_or_default()
+        self.proxy.clone()
     }
 }
 

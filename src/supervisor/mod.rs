@@ -149,7 +149,6 @@ impl Process {
         };
         let started = Instant::now();
         let mut deadline = tokio::time::Instant::now() + spec.load_timeout;
-        let mut interval = Duration::from_millis(5);
         let mut last_answer: Option<u64> = None;
         let mut answer_changed = Instant::now();
         loop {
@@ -187,15 +186,9 @@ impl Process {
                 deadline = tokio::time::Instant::from_std(progress + spec.stall);
             }
             tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
+                _ = tokio::time::sleep(poll_interval(started.elapsed())) => {}
                 _ = tokio::time::sleep_until(deadline) => {}
             }
-            let cap = if started.elapsed() < Duration::from_secs(5) {
-                20
-            } else {
-                100
-            };
-            interval = (interval * 2).min(Duration::from_millis(cap));
         }
     }
 
@@ -237,6 +230,16 @@ impl Process {
     pub fn kill_now(&self) {
         signal_group(self.pid, Signal::SIGKILL);
     }
+}
+
+/// Readiness probes: every 5 ms for the first two seconds (small models are ready in that time, and
+/// a user waits for each probe), every 20 ms up to five seconds, then every 100 ms.
+fn poll_interval(elapsed: Duration) -> Duration {
+    Duration::from_millis(match elapsed.as_millis() {
+        0..=1999 => 5,
+        2000..=4999 => 20,
+        _ => 100,
+    })
 }
 
 fn signal_group(pgid: u32, signal: Signal) {
@@ -384,5 +387,27 @@ impl HealthClient {
             }
             _ => Probe::NotReady(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_are_fast_while_a_load_is_young() {
+        assert_eq!(poll_interval(Duration::ZERO), Duration::from_millis(5));
+        assert_eq!(
+            poll_interval(Duration::from_millis(1999)),
+            Duration::from_millis(5)
+        );
+        assert_eq!(
+            poll_interval(Duration::from_secs(3)),
+            Duration::from_millis(20)
+        );
+        assert_eq!(
+            poll_interval(Duration::from_secs(60)),
+            Duration::from_millis(100)
+        );
     }
 }
