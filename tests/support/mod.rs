@@ -194,7 +194,8 @@ pub fn free_port_range(n: u16) -> u16 {
     let seed = (std::process::id() as u16).wrapping_mul(7919);
     loop {
         let k = NEXT.fetch_add(1, Ordering::SeqCst);
-        let base = 20000 + (seed.wrapping_add(k.wrapping_mul(n + 3)) % 30000);
+        // below the ephemeral range (32768 and up), where outgoing connections would take ports
+        let base = 20000 + (seed.wrapping_add(k.wrapping_mul(n + 3)) % 12000);
         if (base..base + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }

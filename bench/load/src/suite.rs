@@ -94,9 +94,10 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// `n` consecutive free ports (corral hands out `${PORT}` from `startPort` upwards).
+/// `n` consecutive free ports (corral hands out `${PORT}` from `startPort` upwards), below the
+/// kernel's ephemeral range (32768 and up), where outgoing connections would take them.
 fn free_port_run(n: u16) -> u16 {
-    let mut base = 20000 + (std::process::id() as u16 % 20000);
+    let mut base = 20000 + (std::process::id() as u16 % 12000);
     loop {
         let held: Vec<_> = (0..n)
             .map_while(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
@@ -104,7 +105,10 @@ fn free_port_run(n: u16) -> u16 {
         if held.len() == n as usize {
             return base;
         }
-        base = base.wrapping_add(n + 7).max(20000);
+        base = base + n + 7;
+        if base + n >= 32000 {
+            base = 20000;
+        }
     }
 }
 
