@@ -53,12 +53,17 @@ fn workload(seconds: f64, rate: f64, seed: u64) -> Vec<(Duration, u64)> {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A base for `n` free consecutive ports below the ephemeral range (32768 and up).
+fn free_port_run(n: u16, salt: u16) -> u16 {
+    let mut base = 20000 + (std::process::id() as u16).wrapping_add(salt.wrapping_mul(97)) % 12000;
+    while !(base..base + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+        base = if base + 2 * n >= 32000 {
+            20000
+        } else {
+            base + n
+        };
+    }
+    base
 }
 
 struct Outcome {
@@ -70,7 +75,7 @@ struct Outcome {
 async fn run_mode(corral: &str, mode: &str, work: &[(Duration, u64)]) -> Outcome {
     let dir = std::env::temp_dir().join(format!("corral-balance-{}-{mode}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let base_port = free_port().clamp(20000, 60000);
+    let base_port = free_port_run(REPLICAS as u16, mode.len() as u16);
     let config = format!(
         "startPort: {base_port}\nmodels:\n  chat:\n    cmd: {corral} fake-engine --port ${{PORT}} -np {SLOTS} --threads 1\n    proxy: http://127.0.0.1:${{PORT}}\n    replicas: {REPLICAS}\n    startReplicas: all\n    balance: {mode}\n    queueDepth: 100000\n    queueTimeout: 600\n    concurrencyLimit: 100000\n    slotsPollInterval: 0\n"
     );
