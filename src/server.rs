@@ -146,7 +146,10 @@ pub async fn run_with_reloads(
         let current = current.clone();
         let service = service_fn(move |req| {
             let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
-            async move { Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await) }
+            // boxed: the request future is large, and unboxed it would size every connection's task
+            Box::pin(async move {
+                Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await)
+            })
         });
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
