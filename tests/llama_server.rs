@@ -10,7 +10,6 @@ mod support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -727,33 +726,12 @@ async fn failed_llama_server_is_reported_quickly() {
 
 // === 9. SIGKILL of the corral binary ===
 
-/// The corral binary, and every process of its marker, killed when dropped.
-struct CorralProcess {
-    child: Child,
-    url: String,
-    marker: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for CorralProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for pid in marked_pids(&self.marker) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
-}
-
-fn spawn_corral(server: &str) -> CorralProcess {
+/// The corral binary serving one tiny llama-server model, with its own state directory.
+fn spawn_corral(server: &str) -> support::process::Proc {
     let dir = tempfile::tempdir().unwrap();
-    let marker = new_marker();
     let model = dir.path().join("chat.gguf");
     gguf::write_tiny_llama(&model, &TinyOptions::default()).unwrap();
-    let entry = llama_model("chat", server, &model, "-c 256", "").replace("${env.MARKER}", &marker);
+    let entry = llama_model("chat", server, &model, "-c 256", "");
     let config = dir.path().join("config.yaml");
     std::fs::write(
         &config,
@@ -765,39 +743,7 @@ fn spawn_corral(server: &str) -> CorralProcess {
     .unwrap();
     let state = dir.path().join("state");
     std::fs::create_dir(&state).unwrap();
-    let mut child = Command::new(CORRAL)
-        .args([
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("CORRAL_STATE_DIR", &state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.path().join("corral.stderr")).unwrap())
-        .spawn()
-        .unwrap();
-    use std::io::{BufRead, BufReader};
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let Some(Ok(line)) = lines.next() else {
-            let _ = child.kill();
-            let stderr =
-                std::fs::read_to_string(dir.path().join("corral.stderr")).unwrap_or_default();
-            panic!("corral exited before printing its address:\n{stderr}");
-        };
-        if let Some(addr) = line.split("listening on ").nth(1) {
-            break addr.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    CorralProcess {
-        child,
-        url,
-        marker,
-        _dir: dir,
-    }
+    support::process::spawn_corral_with(dir, &config, &state, &[])
 }
 
 /// SIGKILL of the corral binary takes its llama-server with it.

@@ -15,9 +15,16 @@ pub struct Proc {
 }
 
 impl Drop for Proc {
+    /// Kills corral and, should a test fail half-way, every process carrying its marker.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for pid in super::marked_pids(&self.marker) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 
@@ -65,7 +72,12 @@ pub fn spawn_corral_with(
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let url = loop {
-        let line = lines.next().expect("corral printed its address").unwrap();
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            let stderr =
+                std::fs::read_to_string(dir.path().join("corral.stderr")).unwrap_or_default();
+            panic!("corral exited before printing its address:\n{stderr}");
+        };
         if let Some(addr) = line.split("listening on ").nth(1) {
             break addr.trim().to_string();
         }
