@@ -100,10 +100,7 @@ async fn a_serving_model_is_never_evicted() {
     );
     assert!(denied.header("retry-after").is_some());
     let (_, frames) = stream.await.unwrap();
-    let text: String = frames
-        .iter()
-        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
-        .collect();
+    let text: String = frames_text(&frames);
     assert!(
         text.contains("[DONE]"),
         "the serving model finished its stream"

@@ -378,10 +378,7 @@ async fn loading_state_streams_progress_then_the_answer() {
     let (resp, frames) = stream_frames(&url, &body).await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.header("content-type"), Some("text/event-stream"));
-    let text: String = frames
-        .iter()
-        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
-        .collect();
+    let text: String = frames_text(&frames);
     let loading = text
         .find("corral loading model: a")
         .expect("loading message");

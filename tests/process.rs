@@ -217,10 +217,7 @@ async fn sigterm_drains_and_exits_cleanly() {
     signal(&p.child, nix::sys::signal::Signal::SIGTERM);
     let (resp, frames) = stream.await.unwrap();
     assert_eq!(resp.status, 200);
-    let text: String = frames
-        .iter()
-        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
-        .collect();
+    let text: String = frames_text(&frames);
     assert!(
         text.contains("[DONE]"),
         "the in-flight stream completed: {text}"

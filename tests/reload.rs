@@ -69,10 +69,7 @@ async fn sighup_reload_keeps_unchanged_models_serving() {
 
     let (resp, frames) = stream.await.unwrap();
     assert_eq!(resp.status, 200);
-    let text: String = frames
-        .iter()
-        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
-        .collect();
+    let text: String = frames_text(&frames);
     assert_eq!(
         text.matches(r#""content":"tok"#).count(),
         20,

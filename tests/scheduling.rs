@@ -154,10 +154,7 @@ async fn no_eviction_while_a_request_is_in_flight() {
     let b = post_json(&url, &chat("b")).await;
     assert_eq!(b.status, 200);
     let (_, frames) = stream.await.unwrap();
-    let text: String = frames
-        .iter()
-        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
-        .collect();
+    let text: String = frames_text(&frames);
     assert!(text.contains("data: [DONE]"), "the stream finished: {text}");
     assert!(
         t0.elapsed() >= Duration::from_millis(500),

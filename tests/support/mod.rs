@@ -347,6 +347,14 @@ pub fn chat(model: &str) -> Value {
     serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hello"}]})
 }
 
+/// The text of streamed frames, joined.
+pub fn frames_text(frames: &[(Duration, Bytes)]) -> String {
+    frames
+        .iter()
+        .map(|(_, f)| String::from_utf8_lossy(f).into_owned())
+        .collect()
+}
+
 /// Sends a streaming request and returns each body frame with its arrival time since the request.
 pub async fn stream_frames(url: &str, body: &Value) -> (Resp, Vec<(Duration, Bytes)>) {
     let started = Instant::now();
