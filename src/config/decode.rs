@@ -422,7 +422,7 @@ fn decode_model(
         name: name.filter(|s| !s.is_empty()),
         description: description.filter(|s| !s.is_empty()),
         concurrency_limit: if limit == 0 { 10 } else { limit as usize },
-        filters: decode_filters(&m, warnings)?,
+        filters: decode_filters(&m, MODEL_FILTER_KEYS, warnings)?,
         metadata,
         send_loading_state: m
             .boolean("sendLoadingState")?
@@ -595,12 +595,16 @@ fn modalities(caps: &MapReader<'_>, key: &str) -> Result<Vec<String>, ConfigErro
     Ok(list)
 }
 
-fn decode_filters(m: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<Filters, ConfigError> {
-    let f = m.child(
-        "filters",
-        &["stripParams", "strip_params", "setParams", "setParamsByID"],
-        warnings,
-    )?;
+const MODEL_FILTER_KEYS: &[&str] = &["stripParams", "strip_params", "setParams", "setParamsByID"];
+/// Peers take the same filters less `setParamsByID`.
+const PEER_FILTER_KEYS: &[&str] = &["stripParams", "strip_params", "setParams"];
+
+fn decode_filters(
+    m: &MapReader<'_>,
+    keys: &[&str],
+    warnings: &mut Vec<String>,
+) -> Result<Filters, ConfigError> {
+    let f = m.child("filters", keys, warnings)?;
     let strip = f
         .string("stripParams")?
         .or(f.string("strip_params")?)
@@ -919,13 +923,8 @@ fn decode_peers(
                 ));
             }
         }
-        let f = p.child(
-            "filters",
-            &["stripParams", "strip_params", "setParams"],
-            warnings,
-        )?;
-        let filters = decode_filters(&p, &mut Vec::new()).unwrap_or_default();
-        let _ = f;
+        let mut filters = decode_filters(&p, PEER_FILTER_KEYS, warnings)?;
+        filters.set_params_by_id.clear();
         out.insert(
             id.clone(),
             Peer {

@@ -258,6 +258,12 @@ fn validation_of_values() {
     );
     assert!(load_err("models:\n  m: {proxy: 'http://h:1'}\n").contains("empty command"));
     assert!(load_err("peers:\n  p: {models: [x]}\n").contains("needs a proxy"));
+    let bad_peer_filter =
+        load_err("peers:\n  p: {proxy: 'http://h:1', models: [x], filters: {setParams: 5}}\n");
+    assert!(
+        bad_peer_filter.contains("must be a mapping"),
+        "{bad_peer_filter}"
+    );
     assert!(
         load_err("selectors:\n  s: {strategy: random, targets: [a]}\n")
             .contains("warm, pin or spillover")
