@@ -43,13 +43,19 @@ cargo build --workspace --all-targets --locked
 log "cargo test"
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
-cargo test --workspace --locked "$@" 2>&1 | tee "$results"
+# Every test binary runs even when one fails, so one run reports every failure.
+status=0
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$results" || status=$?
+
+# One closing line for the whole suite, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$results"
+if [[ $status != 0 ]]; then
+    log "cargo test FAILED (exit $status)"
+    exit "$status"
+fi
 
 if [[ "${CORRAL_FUZZ_SECONDS:-60}" != 0 ]]; then
     log "fuzzing the GGUF header reader for ${CORRAL_FUZZ_SECONDS:-60}s"
     fuzz/run.sh "${CORRAL_FUZZ_SECONDS:-60}"
 fi
-
-# One closing line for the whole suite, summed over every test binary.
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "%d passed, %d failed\n", p, f }' "$results"

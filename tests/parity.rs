@@ -250,7 +250,7 @@ async fn events_stream_and_inflight_cancel() {
     let stream = tokio::spawn(async move { stream_frames(&url, &long).await });
     let mut text = String::new();
     let mut inflight_id = None;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while inflight_id.is_none() {
         let frame = tokio::time::timeout_at(deadline, body.frame())
             .await

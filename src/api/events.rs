@@ -40,11 +40,13 @@ pub fn model_status(app: &App) -> Value {
 pub fn stream(app: &Arc<App>) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
     let app = app.clone();
+    // Subscribed before the response leaves, so a client that has the headers sees every later
+    // event, however late the task below first runs.
+    let mut proxy_logs = app.logs.proxy.subscribe();
+    let mut upstream_logs = app.logs.upstream.subscribe();
+    let mut inflight = app.inflight.events.subscribe();
+    let mut models = app.fleet.watch();
     let task = tokio::spawn(async move {
-        let mut proxy_logs = app.logs.proxy.subscribe();
-        let mut upstream_logs = app.logs.upstream.subscribe();
-        let mut inflight = app.inflight.events.subscribe();
-        let mut models = app.fleet.watch();
         let first = [
             frame(
                 "logData",
