@@ -14,6 +14,8 @@ pub mod proxy;
 pub mod server;
 pub mod supervisor;
 mod trim;
+pub mod upstream;
+mod workers;
 
 pub use server::{run, run_with_reloads, Options, Reload};
 pub mod logging;

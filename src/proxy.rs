@@ -9,30 +9,16 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response};
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::body::{Body, BoxError};
 use crate::error::Error;
-
-pub type HttpClient = Client<HttpConnector, Body>;
-
-/// A pooled client with the given connect timeout and TCP keepalive.
-pub fn client(connect: Duration, keepalive: Duration, idle: Duration) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(connect));
-    connector.set_keepalive(Some(keepalive));
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(idle)
-        .pool_max_idle_per_host(64)
-        .build(connector)
-}
+use crate::upstream::Upstream;
 
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -70,16 +56,51 @@ pub struct Outgoing {
     pub client_addr: Option<std::net::IpAddr>,
 }
 
+/// Where a request goes: the address to connect to and the request line and `Host` to send.
+struct Destination {
+    address: String,
+    authority: HeaderValue,
+    uri: http::Uri,
+}
+
+/// Splits `base` + `path_and_query` into what the connection needs; only `http://` is spoken.
+fn destination(base: &str, path_and_query: &str) -> Result<Destination, Error> {
+    let full = format!("{}{}", base.trim_end_matches('/'), path_and_query);
+    let uri: http::Uri = full
+        .parse()
+        .map_err(|e| Error::Internal(format!("bad upstream URL {full:?}: {e}")))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(Error::Upstream(format!(
+            "cannot reach {base}: only http:// upstreams are supported"
+        )));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| Error::Internal(format!("bad upstream URL {full:?}: no host")))?;
+    let address = match authority.port_u16() {
+        Some(_) => authority.as_str().to_string(),
+        None => format!("{}:80", authority.host()),
+    };
+    let host = HeaderValue::from_str(authority.as_str())
+        .map_err(|e| Error::Internal(format!("bad upstream host: {e}")))?;
+    let origin_form = uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri = http::Uri::try_from(origin_form)
+        .map_err(|e| Error::Internal(format!("bad upstream path: {e}")))?;
+    Ok(Destination {
+        address,
+        authority: host,
+        uri,
+    })
+}
+
 /// Sends the request and returns the upstream's response with `guard` riding in its body.
 pub async fn forward<G: Send + Sync + Unpin + 'static>(
-    client: &HttpClient,
+    upstream: &Arc<Upstream>,
     out: Outgoing,
     response_header_timeout: Option<Duration>,
     guard: G,
 ) -> Result<Response<Body>, Error> {
-    let uri: http::Uri = format!("{}{}", out.base.trim_end_matches('/'), out.path_and_query)
-        .parse()
-        .map_err(|e| Error::Internal(format!("bad upstream URL: {e}")))?;
+    let to = destination(&out.base, &out.path_and_query)?;
     let mut parts = out.parts;
     strip_hop_by_hop(&mut parts.headers);
     if let Some(ip) = out.client_addr {
@@ -95,17 +116,18 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
             parts.headers.insert("x-forwarded-for", v);
         }
     }
-    parts.uri = uri;
+    parts.headers.insert(header::HOST, to.authority);
+    parts.uri = to.uri;
     parts.version = http::Version::HTTP_11;
     let req = Request::from_parts(parts, out.body);
-    let send = client.request(req);
+    let send = upstream.send(&to.address, req);
     let resp = match response_header_timeout {
         Some(t) => tokio::time::timeout(t, send)
             .await
             .map_err(|_| Error::UpstreamTimeout(t.as_secs()))?,
         None => send.await,
     }
-    .map_err(|e| Error::Upstream(describe(&e)))?;
+    .map_err(|e| Error::Upstream(e.to_string()))?;
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let is_sse = parts
@@ -119,21 +141,10 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
             .insert("x-accel-buffering", HeaderValue::from_static("no"));
     }
     let body = GuardedBody {
-        inner: body.map_err(|e| Box::new(e) as BoxError).boxed(),
+        inner: body,
         _guard: guard,
     };
     Ok(Response::from_parts(parts, BodyExt::boxed(body)))
-}
-
-fn describe(err: &hyper_util::client::legacy::Error) -> String {
-    let mut msg = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
-    }
-    msg
 }
 
 /// True for a websocket (or other) upgrade request.
@@ -152,25 +163,23 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
 /// Forwards an upgrade request (websockets through `/upstream`): when the engine answers 101, the
 /// two connections are joined and copied both ways until either side closes; `guard` lives as long.
 pub async fn forward_upgrade<G: Send + 'static>(
-    client: &HttpClient,
+    upstream: &Upstream,
     base: &str,
     path_and_query: &str,
     mut client_req: Request<Body>,
     guard: G,
 ) -> Result<Response<Body>, Error> {
-    let uri: http::Uri = format!("{}{}", base.trim_end_matches('/'), path_and_query)
-        .parse()
-        .map_err(|e| Error::Internal(format!("bad upstream URL: {e}")))?;
+    let to = destination(base, path_and_query)?;
     let client_upgrade = hyper::upgrade::on(&mut client_req);
     let (mut parts, _) = client_req.into_parts();
-    parts.headers.remove(header::HOST);
-    parts.uri = uri;
+    parts.headers.insert(header::HOST, to.authority);
+    parts.uri = to.uri;
     parts.version = http::Version::HTTP_11;
     let upstream_req = Request::from_parts(parts, crate::body::empty());
-    let mut resp = client
-        .request(upstream_req)
+    let mut resp = upstream
+        .send_upgrade(&to.address, upstream_req)
         .await
-        .map_err(|e| Error::Upstream(describe(&e)))?;
+        .map_err(|e| Error::Upstream(e.to_string()))?;
     if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
         let (parts, body) = resp.into_parts();
         return Ok(Response::from_parts(
@@ -194,21 +203,16 @@ pub async fn forward_upgrade<G: Send + 'static>(
 }
 
 /// A body that holds a guard until it is finished or dropped.
-pub struct GuardedBody<G> {
-    inner: Body,
+pub struct GuardedBody<B, G> {
+    inner: B,
     _guard: G,
 }
 
-impl<G> GuardedBody<G> {
-    pub fn new(inner: Body, guard: G) -> Self {
-        GuardedBody {
-            inner,
-            _guard: guard,
-        }
-    }
-}
-
-impl<G: Unpin> HttpBody for GuardedBody<G> {
+impl<B, G> HttpBody for GuardedBody<B, G>
+where
+    B: HttpBody<Data = Bytes, Error = BoxError> + Unpin,
+    G: Unpin,
+{
     type Data = Bytes;
     type Error = BoxError;
 

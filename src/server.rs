@@ -4,22 +4,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::sync::RwLock;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, App, Limits};
+use crate::api::{App, Limits};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::logs::Logs;
 use crate::supervisor::sweep::StateFile;
 use crate::supervisor::Spawner;
+use crate::workers::{self, Workers};
 
 /// How to run, beyond the config file.
 #[derive(Debug, Clone)]
@@ -94,21 +91,13 @@ pub async fn run_with_reloads(
     let ttl = tokio::spawn(fleet.clone().run_ttl());
     let mut preload_task = tokio::spawn(preload(fleet.clone()));
 
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(opts.header_read_timeout)
-        .max_buf_size(64 * 1024)
-        .max_headers(100);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(100)
-        .max_header_list_size(64 * 1024);
-    let graceful = GracefulShutdown::new();
     let connections = Arc::new(crate::trim::Connections::default());
     let trimmer = tokio::spawn(crate::trim::run(connections.clone()));
+    let shared = workers::Shared {
+        current: current.clone(),
+        header_read_timeout: opts.header_read_timeout,
+    };
+    let mut workers = Workers::start(workers::count(), shared, opts.drain_timeout)?;
 
     loop {
         let (stream, remote) = tokio::select! {
@@ -142,38 +131,16 @@ pub async fn run_with_reloads(
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
-        let current = current.clone();
-        let service = service_fn(move |req| {
-            let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
-            // boxed: the request future is large, and unboxed it would size every connection's task
-            Box::pin(async move {
-                Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await)
-            })
-        });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        let open = connections.opened();
-        tokio::spawn(async move {
-            let _ = conn.await;
-            drop(open);
-        });
+        workers.dispatch(stream, remote, connections.opened());
     }
     drop(listener);
     app.closing.cancel();
-    tracing::info!("shutting down: draining {} connection(s)", graceful.count());
+    tracing::info!(
+        "shutting down: draining {} connection(s)",
+        workers.open_connections()
+    );
     let stop = async {
-        if tokio::time::timeout(opts.drain_timeout, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "in-flight requests did not finish within {}s",
-                opts.drain_timeout.as_secs()
-            );
-        }
+        workers.drain().await;
         fleet.shutdown().await;
     };
     tokio::select! {
@@ -183,6 +150,7 @@ pub async fn run_with_reloads(
             fleet.kill_all();
         }
     }
+    workers.stop().await;
     ttl.abort();
     trimmer.abort();
     preload_task.abort();

@@ -390,3 +390,68 @@ async fn slow_headers_are_cut_off() {
     assert_eq!(get(&format!("{}/health", h.url)).await.status, 200);
     h.stop().await;
 }
+
+/// Requests reuse idle upstream connections: twenty requests on one client connection open no
+/// upstream connection beyond the first request's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_reused() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let h = Harness::start(&one_model("")).await;
+    let addr = h.url.trim_start_matches("http://").to_string();
+    let mut conn = BufReader::new(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    let body = chat("a").to_string();
+    let mut send = async || {
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.get_mut()
+            .write_all(format!("{head}{body}").as_bytes())
+            .await
+            .unwrap();
+        let (mut status, mut length) = (String::new(), 0usize);
+        conn.read_line(&mut status).await.unwrap();
+        loop {
+            let mut line = String::new();
+            conn.read_line(&mut line).await.unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut answer = vec![0; length];
+        conn.read_exact(&mut answer).await.unwrap();
+        status
+    };
+    assert!(send().await.starts_with("HTTP/1.1 200"));
+    let opened = h.count_events("a", "connection");
+    for _ in 0..20 {
+        assert!(send().await.starts_with("HTTP/1.1 200"));
+    }
+    assert_eq!(h.count_events("a", "connection"), opened);
+    h.stop().await;
+}
+
+/// An engine that closes keep-alive connections while they sit idle costs no request: the next one
+/// goes on a fresh connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_closed_by_the_engine_are_not_used() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("a", "--idle-close-ms 50", "")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    for _ in 0..5 {
+        let resp = post_json(&url, &chat("a")).await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        h.count_events("a", "connection") >= 5,
+        "the engine closed them"
+    );
+    h.stop().await;
+}

@@ -26,7 +26,8 @@ use crate::config::Config;
 use crate::error::{render, Error};
 use crate::fleet::Fleet;
 use crate::logs::Logs;
-use crate::proxy::{self, HttpClient, Outgoing};
+use crate::proxy::{self, Outgoing};
+use crate::upstream::{self, Upstream};
 use extract::BodyKind;
 
 /// Limits on what a client may send.
@@ -53,14 +54,14 @@ pub struct App {
     pub closing: tokio_util::sync::CancellationToken,
     pub profiles: routing::Profiles,
     pub spillover: routing::Spillover,
-    peer_clients: BTreeMap<String, HttpClient>,
+    peer_clients: BTreeMap<String, Arc<Upstream>>,
     pub inflight: Arc<inflight::Inflight>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub config: Arc<Config>,
     pub logs: Arc<Logs>,
     pub limits: Limits,
     keys: auth::Keys,
-    clients: BTreeMap<String, HttpClient>,
+    clients: BTreeMap<String, Arc<Upstream>>,
 }
 
 impl App {
@@ -92,11 +93,11 @@ impl App {
             .map(|m| {
                 (
                     m.id.clone(),
-                    proxy::client(
-                        m.timeouts.connect,
-                        m.timeouts.keepalive,
-                        m.timeouts.idle_conn,
-                    ),
+                    Upstream::new(upstream::Settings {
+                        connect: m.timeouts.connect,
+                        keepalive: m.timeouts.keepalive,
+                        idle: m.timeouts.idle_conn,
+                    }),
                 )
             })
             .collect();
@@ -106,11 +107,11 @@ impl App {
             .map(|(id, p)| {
                 (
                     id.clone(),
-                    proxy::client(
-                        p.timeouts.connect,
-                        p.timeouts.keepalive,
-                        p.timeouts.idle_conn,
-                    ),
+                    Upstream::new(upstream::Settings {
+                        connect: p.timeouts.connect,
+                        keepalive: p.timeouts.keepalive,
+                        idle: p.timeouts.idle_conn,
+                    }),
                 )
             })
             .collect();

@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     metrics: Arc<Metrics>,
     state_file: StateFile,
     shutting_down: AtomicBool,
+    /// The control runtime (the one the fleet was made on), where instances are supervised.
+    runtime: tokio::runtime::Handle,
 }
 
 /// The instances corral runs. Cheap to clone.
@@ -120,6 +122,7 @@ impl Fleet {
             metrics,
             state_file,
             shutting_down: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::current(),
         };
         Fleet {
             inner: Arc::new(inner),
@@ -667,7 +670,8 @@ impl Fleet {
         };
         let poll = inst.pool.as_ref().and(inst.model.pool.slots_poll);
         tracing::info!(instance = id, "starting: {}", inst.spec.argv.join(" "));
-        tokio::spawn(instance::run(
+        // supervision runs on the control runtime, whichever thread's request started it
+        self.inner.runtime.spawn(instance::run(
             self.inner.clone(),
             inst.spec.clone(),
             sinks,

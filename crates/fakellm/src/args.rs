@@ -36,6 +36,8 @@ pub struct Config {
     pub report_devices: Vec<String>,
     pub threads: usize,
     pub embedding_dim: usize,
+    /// Close a keep-alive connection that sends no request for this long.
+    pub idle_close_ms: Option<u64>,
     /// Human readable warnings about ignored arguments, printed at startup.
     pub warnings: Vec<String>,
 }
@@ -72,6 +74,7 @@ impl Default for Config {
             report_devices: Vec::new(),
             threads: 1,
             embedding_dim: 8,
+            idle_close_ms: None,
             warnings: Vec::new(),
         }
     }
@@ -113,6 +116,7 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --report-device NAME[,NAME..]  also report buffers on these devices (e.g. CUDA0)
   --threads N              tokio worker threads (default 1)
   --embedding-dim N        embedding vector size (default 8)
+  --idle-close-ms MS       close keep-alive connections idle for MS
 
 Unknown flags are ignored with a warning.
 ";
@@ -132,6 +136,7 @@ const VALUE_FLAGS: &[&str] = &[
     "--loading-ms",
     "--progress-ms",
     "--exit-after-ms",
+    "--idle-close-ms",
     "--exit-code",
     "--stderr-lines",
     "--chunks",
@@ -239,6 +244,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--loading-ms" => cfg.loading_ms = num(flag, &v)?,
                 "--progress-ms" => cfg.progress_ms = num(flag, &v)?,
                 "--exit-after-ms" => cfg.exit_after_ms = Some(num(flag, &v)?),
+                "--idle-close-ms" => cfg.idle_close_ms = Some(num(flag, &v)?),
                 "--exit-code" => cfg.exit_code = num(flag, &v)?,
                 "--stderr-lines" => cfg.stderr_lines = num(flag, &v)?,
                 "--chunks" => cfg.chunks = num(flag, &v)?,

@@ -309,17 +309,23 @@ async fn accept_loop(st: Arc<State>, listener: TcpListener) {
             }
         };
         let _ = stream.set_nodelay(true);
+        if let Some(ev) = &st.events {
+            ev.emit("connection", &[]);
+        }
         let st = st.clone();
         tokio::spawn(async move {
+            let idle_close = st.cfg.idle_close_ms.map(Duration::from_millis);
             let svc = service_fn(move |req| {
                 let st = st.clone();
                 async move { Ok::<_, Infallible>(handle(st, req).await) }
             });
-            let _ = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            let mut builder = http1::Builder::new();
+            builder.timer(TokioTimer::new()).keep_alive(true);
+            if let Some(idle) = idle_close {
+                // the header-read timer also runs while a keep-alive connection waits
+                builder.header_read_timeout(idle);
+            }
+            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
         });
     }
 }

@@ -1,0 +1,331 @@
+//! Connections to engines and peers, each driven by the request that uses it.
+//!
+//! A pooled client runs every upstream connection as a task of its own, so each request and each
+//! body chunk crosses tasks (often threads) twice on its way. Here the request's own task polls
+//! the connection: while it waits for the response head and, through [`UpstreamBody`], while the
+//! body streams. A connection whose body ended cleanly goes back to an idle list for the next
+//! request to the same address; one dropped before its end is closed, so the engine sees the
+//! client leave at once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::body::{Body, BoxError};
+
+type Connection = http1::Connection<TokioIo<TcpStream>, Body>;
+
+/// Idle connections kept per address.
+const MAX_IDLE_PER_ADDRESS: usize = 64;
+
+/// How connections to an upstream are made and kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Time allowed for the TCP connect.
+    pub connect: Duration,
+    /// TCP keepalive idle time.
+    pub keepalive: Duration,
+    /// How long an unused connection is kept for reuse.
+    pub idle: Duration,
+}
+
+/// Why a request got no response head.
+#[derive(Debug)]
+pub enum Failure {
+    /// The TCP connection could not be made.
+    Connect(String),
+    /// The connection failed or closed before a response head arrived.
+    Exchange(hyper::Error),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Connect(msg) => f.write_str(msg),
+            Failure::Exchange(e) => {
+                write!(f, "{e}")?;
+                let mut source = std::error::Error::source(e);
+                while let Some(s) = source {
+                    write!(f, ": {s}")?;
+                    source = s.source();
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The idle connections of one upstream (an engine's instances or a peer), by thread and address.
+///
+/// A connection's socket is registered with the event loop of the thread that opened it, so it
+/// is reused only from that thread: anywhere else, each of its wake-ups would cross threads.
+pub struct Upstream {
+    settings: Settings,
+    idle: Mutex<HashMap<u64, HashMap<String, Vec<Idle>>>>,
+}
+
+/// This thread's key in the idle lists.
+fn home() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local!(static HOME: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    HOME.with(|h| *h)
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+/// One HTTP/1.1 connection: the sending half and the connection future that does the I/O.
+struct Conn {
+    home: u64,
+    address: String,
+    sender: http1::SendRequest<Body>,
+    /// `None` once the connection has ended.
+    driver: Option<Pin<Box<Connection>>>,
+}
+
+impl Conn {
+    /// Lets the connection read and write what it can; false once it has ended.
+    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(driver) = self.driver.as_mut() {
+            if driver.as_mut().poll(cx).is_ready() {
+                self.driver = None;
+            }
+        }
+        self.driver.is_some()
+    }
+
+    /// Sends `req` and waits for the response head, driving the connection meanwhile. A request
+    /// the connection never took (it had closed) comes back in the error.
+    async fn exchange(
+        &mut self,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Body>>> {
+        let mut pending = std::pin::pin!(self.sender.try_send_request(req));
+        std::future::poll_fn(|cx| {
+            self.drive(cx);
+            pending.as_mut().poll(cx)
+        })
+        .await
+    }
+}
+
+impl Upstream {
+    pub fn new(settings: Settings) -> Arc<Upstream> {
+        Arc::new(Upstream {
+            settings,
+            idle: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sends `req` (origin-form URI, `Host` set) to `address` (`host:port`) on an idle connection
+    /// when one is alive, else on a new one.
+    pub async fn send(
+        self: &Arc<Self>,
+        address: &str,
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, Failure> {
+        while let Some(mut conn) = self.checkout(address) {
+            match conn.exchange(req).await {
+                Ok(resp) => return Ok(self.wrap(conn, resp)),
+                Err(mut e) => match e.take_message() {
+                    // closed while idle: the request was not sent, so it can go on another
+                    Some(unsent) => req = unsent,
+                    None => return Err(Failure::Exchange(e.into_error())),
+                },
+            }
+        }
+        let mut conn = self.connect(address).await?;
+        match conn.exchange(req).await {
+            Ok(resp) => Ok(self.wrap(conn, resp)),
+            Err(e) => Err(Failure::Exchange(e.into_error())),
+        }
+    }
+
+    /// Opens a connection for one upgrade (websocket) request; it runs as its own task so the
+    /// upgraded stream outlives the response.
+    pub async fn send_upgrade(
+        &self,
+        address: &str,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, Failure> {
+        let stream = self.tcp(address).await?;
+        let (mut sender, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(Failure::Exchange)?;
+        tokio::spawn(conn.with_upgrades());
+        sender.send_request(req).await.map_err(Failure::Exchange)
+    }
+
+    fn wrap(self: &Arc<Self>, conn: Conn, resp: Response<Incoming>) -> Response<UpstreamBody> {
+        resp.map(|incoming| UpstreamBody {
+            incoming,
+            conn: Some(conn),
+            upstream: self.clone(),
+        })
+    }
+
+    /// The most recently used idle connection to `address` that is still open.
+    fn checkout(&self, address: &str) -> Option<Conn> {
+        loop {
+            let Idle { mut conn, since } = self
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&home())?
+                .get_mut(address)?
+                .pop()?;
+            if since.elapsed() > self.settings.idle {
+                continue;
+            }
+            // a poll reads the close of a connection the upstream ended while it sat idle
+            if conn.drive(&mut Context::from_waker(Waker::noop())) && conn.sender.is_ready() {
+                return Some(conn);
+            }
+        }
+    }
+
+    fn checkin(&self, conn: Conn) {
+        if conn.driver.is_none() || conn.sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle
+            .entry(conn.home)
+            .or_default()
+            .entry(conn.address.clone())
+            .or_default();
+        let expired = list
+            .iter()
+            .take_while(|i| i.since.elapsed() > self.settings.idle)
+            .count();
+        list.drain(..expired);
+        if list.len() < MAX_IDLE_PER_ADDRESS {
+            list.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// Idle connections to `address`, from all threads (for tests and diagnostics).
+    pub fn idle_count(&self, address: &str) -> usize {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(|by_address| by_address.get(address))
+            .map(Vec::len)
+            .sum()
+    }
+
+    async fn tcp(&self, address: &str) -> Result<TcpStream, Failure> {
+        let connect = self.settings.connect;
+        let stream = tokio::time::timeout(connect, TcpStream::connect(address))
+            .await
+            .map_err(|_| {
+                Failure::Connect(format!(
+                    "tcp connect error: {address}: no answer within {}s",
+                    connect.as_secs_f64()
+                ))
+            })?
+            .map_err(|e| Failure::Connect(format!("tcp connect error: {address}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        let keepalive = socket2::TcpKeepalive::new().with_time(self.settings.keepalive);
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+        Ok(stream)
+    }
+
+    async fn connect(&self, address: &str) -> Result<Conn, Failure> {
+        let stream = self.tcp(address).await?;
+        let (sender, driver) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(Failure::Exchange)?;
+        Ok(Conn {
+            home: home(),
+            address: address.to_string(),
+            sender,
+            driver: Some(Box::pin(driver)),
+        })
+    }
+}
+
+/// An upstream response body that drives its connection and returns it to the idle list once the
+/// body has ended.
+pub struct UpstreamBody {
+    incoming: Incoming,
+    conn: Option<Conn>,
+    upstream: Arc<Upstream>,
+}
+
+impl UpstreamBody {
+    fn release(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.upstream.checkin(conn);
+        }
+    }
+}
+
+impl HttpBody for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some(conn) = this.conn.as_mut() {
+            conn.drive(cx);
+        }
+        match Pin::new(&mut this.incoming).poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.release();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.conn = None;
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.incoming.is_end_stream() {
+                    this.release();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        // a body read to its end leaves the connection ready for another request
+        if self.incoming.is_end_stream() {
+            self.release();
+        }
+    }
+}
