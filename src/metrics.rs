@@ -279,7 +279,8 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    /// Reads a JSON document's `usage`/`timings` into typed fields, skipping everything else.
+    /// Reads a JSON document's `usage`/`timings` into typed fields. Only those values are parsed:
+    /// found by their keys (the same words inside a string have escaped quotes and do not match).
     pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
         #[derive(serde::Deserialize)]
         struct Usage {
@@ -293,18 +294,7 @@ impl Tokens {
             prompt_n: Option<u64>,
             predicted_n: Option<u64>,
         }
-        #[derive(serde::Deserialize)]
-        struct Nested {
-            usage: Option<Usage>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Parts {
-            usage: Option<Usage>,
-            timings: Option<Timings>,
-            response: Option<Nested>,
-        }
-        let p: Parts = serde_json::from_slice(bytes).ok()?;
-        if let Some(u) = p.usage.or(p.response.and_then(|r| r.usage)) {
+        if let Some(u) = value_of::<Option<Usage>>(bytes, b"\"usage\"").flatten() {
             let prompt = u.prompt_tokens.or(u.input_tokens);
             let completion = u.completion_tokens.or(u.output_tokens);
             if prompt.is_some() || completion.is_some() {
@@ -314,7 +304,7 @@ impl Tokens {
                 });
             }
         }
-        let t = p.timings?;
+        let t: Timings = value_of(bytes, b"\"timings\"")?;
         Some(Tokens {
             prompt: t.prompt_n.unwrap_or(0),
             completion: t.predicted_n.unwrap_or(0),
@@ -343,6 +333,21 @@ impl Tokens {
             completion: t.get("predicted_n").and_then(|n| n.as_u64()).unwrap_or(0),
         })
     }
+}
+
+/// The value after the last `quoted_key:` in `bytes`, read without looking at anything else.
+fn value_of<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], quoted_key: &[u8]) -> Option<T> {
+    let mut end = bytes.len();
+    while let Some(at) = memchr::memmem::rfind(&bytes[..end], quoted_key) {
+        let after = bytes[at + quoted_key.len()..].trim_ascii_start();
+        if let Some(value) = after.strip_prefix(b":") {
+            let mut de = serde_json::Deserializer::from_slice(value);
+            return T::deserialize(&mut de).ok();
+        }
+        // a string value that reads like the key
+        end = at;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -386,6 +391,9 @@ mod tests {
             r#"{"response": {"usage": {"input_tokens": 2, "output_tokens": 4}}}"#,
             r#"{"choices": []}"#,
             r#"{"usage": null, "timings": {"prompt_n": 1}}"#,
+            r#"{"usage" : {"prompt_tokens": 1}, "object": "usage"}"#,
+            r#"{"choices": [{"content": "say \"usage\": {\"prompt_tokens\": 9}"}]}"#,
+            r#"{"choices": [{"content": "\"timings\": {}"}], "usage": {"completion_tokens": 2}}"#,
         ] {
             let v: serde_json::Value = serde_json::from_str(doc).unwrap();
             assert_eq!(

@@ -32,6 +32,12 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::CONNECTION) {
+        for name in HOP_BY_HOP {
+            headers.remove(*name);
+        }
+        return;
+    }
     let listed: Vec<String> = headers
         .get_all(header::CONNECTION)
         .iter()

@@ -55,10 +55,12 @@ impl Drop for Guard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.id);
-        let _ = self
-            .registry
-            .events
-            .send(json!({"operation": "remove", "id": self.id}));
+        if self.registry.events.receiver_count() > 0 {
+            let _ = self
+                .registry
+                .events
+                .send(json!({"operation": "remove", "id": self.id}));
+        }
     }
 }
 

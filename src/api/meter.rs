@@ -57,7 +57,9 @@ pub struct Metered {
     first_byte: bool,
     sse: bool,
     line: Vec<u8>,
-    json: Option<Vec<u8>>,
+    /// A non-streaming JSON body's chunks (shared, not copied), read for `usage` at the end.
+    json: Option<Vec<Bytes>>,
+    json_len: usize,
     tokens: Option<Tokens>,
     finished: bool,
     inflight: Option<super::inflight::Guard>,
@@ -84,6 +86,7 @@ impl Metered {
             sse,
             line: Vec::new(),
             json,
+            json_len: 0,
             tokens: None,
             finished: false,
             inflight: None,
@@ -127,9 +130,10 @@ impl Metered {
                     self.line.push(b);
                 }
             }
-        } else if let Some(buf) = &mut self.json {
-            if buf.len() + data.len() <= JSON_COPY_LIMIT {
-                buf.extend_from_slice(data);
+        } else if let Some(chunks) = &mut self.json {
+            self.json_len += data.len();
+            if self.json_len <= JSON_COPY_LIMIT {
+                chunks.push(data.clone());
             } else {
                 self.json = None;
             }
@@ -142,7 +146,7 @@ impl Metered {
         };
         let data = data.trim_ascii();
         // only the events that carry counts are parsed (usually the last one)
-        let carries = |key: &[u8]| data.windows(key.len()).any(|w| w == key);
+        let carries = |key: &[u8]| memchr::memmem::find(data, key).is_some();
         if data.first() != Some(&b'{') || !(carries(b"\"usage\"") || carries(b"\"timings\"")) {
             return;
         }
@@ -155,8 +159,12 @@ impl Metered {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
-        if let Some(buf) = self.json.take() {
-            self.tokens = Tokens::from_slice(&buf).or(self.tokens);
+        if let Some(chunks) = self.json.take() {
+            let found = match chunks.as_slice() {
+                [one] => Tokens::from_slice(one),
+                many => Tokens::from_slice(&many.concat()),
+            };
+            self.tokens = found.or(self.tokens);
         }
         let l = [self.labels.model.as_str(), self.labels.route.as_str()];
         self.metrics

@@ -1067,6 +1067,15 @@ impl Inner {
         self.touch();
     }
 
+    /// Gives back a request's hold on an instance: wakes waiters for capacity, but tells no
+    /// watcher, since no state they show has changed (this runs once per request).
+    fn release(&self, id: &str, f: impl FnOnce(&mut Instance)) {
+        if let Some(inst) = self.lock().instances.get_mut(id) {
+            f(inst);
+        }
+        self.changed.notify_waiters();
+    }
+
     /// Wakes waiters and tells watchers (events, metrics) that something changed.
     fn touch(&self) {
         self.changed.notify_waiters();
@@ -1156,7 +1165,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let direct = self.direct;
-        self.inner.update(&self.id, |i| {
+        self.inner.release(&self.id, |i| {
             i.in_flight -= 1;
             if direct {
                 i.reserved -= 1;
