@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -123,12 +123,46 @@ impl Conn {
     }
 }
 
+/// Every upstream, so each thread can sweep its idle connections.
+static ALL: Mutex<Vec<Weak<Upstream>>> = Mutex::new(Vec::new());
+
+/// Closes this thread's idle connections that have expired or that their upstream has closed
+/// (an engine that stopped leaves them half-closed until then).
+pub fn sweep_this_thread() {
+    let live: Vec<Arc<Upstream>> = {
+        let mut all = ALL.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|u| u.strong_count() > 0);
+        all.iter().filter_map(Weak::upgrade).collect()
+    };
+    for upstream in live {
+        upstream.sweep(home());
+    }
+}
+
 impl Upstream {
     pub fn new(settings: Settings) -> Arc<Upstream> {
-        Arc::new(Upstream {
+        let upstream = Arc::new(Upstream {
             settings,
             idle: Mutex::new(HashMap::new()),
-        })
+        });
+        ALL.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&upstream));
+        upstream
+    }
+
+    fn sweep(&self, home: u64) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(by_address) = idle.get_mut(&home) else {
+            return;
+        };
+        for list in by_address.values_mut() {
+            list.retain_mut(|i| {
+                i.since.elapsed() <= self.settings.idle
+                    && i.conn.drive(&mut Context::from_waker(Waker::noop()))
+            });
+        }
+        by_address.retain(|_, list| !list.is_empty());
     }
 
     /// Sends `req` (origin-form URI, `Host` set) to `address` (`host:port`) on an idle connection

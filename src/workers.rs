@@ -172,6 +172,7 @@ async fn serve(
 ) {
     let builder = connection_builder(shared.header_read_timeout);
     let graceful = GracefulShutdown::new();
+    let heartbeat = tokio::spawn(heartbeat());
     while let Some(Accepted {
         stream,
         remote,
@@ -210,5 +211,19 @@ async fn serve(
             "in-flight requests did not finish within {}s",
             drain_timeout.as_secs()
         );
+    }
+    heartbeat.abort();
+}
+
+/// Once a second, closes this thread's idle upstream connections that expired or were closed by
+/// their engine. Its timer also keeps the event loop from waking for each request's header-read
+/// timer: a loop is woken when a timer is set that is due before every armed one, which is every
+/// time when no other timer is armed.
+async fn heartbeat() {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        crate::upstream::sweep_this_thread();
     }
 }

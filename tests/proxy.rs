@@ -455,3 +455,44 @@ async fn idle_connections_closed_by_the_engine_are_not_used() {
     );
     h.stop().await;
 }
+
+/// Open TCP connections (established or half-closed by the peer) to a loopback port.
+fn connections_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = fields[2].rsplit(':').next().unwrap_or("");
+            u16::from_str_radix(remote_port, 16) == Ok(port) && matches!(fields[3], "01" | "08")
+        })
+        .count()
+}
+
+/// When an engine stops, corral keeps no connection to it: the idle ones close within seconds
+/// instead of lingering half-closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_connection_lingers_to_a_stopped_engine() {
+    let h = Harness::start(&format!("models:\n{}", fake_model("a", "", "ttl: 1"))).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    for _ in 0..4 {
+        assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    }
+    let port = h.events("a")[0]["port"].as_u64().unwrap() as u16;
+    assert!(connections_to(port) > 0, "idle connections kept for reuse");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !h.running().await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("ttl stops the engine");
+    eventually(
+        Duration::from_secs(5),
+        "no connection to the engine",
+        || connections_to(port) == 0,
+    )
+    .await;
+    h.stop().await;
+}
