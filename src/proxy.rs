@@ -12,7 +12,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Request, Response};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response};
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 
@@ -31,24 +31,23 @@ const HOP_BY_HOP: &[&str] = &[
     "host",
 ];
 
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.iter().any(|h| name == h)
+}
+
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.contains_key(header::CONNECTION) {
-        for name in HOP_BY_HOP {
-            headers.remove(*name);
-        }
-        return;
-    }
     let listed: Vec<String> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .filter(|name| !name.is_empty())
         .collect();
-    for name in HOP_BY_HOP
-        .iter()
-        .copied()
-        .chain(listed.iter().map(String::as_str))
-    {
+    for name in &listed {
+        headers.remove(name.as_str());
+    }
+    // one pass over the few headers present, rather than a lookup for every hop-by-hop name
+    while let Some(name) = headers.keys().find(|k| is_hop_by_hop(k)).cloned() {
         headers.remove(name);
     }
 }
@@ -71,27 +70,26 @@ struct Destination {
 
 /// Splits `base` + `path_and_query` into what the connection needs; only `http://` is spoken.
 fn destination(base: &str, path_and_query: &str) -> Result<Destination, Error> {
-    let full = format!("{}{}", base.trim_end_matches('/'), path_and_query);
-    let uri: http::Uri = full
-        .parse()
-        .map_err(|e| Error::Internal(format!("bad upstream URL {full:?}: {e}")))?;
-    if uri.scheme_str() != Some("http") {
+    let bad = |why: &str| Error::Internal(format!("bad upstream URL {base:?}: {why}"));
+    let Some(rest) = base.strip_prefix("http://") else {
         return Err(Error::Upstream(format!(
             "cannot reach {base}: only http:// upstreams are supported"
         )));
-    }
-    let authority = uri
-        .authority()
-        .ok_or_else(|| Error::Internal(format!("bad upstream URL {full:?}: no host")))?;
+    };
+    let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority: http::uri::Authority = authority.parse().map_err(|_| bad("bad host"))?;
     let address = match authority.port_u16() {
         Some(_) => authority.as_str().to_string(),
         None => format!("{}:80", authority.host()),
     };
-    let host = HeaderValue::from_str(authority.as_str())
-        .map_err(|e| Error::Internal(format!("bad upstream host: {e}")))?;
-    let origin_form = uri.path_and_query().map_or("/", |p| p.as_str());
-    let uri = http::Uri::try_from(origin_form)
-        .map_err(|e| Error::Internal(format!("bad upstream path: {e}")))?;
+    let host = HeaderValue::from_str(authority.as_str()).map_err(|_| bad("bad host"))?;
+    let prefix = prefix.trim_end_matches('/');
+    let uri = if prefix.is_empty() {
+        http::Uri::try_from(path_and_query)
+    } else {
+        http::Uri::try_from(format!("{prefix}{path_and_query}"))
+    }
+    .map_err(|e| bad(&format!("bad path {path_and_query:?}: {e}")))?;
     Ok(Destination {
         address,
         authority: host,
@@ -235,5 +233,56 @@ where
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destinations() {
+        let d = destination("http://127.0.0.1:8080", "/v1/models?x=1").unwrap();
+        assert_eq!(
+            (
+                d.address.as_str(),
+                d.authority.to_str().unwrap(),
+                d.uri.to_string().as_str()
+            ),
+            ("127.0.0.1:8080", "127.0.0.1:8080", "/v1/models?x=1")
+        );
+        let d = destination("http://peer.local/api/", "/v1/chat/completions").unwrap();
+        assert_eq!(
+            (
+                d.address.as_str(),
+                d.authority.to_str().unwrap(),
+                d.uri.to_string().as_str()
+            ),
+            ("peer.local:80", "peer.local", "/api/v1/chat/completions")
+        );
+        assert!(matches!(
+            destination("https://peer", "/x"),
+            Err(Error::Upstream(_))
+        ));
+        assert!(destination("http://bad host", "/x").is_err());
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_named_ones_too() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("host", "a"),
+            ("connection", "keep-alive, X-Trace"),
+            ("x-trace", "1"),
+            ("te", "trailers"),
+            ("authorization", "Bearer k"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        assert_eq!(
+            h.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
+            ["authorization"]
+        );
     }
 }

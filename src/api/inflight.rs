@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 struct Entry {
     model: String,
     path: String,
-    method: String,
-    remote: String,
+    method: http::Method,
+    remote: std::net::IpAddr,
     started: SystemTime,
     token: CancellationToken,
 }
@@ -21,7 +21,7 @@ struct Entry {
 impl Entry {
     fn record(&self, id: u64) -> Value {
         json!({"id": id, "timestamp": humantime_rfc3339(self.started), "model": self.model,
-            "req_path": self.path, "method": self.method, "remote_ip": self.remote})
+            "req_path": self.path, "method": self.method.as_str(), "remote_ip": self.remote.to_string()})
     }
 }
 
@@ -69,16 +69,16 @@ impl Inflight {
         self: &Arc<Self>,
         model: &str,
         path: &str,
-        method: &str,
-        remote: &str,
+        method: &http::Method,
+        remote: std::net::IpAddr,
         token: CancellationToken,
     ) -> Guard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let entry = Entry {
             model: model.into(),
             path: path.into(),
-            method: method.into(),
-            remote: remote.into(),
+            method: method.clone(),
+            remote,
             started: SystemTime::now(),
             token,
         };
@@ -166,8 +166,8 @@ mod tests {
         let guard = reg.register(
             "m",
             "/v1/chat/completions",
-            "POST",
-            "127.0.0.1",
+            &http::Method::POST,
+            std::net::Ipv4Addr::LOCALHOST.into(),
             token.clone(),
         );
         assert_eq!(reg.snapshot()["requests"].as_array().unwrap().len(), 1);

@@ -262,7 +262,7 @@ pub struct Seen {
     holds: Vec<Box<dyn Send + Sync>>,
     guard: Option<inflight::Guard>,
     token: tokio_util::sync::CancellationToken,
-    method: String,
+    method: Method,
     path: String,
     remote: SocketAddr,
 }
@@ -274,7 +274,7 @@ impl Seen {
             holds: Vec::new(),
             guard: None,
             token: Default::default(),
-            method: method.to_string(),
+            method: method.clone(),
             path: path.to_string(),
             remote,
         }
@@ -288,12 +288,11 @@ impl Seen {
     /// The model is known: list the request as in flight.
     fn found(&mut self, app: &App, model: &str) {
         self.model = Some(model.to_string());
-        let remote = self.remote.ip().to_string();
         self.guard = Some(app.inflight.register(
             model,
             &self.path,
             &self.method,
-            &remote,
+            self.remote.ip(),
             self.token.clone(),
         ));
     }
