@@ -11,12 +11,16 @@
 //! Pools (replicas of a role) keep a FIFO queue of tickets: a waiter may take a slot only while its
 //! position is below the number of free slots, so slots go out in arrival order.
 
+mod build;
 pub mod instance;
+mod lease;
 pub mod ledger;
 pub mod pick;
+mod placement;
+mod pool;
 pub mod swap;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -24,7 +28,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 
+pub use build::Retire;
 pub use instance::{Phase, StopReason};
+pub use lease::Lease;
 
 use crate::catalog::{Catalog, Target};
 use crate::config::{Config, PoolSettings};
@@ -32,8 +38,10 @@ use crate::error::Error;
 use crate::logs::{LogRing, Logs};
 use crate::metrics::Metrics;
 use crate::supervisor::sweep::StateFile;
-use crate::supervisor::{HealthClient, ProcessSpec, Sinks, Spawner, StartError};
+use crate::supervisor::{HealthClient, Sinks, Spawner, StartError};
+use build::{build_instances, build_pools, same_process};
 use instance::Instance;
+use lease::{Reservation, Turn};
 
 struct PoolState {
     members: Vec<String>,
@@ -295,198 +303,6 @@ impl Fleet {
         }
     }
 
-    async fn acquire_pool(&self, pool: &str, avoid: Option<&str>) -> Result<Lease, Error> {
-        let ticket = {
-            let mut st = self.inner.lock();
-            let st = &mut *st;
-            let p = st.pools.get_mut(pool).ok_or(Error::UnknownModel)?;
-            if p.queue.len() >= p.settings.queue_depth.max(1) {
-                return Err(Error::Busy {
-                    status: 429,
-                    message: format!(
-                        "all replicas of {pool} are busy and its queue is full ({} waiting)",
-                        p.queue.len()
-                    ),
-                    retry_after: 1,
-                });
-            }
-            st.next_ticket += 1;
-            p.queue.push_back(st.next_ticket);
-            Ticket {
-                inner: self.inner.clone(),
-                pool: pool.to_string(),
-                id: st.next_ticket,
-            }
-        };
-        let timeout = self
-            .inner
-            .lock()
-            .pools
-            .get(pool)
-            .map_or(Duration::from_secs(60), |p| p.settings.queue_timeout);
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut awaited: HashMap<String, u64> = HashMap::new();
-        loop {
-            let notified = self.inner.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut st = self.inner.lock();
-                self.check_open(pool)?;
-                if !st.pools.contains_key(pool) {
-                    return Err(Error::UnknownModel); // removed by a reload while waiting
-                }
-                if let Some(lease) = self.try_pick(&mut st, pool, ticket.id, avoid) {
-                    return Ok(lease);
-                }
-                self.grow_pool(&mut st, pool, avoid, &mut awaited)?;
-            }
-            tokio::select! {
-                _ = notified => {}
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Err(Error::Busy {
-                        status: 503,
-                        message: format!("no replica of {pool} had a free slot within {}s", timeout.as_secs()),
-                        retry_after: 1,
-                    });
-                }
-            }
-        }
-    }
-
-    /// Takes a slot for the ticket when its place in the queue is within the free slots.
-    fn try_pick(
-        &self,
-        st: &mut State,
-        pool: &str,
-        ticket: u64,
-        avoid: Option<&str>,
-    ) -> Option<Lease> {
-        let p = &st.pools[pool];
-        let round_robin = p.settings.round_robin;
-        let position = p.queue.iter().position(|t| *t == ticket)?;
-        let members: Vec<&Instance> = p.members.iter().map(|m| &st.instances[m]).collect();
-        let candidates: Vec<pick::Candidate> = members
-            .iter()
-            .enumerate()
-            .filter(|(_, i)| i.phase == Phase::Ready && Some(i.id.as_str()) != avoid)
-            .filter(|(_, i)| self.conflict_free(st, &i.id))
-            .map(|(index, i)| pick::Candidate {
-                index,
-                // round-robin sends regardless of slots: every ready replica always takes one more
-                free: if round_robin { 1 } else { i.free_slots() },
-                last_picked: i.last_picked,
-            })
-            .collect();
-        let free: usize = candidates.iter().map(|c| c.free).sum();
-        if !round_robin && position >= free {
-            return None;
-        }
-        let chosen = members[pick::pick(&candidates)?].id.clone();
-        st.picks += 1;
-        let picks = st.picks;
-        let inst = st.instances.get_mut(&chosen).expect("member");
-        inst.in_flight += 1;
-        inst.last_picked = picks;
-        let proxy = inst.proxy.clone();
-        st.pools
-            .get_mut(pool)
-            .expect("pool")
-            .queue
-            .retain(|t| *t != ticket);
-        Some(Lease {
-            inner: self.inner.clone(),
-            id: chosen,
-            proxy,
-            direct: false,
-        })
-    }
-
-    /// Starts replicas when waiting requests exceed the slots on their way; fails when none can serve.
-    fn grow_pool(
-        &self,
-        st: &mut State,
-        pool: &str,
-        avoid: Option<&str>,
-        awaited: &mut HashMap<String, u64>,
-    ) -> Result<(), Error> {
-        let p = &st.pools[pool];
-        let members = p.members.clone();
-        let waiting = p.queue.len();
-        let start_all = p.settings.start_all;
-        let mut failed = Vec::new();
-        for m in &members {
-            let inst = &st.instances[m];
-            if let Some(err) = awaited.get(m).and_then(|g| failed_start(inst, Some(*g))) {
-                failed.push((m.clone(), err));
-            }
-        }
-        let usable =
-            |i: &Instance| Some(i.id.as_str()) != avoid && !failed.iter().any(|(f, _)| *f == i.id);
-        let ready_free: usize = members
-            .iter()
-            .map(|m| &st.instances[m])
-            .filter(|i| i.phase == Phase::Ready && usable(i))
-            .map(|i| i.free_slots())
-            .sum();
-        let coming: usize = members
-            .iter()
-            .map(|m| &st.instances[m])
-            .filter(|i| i.phase == Phase::Starting)
-            .map(|i| i.slots)
-            .sum();
-        let alive = members.iter().map(|m| &st.instances[m]).any(|i| {
-            matches!(i.phase, Phase::Ready | Phase::Starting | Phase::Stopping) && usable(i)
-        });
-        let startable: Vec<String> = members
-            .iter()
-            .filter(|m| {
-                let i = &st.instances[*m];
-                i.phase == Phase::Stopped && !i.in_backoff() && usable(i)
-            })
-            .cloned()
-            .collect();
-        if !alive && startable.is_empty() {
-            let reason = failed.first().map(|(_, e)| e.to_string()).or_else(|| {
-                members
-                    .iter()
-                    .map(|m| &st.instances[m])
-                    .find(|i| i.in_backoff())
-                    .map(|i| backoff_error(i).to_string())
-            });
-            return Err(match reason {
-                Some(r) => Error::Busy {
-                    status: 503,
-                    message: format!("no replica of {pool} can serve: {r}"),
-                    retry_after: 1,
-                },
-                None => Error::Busy {
-                    status: 503,
-                    message: format!("no replica of {pool} can serve"),
-                    retry_after: 1,
-                },
-            });
-        }
-        let demand = waiting.saturating_sub(ready_free);
-        if demand == 0 && alive {
-            return Ok(());
-        }
-        let mut capacity = coming;
-        for m in startable {
-            if !start_all && capacity >= demand && alive {
-                break;
-            }
-            if let Prepared::Started(g) = self.prepare(st, &m, None) {
-                awaited.insert(m.clone(), g);
-                capacity += st.instances[&m].slots;
-            }
-            if !start_all && capacity >= demand.max(1) {
-                break;
-            }
-        }
-        Ok(())
-    }
-
     /// Under the lock: is `id` ready with nothing to evict, or what must happen first.
     fn prepare(&self, st: &mut State, id: &str, turn: Option<u64>) -> Prepared {
         if st.instances[id].retire != Retire::No {
@@ -531,72 +347,6 @@ impl Fleet {
             Phase::Starting => Prepared::Starting(inst.generation),
             _ => Prepared::Waiting,
         }
-    }
-
-    /// With devices configured, finds room for `id` or says why not; `None` means it is placed.
-    fn make_room(&self, st: &mut State, id: &str) -> Option<Prepared> {
-        let devices = &st.config.devices.clone();
-        let need = st.instances[id].need.bytes;
-        if devices.is_empty() || need == 0 {
-            return None;
-        }
-        let pinned: Vec<usize> = st.instances[id]
-            .model
-            .memory
-            .devices
-            .iter()
-            .filter_map(|name| devices.iter().position(|d| &d.name == name))
-            .collect();
-        let holders: Vec<ledger::Holder> = st
-            .instances
-            .values()
-            .filter(|i| i.phase != Phase::Stopped && i.id != id)
-            .map(|i| ledger::Holder {
-                id: i.id.clone(),
-                devices: i.placed.clone(),
-                bytes: i.need.bytes,
-                busy: busy(st, &i.id),
-                stopping: i.phase == Phase::Stopping
-                    || i.stop.as_ref().is_some_and(|s| s.borrow().is_some()),
-                last_used: i.last_used,
-            })
-            .collect();
-        match ledger::place(devices, need, &pinned, &holders) {
-            ledger::Placement::Fits(on) => {
-                st.instances.get_mut(id).expect("known").placed = on;
-                None
-            }
-            ledger::Placement::Evict(victims) => {
-                for v in victims {
-                    tracing::info!(instance = %v, "stopping to make room for {id}");
-                    let inst = st.instances.get_mut(&v).expect("holder");
-                    let grace = st.config.health_check_timeout;
-                    inst.order_stop(grace, StopReason::Memory);
-                }
-                Some(Prepared::Waiting)
-            }
-            ledger::Placement::WaitForStops => Some(Prepared::Waiting),
-            ledger::Placement::Blocked(why) => Some(Prepared::NoRoom(format!(
-                "insufficient_memory: {id} needs {} ({}); {why}",
-                crate::memory::format_bytes(need),
-                st.instances[id].need.source
-            ))),
-            ledger::Placement::Never(why) => Some(Prepared::NeverFits(format!(
-                "insufficient_memory: {id} needs {} ({}) but {why}",
-                crate::memory::format_bytes(need),
-                st.instances[id].need.source
-            ))),
-        }
-    }
-
-    /// True when `id` could be served without evicting anything.
-    fn conflict_free(&self, st: &State, id: &str) -> bool {
-        let running = st
-            .instances
-            .iter()
-            .filter(|(_, i)| i.phase != Phase::Stopped)
-            .map(|(k, _)| k.as_str());
-        swap::conflicts(&st.config, &st.catalog, id, running).is_empty()
     }
 
     fn check_open(&self, what: &str) -> Result<(), Error> {
@@ -864,136 +614,6 @@ impl Fleet {
     }
 }
 
-/// Every instance a config describes, stopped.
-fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<String, Instance> {
-    let mut instances = BTreeMap::new();
-    for m in config.models.values() {
-        let model = Arc::new(m.clone());
-        for spec in &m.instances {
-            let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
-            let need = ledger::need_of(m, spec);
-            let mut env = m.env.clone();
-            if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
-                // llama-server prints its allocations at verbosity 4; the ledger reads them
-                env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
-            }
-            let load_timeout = crate::memory::load_deadline(
-                config.health_check_timeout,
-                need.weights,
-                config.load_bandwidth,
-                m.load_timeout,
-            );
-            let process = ProcessSpec {
-                id: spec.id.clone(),
-                argv: spec.argv.clone(),
-                base: spec.proxy.clone(),
-                env,
-                cmd_stop: spec.cmd_stop.clone(),
-                health_url: spec.check_endpoint.as_ref().and_then(|p| {
-                    format!("{}{}", spec.proxy.trim_end_matches('/'), p)
-                        .parse()
-                        .ok()
-                }),
-                load_timeout,
-                stall: config.load_stall,
-            };
-            let instance = Instance {
-                id: spec.id.clone(),
-                model: model.clone(),
-                pool,
-                spec: process,
-                proxy: spec.proxy.clone(),
-                logs: Arc::new(LogRing::default()),
-                phase: Phase::Stopped,
-                reserved: 0,
-                in_flight: 0,
-                external_busy: 0,
-                slots: spec.slots.unwrap_or(m.concurrency_limit),
-                last_used: Instant::now(),
-                last_picked: 0,
-                generation: 0,
-                last_error: None,
-                pid: None,
-                stop: None,
-                failures: 0,
-                retry_at: None,
-                need,
-                placed: Vec::new(),
-                measured: None,
-                retire: Retire::No,
-            };
-            instances.insert(spec.id.clone(), instance);
-        }
-    }
-    instances
-}
-
-/// The pools a catalog names; a pool that existed before keeps its queue.
-fn build_pools(
-    config: &Config,
-    catalog: &Catalog,
-    old: &mut BTreeMap<String, PoolState>,
-) -> BTreeMap<String, PoolState> {
-    catalog
-        .pools
-        .values()
-        .map(|p| {
-            let settings = config.models[&p.model].pool.clone();
-            let queue = old.remove(&p.id).map(|o| o.queue).unwrap_or_default();
-            (
-                p.id.clone(),
-                PoolState {
-                    members: p.members.clone(),
-                    settings,
-                    queue,
-                },
-            )
-        })
-        .collect()
-}
-
-/// Two specs run the same process: same command, environment, address and stop command.
-fn same_process(a: &ProcessSpec, b: &ProcessSpec) -> bool {
-    a.argv == b.argv
-        && a.env == b.env
-        && a.base == b.base
-        && a.cmd_stop == b.cmd_stop
-        && a.health_url == b.health_url
-}
-
-/// What a reload decided for an instance that was running.
-pub enum Retire {
-    No,
-    /// Its command changed: when idle, stop it and start the new one on the next request.
-    Replace(Box<Instance>),
-    /// The new config has no such instance: stop it when idle.
-    Remove,
-}
-
-impl PartialEq for Retire {
-    fn eq(&self, other: &Self) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
-    }
-}
-
-/// A llama-server whose verbosity the user did not set.
-fn wants_buffer_report(argv: &[String], env: &[(String, String)]) -> bool {
-    let is_llama = argv.first().is_some_and(|a| {
-        a.rsplit('/')
-            .next()
-            .is_some_and(|n| n.starts_with("llama-server"))
-    });
-    let set_in_argv = argv.iter().any(|a| {
-        matches!(
-            a.as_str(),
-            "-lv" | "--verbosity" | "--log-verbosity" | "-v" | "--verbose"
-        )
-    });
-    let set_in_env = env.iter().any(|(k, _)| k == "LLAMA_ARG_LOG_VERBOSITY")
-        || std::env::var_os("LLAMA_ARG_LOG_VERBOSITY").is_some();
-    is_llama && !set_in_argv && !set_in_env
-}
-
 enum Prepared {
     Ready,
     Started(u64),
@@ -1080,97 +700,5 @@ impl Inner {
     fn touch(&self) {
         self.changed.notify_waiters();
         self.generation.send_modify(|g| *g += 1);
-    }
-}
-
-/// A direct request admitted for an instance that has no lease yet.
-struct Reservation {
-    inner: Arc<Inner>,
-    id: String,
-    done: bool,
-}
-
-impl Reservation {
-    fn into_lease(mut self, proxy: String) -> Lease {
-        self.done = true;
-        Lease {
-            inner: self.inner.clone(),
-            id: std::mem::take(&mut self.id),
-            proxy,
-            direct: true,
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if !self.done {
-            self.inner.update(&self.id, |i| i.reserved -= 1);
-        }
-    }
-}
-
-/// A direct request's place among swap waiters; gone when the request is.
-struct Turn {
-    inner: Arc<Inner>,
-    seq: u64,
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        self.inner.lock().waiting.remove(&self.seq);
-        self.inner.touch();
-    }
-}
-
-/// A place in a pool's queue; dropping it (the client left) removes it at once.
-struct Ticket {
-    inner: Arc<Inner>,
-    pool: String,
-    id: u64,
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let mut st = self.inner.lock();
-        if let Some(p) = st.pools.get_mut(&self.pool) {
-            p.queue.retain(|t| *t != self.id);
-        }
-        drop(st);
-        self.inner.touch();
-    }
-}
-
-/// A request's hold on a ready instance. It lives in the response body, so the instance counts as
-/// busy until the last byte is sent or the client goes away.
-pub struct Lease {
-    inner: Arc<Inner>,
-    id: String,
-    proxy: String,
-    direct: bool,
-}
-
-impl Lease {
-    /// The instance id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The instance's base URL.
-    pub fn proxy(&self) -> String {
-        self.proxy.clone()
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        let direct = self.direct;
-        self.inner.release(&self.id, |i| {
-            i.in_flight -= 1;
-            if direct {
-                i.reserved -= 1;
-            }
-            i.last_used = Instant::now();
-        });
     }
 }

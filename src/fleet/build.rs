@@ -1,0 +1,144 @@
+//! Building the fleet's instances and pools from a config, and deciding on reload which running
+//! instances keep their process. Split out of `mod.rs` because it is pure construction from a
+//! config, apart from the locking and scheduling there.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::instance::Instance;
+use super::{ledger, Phase, PoolState};
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::logs::LogRing;
+use crate::supervisor::ProcessSpec;
+
+/// Every instance a config describes, stopped.
+pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<String, Instance> {
+    let mut instances = BTreeMap::new();
+    for m in config.models.values() {
+        let model = Arc::new(m.clone());
+        for spec in &m.instances {
+            let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
+            let need = ledger::need_of(m, spec);
+            let mut env = m.env.clone();
+            if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
+                // llama-server prints its allocations at verbosity 4; the ledger reads them
+                env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
+            }
+            let load_timeout = crate::memory::load_deadline(
+                config.health_check_timeout,
+                need.weights,
+                config.load_bandwidth,
+                m.load_timeout,
+            );
+            let process = ProcessSpec {
+                id: spec.id.clone(),
+                argv: spec.argv.clone(),
+                base: spec.proxy.clone(),
+                env,
+                cmd_stop: spec.cmd_stop.clone(),
+                health_url: spec.check_endpoint.as_ref().and_then(|p| {
+                    format!("{}{}", spec.proxy.trim_end_matches('/'), p)
+                        .parse()
+                        .ok()
+                }),
+                load_timeout,
+                stall: config.load_stall,
+            };
+            let instance = Instance {
+                id: spec.id.clone(),
+                model: model.clone(),
+                pool,
+                spec: process,
+                proxy: spec.proxy.clone(),
+                logs: Arc::new(LogRing::default()),
+                phase: Phase::Stopped,
+                reserved: 0,
+                in_flight: 0,
+                external_busy: 0,
+                slots: spec.slots.unwrap_or(m.concurrency_limit),
+                last_used: Instant::now(),
+                last_picked: 0,
+                generation: 0,
+                last_error: None,
+                pid: None,
+                stop: None,
+                failures: 0,
+                retry_at: None,
+                need,
+                placed: Vec::new(),
+                measured: None,
+                retire: Retire::No,
+            };
+            instances.insert(spec.id.clone(), instance);
+        }
+    }
+    instances
+}
+
+/// The pools a catalog names; a pool that existed before keeps its queue.
+pub(super) fn build_pools(
+    config: &Config,
+    catalog: &Catalog,
+    old: &mut BTreeMap<String, PoolState>,
+) -> BTreeMap<String, PoolState> {
+    catalog
+        .pools
+        .values()
+        .map(|p| {
+            let settings = config.models[&p.model].pool.clone();
+            let queue = old.remove(&p.id).map(|o| o.queue).unwrap_or_default();
+            (
+                p.id.clone(),
+                PoolState {
+                    members: p.members.clone(),
+                    settings,
+                    queue,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Two specs run the same process: same command, environment, address and stop command.
+pub(super) fn same_process(a: &ProcessSpec, b: &ProcessSpec) -> bool {
+    a.argv == b.argv
+        && a.env == b.env
+        && a.base == b.base
+        && a.cmd_stop == b.cmd_stop
+        && a.health_url == b.health_url
+}
+
+/// What a reload decided for an instance that was running.
+pub enum Retire {
+    No,
+    /// Its command changed: when idle, stop it and start the new one on the next request.
+    Replace(Box<Instance>),
+    /// The new config has no such instance: stop it when idle.
+    Remove,
+}
+
+impl PartialEq for Retire {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+/// A llama-server whose verbosity the user did not set.
+fn wants_buffer_report(argv: &[String], env: &[(String, String)]) -> bool {
+    let is_llama = argv.first().is_some_and(|a| {
+        a.rsplit('/')
+            .next()
+            .is_some_and(|n| n.starts_with("llama-server"))
+    });
+    let set_in_argv = argv.iter().any(|a| {
+        matches!(
+            a.as_str(),
+            "-lv" | "--verbosity" | "--log-verbosity" | "-v" | "--verbose"
+        )
+    });
+    let set_in_env = env.iter().any(|(k, _)| k == "LLAMA_ARG_LOG_VERBOSITY")
+        || std::env::var_os("LLAMA_ARG_LOG_VERBOSITY").is_some();
+    is_llama && !set_in_argv && !set_in_env
+}

@@ -1,0 +1,73 @@
+//! Device-memory placement: finding room for an instance on the configured devices (evicting idle
+//! holders when needed), and telling whether an instance could run without evicting anything.
+//! Split out of `mod.rs` so the memory-eviction decisions sit in one place.
+
+use super::{busy, ledger, swap, Fleet, Phase, Prepared, State, StopReason};
+
+impl Fleet {
+    /// With devices configured, finds room for `id` or says why not; `None` means it is placed.
+    pub(super) fn make_room(&self, st: &mut State, id: &str) -> Option<Prepared> {
+        let devices = &st.config.devices.clone();
+        let need = st.instances[id].need.bytes;
+        if devices.is_empty() || need == 0 {
+            return None;
+        }
+        let pinned: Vec<usize> = st.instances[id]
+            .model
+            .memory
+            .devices
+            .iter()
+            .filter_map(|name| devices.iter().position(|d| &d.name == name))
+            .collect();
+        let holders: Vec<ledger::Holder> = st
+            .instances
+            .values()
+            .filter(|i| i.phase != Phase::Stopped && i.id != id)
+            .map(|i| ledger::Holder {
+                id: i.id.clone(),
+                devices: i.placed.clone(),
+                bytes: i.need.bytes,
+                busy: busy(st, &i.id),
+                stopping: i.phase == Phase::Stopping
+                    || i.stop.as_ref().is_some_and(|s| s.borrow().is_some()),
+                last_used: i.last_used,
+            })
+            .collect();
+        match ledger::place(devices, need, &pinned, &holders) {
+            ledger::Placement::Fits(on) => {
+                st.instances.get_mut(id).expect("known").placed = on;
+                None
+            }
+            ledger::Placement::Evict(victims) => {
+                for v in victims {
+                    tracing::info!(instance = %v, "stopping to make room for {id}");
+                    let inst = st.instances.get_mut(&v).expect("holder");
+                    let grace = st.config.health_check_timeout;
+                    inst.order_stop(grace, StopReason::Memory);
+                }
+                Some(Prepared::Waiting)
+            }
+            ledger::Placement::WaitForStops => Some(Prepared::Waiting),
+            ledger::Placement::Blocked(why) => Some(Prepared::NoRoom(format!(
+                "insufficient_memory: {id} needs {} ({}); {why}",
+                crate::memory::format_bytes(need),
+                st.instances[id].need.source
+            ))),
+            ledger::Placement::Never(why) => Some(Prepared::NeverFits(format!(
+                "insufficient_memory: {id} needs {} ({}) but {why}",
+                crate::memory::format_bytes(need),
+                st.instances[id].need.source
+            ))),
+        }
+    }
+
+    /// True when `id` could be served without evicting anything.
+    pub(super) fn conflict_free(&self, st: &State, id: &str) -> bool {
+        let running = st
+            .instances
+            .iter()
+            .filter(|(_, i)| i.phase != Phase::Stopped)
+            .map(|(k, _)| k.as_str());
+        swap::conflicts(&st.config, &st.catalog, id, running).is_empty()
+    }
+}
