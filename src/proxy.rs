@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 
 use crate::body::{Body, BoxError};
 use crate::error::Error;
-use crate::upstream::Upstream;
+use crate::upstream::{Address, Upstream};
 
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -63,25 +63,30 @@ pub struct Outgoing {
 
 /// Where a request goes: the address to connect to and the request line and `Host` to send.
 struct Destination {
-    address: String,
+    address: Address,
     authority: HeaderValue,
     uri: http::Uri,
 }
 
-/// Splits `base` + `path_and_query` into what the connection needs; only `http://` is spoken.
+/// Splits `base` + `path_and_query` into what the connection needs (`http://` or `https://`).
 fn destination(base: &str, path_and_query: &str) -> Result<Destination, Error> {
     let bad = |why: &str| Error::Internal(format!("bad upstream URL {base:?}: {why}"));
-    let Some(rest) = base.strip_prefix("http://") else {
+    let (rest, tls, default_port) = if let Some(rest) = base.strip_prefix("http://") {
+        (rest, false, 80)
+    } else if let Some(rest) = base.strip_prefix("https://") {
+        (rest, true, 443)
+    } else {
         return Err(Error::Upstream(format!(
-            "cannot reach {base}: only http:// upstreams are supported"
+            "cannot reach {base}: only http:// and https:// upstreams are supported"
         )));
     };
     let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let authority: http::uri::Authority = authority.parse().map_err(|_| bad("bad host"))?;
-    let address = match authority.port_u16() {
+    let host_port = match authority.port_u16() {
         Some(_) => authority.as_str().to_string(),
-        None => format!("{}:80", authority.host()),
+        None => format!("{}:{default_port}", authority.host()),
     };
+    let address = Address { host_port, tls };
     let host = HeaderValue::from_str(authority.as_str()).map_err(|_| bad("bad host"))?;
     let prefix = prefix.trim_end_matches('/');
     let uri = if prefix.is_empty() {
@@ -243,9 +248,10 @@ mod tests {
     #[test]
     fn destinations() {
         let d = destination("http://127.0.0.1:8080", "/v1/models?x=1").unwrap();
+        assert!(!d.address.tls);
         assert_eq!(
             (
-                d.address.as_str(),
+                d.address.host_port.as_str(),
                 d.authority.to_str().unwrap(),
                 d.uri.to_string().as_str()
             ),
@@ -254,14 +260,20 @@ mod tests {
         let d = destination("http://peer.local/api/", "/v1/chat/completions").unwrap();
         assert_eq!(
             (
-                d.address.as_str(),
+                d.address.host_port.as_str(),
                 d.authority.to_str().unwrap(),
                 d.uri.to_string().as_str()
             ),
             ("peer.local:80", "peer.local", "/api/v1/chat/completions")
         );
+        let d = destination("https://api.example.com/v1", "/chat/completions").unwrap();
+        assert!(d.address.tls);
+        assert_eq!(
+            (d.address.host_port.as_str(), d.uri.to_string().as_str()),
+            ("api.example.com:443", "/v1/chat/completions")
+        );
         assert!(matches!(
-            destination("https://peer", "/x"),
+            destination("ftp://peer", "/x"),
             Err(Error::Upstream(_))
         ));
         assert!(destination("http://bad host", "/x").is_err());

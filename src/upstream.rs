@@ -25,7 +25,126 @@ use tokio::net::TcpStream;
 
 use crate::body::{Body, BoxError};
 
-type Connection = http1::Connection<TokioIo<TcpStream>, Body>;
+type Connection = http1::Connection<TokioIo<Stream>, Body>;
+
+/// Where to connect: `host:port`, over TLS or not. Idle connections are kept per address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Address {
+    pub host_port: String,
+    pub tls: bool,
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}", self.host_port)
+    }
+}
+
+impl Address {
+    /// The host, without port or IPv6 brackets: the name a TLS certificate must carry.
+    fn host(&self) -> &str {
+        let host = match self.host_port.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => &self.host_port,
+        };
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+}
+
+/// A connection's byte stream: plain TCP, or TLS over it (engines and peers behind https).
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The TLS client settings: the system's trusted roots (`SSL_CERT_FILE` and `SSL_CERT_DIR`
+/// override where they are read from), HTTP/1.1 by ALPN. Built once.
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
+        std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why: Vec<String> = found.errors.iter().map(|e| e.to_string()).collect();
+                return Err(format!(
+                    "no trusted root certificates found (install ca-certificates, or set \
+                     SSL_CERT_FILE){}",
+                    if why.is_empty() { String::new() } else { format!(": {}", why.join("; ")) }
+                ));
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(Arc::new(config))
+        })
+        .clone()
+}
 
 /// Idle connections kept per address.
 const MAX_IDLE_PER_ADDRESS: usize = 64;
@@ -73,7 +192,7 @@ impl std::fmt::Display for Failure {
 /// is reused only from that thread: anywhere else, each of its wake-ups would cross threads.
 pub struct Upstream {
     settings: Settings,
-    idle: Mutex<HashMap<u64, HashMap<String, Vec<Idle>>>>,
+    idle: Mutex<HashMap<u64, HashMap<Address, Vec<Idle>>>>,
 }
 
 /// This thread's key in the idle lists.
@@ -91,7 +210,7 @@ struct Idle {
 /// One HTTP/1.1 connection: the sending half and the connection future that does the I/O.
 struct Conn {
     home: u64,
-    address: String,
+    address: Address,
     sender: http1::SendRequest<Body>,
     /// `None` once the connection has ended.
     driver: Option<Pin<Box<Connection>>>,
@@ -165,11 +284,11 @@ impl Upstream {
         by_address.retain(|_, list| !list.is_empty());
     }
 
-    /// Sends `req` (origin-form URI, `Host` set) to `address` (`host:port`) on an idle connection
-    /// when one is alive, else on a new one.
+    /// Sends `req` (origin-form URI, `Host` set) to `address` on an idle connection when one is
+    /// alive, else on a new one.
     pub async fn send(
         self: &Arc<Self>,
-        address: &str,
+        address: &Address,
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, Failure> {
         while let Some(mut conn) = self.checkout(address) {
@@ -193,7 +312,7 @@ impl Upstream {
     /// upgraded stream outlives the response.
     pub async fn send_upgrade(
         &self,
-        address: &str,
+        address: &Address,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, Failure> {
         let stream = self.tcp(address).await?;
@@ -214,7 +333,7 @@ impl Upstream {
     }
 
     /// The most recently used idle connection to `address` that is still open.
-    fn checkout(&self, address: &str) -> Option<Conn> {
+    fn checkout(&self, address: &Address) -> Option<Conn> {
         loop {
             let Idle { mut conn, since } = self
                 .idle
@@ -257,7 +376,7 @@ impl Upstream {
     }
 
     /// Idle connections to `address`, from all threads (for tests and diagnostics).
-    pub fn idle_count(&self, address: &str) -> usize {
+    pub fn idle_count(&self, address: &Address) -> usize {
         self.idle
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -267,24 +386,38 @@ impl Upstream {
             .sum()
     }
 
-    async fn tcp(&self, address: &str) -> Result<TcpStream, Failure> {
+    /// A TCP connection to `address`, with the TLS handshake when it is https, within the
+    /// connect timeout.
+    async fn tcp(&self, address: &Address) -> Result<Stream, Failure> {
         let connect = self.settings.connect;
-        let stream = tokio::time::timeout(connect, TcpStream::connect(address))
-            .await
-            .map_err(|_| {
-                Failure::Connect(format!(
-                    "tcp connect error: {address}: no answer within {}s",
-                    connect.as_secs_f64()
-                ))
-            })?
-            .map_err(|e| Failure::Connect(format!("tcp connect error: {address}: {e}")))?;
-        let _ = stream.set_nodelay(true);
-        let keepalive = socket2::TcpKeepalive::new().with_time(self.settings.keepalive);
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
-        Ok(stream)
+        let open = async {
+            let stream = TcpStream::connect(&address.host_port)
+                .await
+                .map_err(|e| Failure::Connect(format!("tcp connect error: {address}: {e}")))?;
+            let _ = stream.set_nodelay(true);
+            let keepalive = socket2::TcpKeepalive::new().with_time(self.settings.keepalive);
+            let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+            if !address.tls {
+                return Ok(Stream::Plain(stream));
+            }
+            let config = tls_config().map_err(|e| Failure::Connect(format!("{address}: {e}")))?;
+            let name = rustls::pki_types::ServerName::try_from(address.host().to_string())
+                .map_err(|e| Failure::Connect(format!("{address}: bad TLS server name: {e}")))?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, stream)
+                .await
+                .map_err(|e| Failure::Connect(format!("tls handshake error: {address}: {e}")))?;
+            Ok(Stream::Tls(Box::new(tls)))
+        };
+        tokio::time::timeout(connect, open).await.map_err(|_| {
+            Failure::Connect(format!(
+                "connect error: {address}: no answer within {}s",
+                connect.as_secs_f64()
+            ))
+        })?
     }
 
-    async fn connect(&self, address: &str) -> Result<Conn, Failure> {
+    async fn connect(&self, address: &Address) -> Result<Conn, Failure> {
         let stream = self.tcp(address).await?;
         let (sender, driver) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
@@ -292,7 +425,7 @@ impl Upstream {
             .map_err(Failure::Exchange)?;
         Ok(Conn {
             home: home(),
-            address: address.to_string(),
+            address: address.clone(),
             sender,
             driver: Some(Box::pin(driver)),
         })

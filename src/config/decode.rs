@@ -907,9 +907,6 @@ fn decode_peers(
         {
             return Err(p.err("proxy", format!("{proxy:?} is not an http(s) URL")));
         }
-        if proxy.starts_with("https://") {
-            warnings.push(format!("peers.{id}.proxy: https peers are not supported yet; requests to {id} will fail with 502"));
-        }
         let peer_models = p.strings("models")?;
         if peer_models.is_empty() {
             return Err(p.err("models", "a peer needs at least one model"));

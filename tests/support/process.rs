@@ -52,6 +52,17 @@ pub fn spawn_corral_with(
     state_dir: &Path,
     extra: &[&str],
 ) -> Proc {
+    spawn_corral_env(dir, config, state_dir, extra, &[])
+}
+
+/// Starts corral on `config`, with more arguments and environment variables.
+pub fn spawn_corral_env(
+    dir: tempfile::TempDir,
+    config: &Path,
+    state_dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Proc {
     let marker = new_marker();
     let mut child = Command::new(CORRAL)
         .args([
@@ -61,6 +72,7 @@ pub fn spawn_corral_with(
             "127.0.0.1:0",
         ])
         .args(extra)
+        .envs(env.iter().copied())
         .env("ENGINE", engine())
         .env("DIR", dir.path())
         .env("MARKER", &marker)
