@@ -131,7 +131,11 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
                 return Err(format!(
                     "no trusted root certificates found (install ca-certificates, or set \
                      SSL_CERT_FILE){}",
-                    if why.is_empty() { String::new() } else { format!(": {}", why.join("; ")) }
+                    if why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", why.join("; "))
+                    }
                 ));
             }
             let provider = Arc::new(rustls::crypto::ring::default_provider());

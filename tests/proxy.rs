@@ -496,3 +496,33 @@ async fn no_connection_lingers_to_a_stopped_engine() {
     .await;
     h.stop().await;
 }
+
+/// An engine that dies mid-stream: the client gets the chunks sent so far, then an error event in
+/// OpenAI's shape and a cleanly ended response, never `[DONE]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_engine_breaks_off_ends_with_an_error_event() {
+    let h = Harness::start(&one_model("")).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let body = json!({"model": "a", "stream": true, "messages": [],
+        "fakellm": {"chunks": 10, "interval_ms": 20, "abort_after_chunks": 3}});
+    let (resp, frames) = stream_frames(&url, &body).await;
+    assert_eq!(resp.status, 200);
+    let text = frames_text(&frames);
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data:"))
+        .map(str::trim)
+        .collect();
+    let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["type"], "server_error", "{text}");
+    assert!(last["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("ended early"));
+    assert!(!text.contains("[DONE]"));
+    assert!(
+        text.contains("chat.completion.chunk"),
+        "chunks before the break: {text}"
+    );
+    h.stop().await;
+}

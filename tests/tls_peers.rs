@@ -144,7 +144,11 @@ async fn https_peers_are_verified_and_reused() {
         assert_eq!(echo["authorization"], "Bearer sk-peer");
         assert_eq!(echo["body"]["model"], "remote-model");
     }
-    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one TLS connection, reused");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one TLS connection, reused"
+    );
 
     let refused = post_json(&url, &chat("other-model")).await;
     assert_eq!(refused.status, 502);

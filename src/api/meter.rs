@@ -203,6 +203,10 @@ impl HttpBody for Metered {
                 return Poll::Ready(Some(Err("request cancelled".into())));
             }
         }
+        if self.finished {
+            // an event stream that failed was closed with an error event
+            return Poll::Ready(None);
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
@@ -210,6 +214,13 @@ impl HttpBody for Metered {
                     let data = data.clone();
                     self.observe(&data);
                 }
+            }
+            Poll::Ready(Some(Err(e))) if self.sse => {
+                // the engine died or the connection broke mid-stream: end the stream with an
+                // error event that OpenAI clients raise, rather than a truncated response
+                let event = stream_error_event(&e.to_string());
+                self.finish();
+                return Poll::Ready(Some(Ok(Frame::data(event))));
             }
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
             Poll::Pending => {}
@@ -224,6 +235,16 @@ impl HttpBody for Metered {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// The last event of a stream the upstream broke off: OpenAI's error shape, no `[DONE]` after it.
+fn stream_error_event(why: &str) -> Bytes {
+    let error = serde_json::json!({"error": {
+        "message": format!("the upstream stream ended early: {why}"),
+        "type": "server_error",
+        "code": 502,
+    }});
+    Bytes::from(format!("data: {error}\n\n"))
 }
 
 impl Drop for Metered {
