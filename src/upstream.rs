@@ -158,6 +158,8 @@ const MAX_IDLE_PER_ADDRESS: usize = 64;
 pub struct Settings {
     /// Time allowed for the TCP connect.
     pub connect: Duration,
+    /// Time allowed for the TLS handshake after it (https upstreams).
+    pub tls_handshake: Duration,
     /// TCP keepalive idle time.
     pub keepalive: Duration,
     /// How long an unused connection is kept for reuse.
@@ -390,35 +392,39 @@ impl Upstream {
             .sum()
     }
 
-    /// A TCP connection to `address`, with the TLS handshake when it is https, within the
-    /// connect timeout.
+    /// A TCP connection to `address` within the connect timeout, then the TLS handshake within
+    /// its own when it is https.
     async fn tcp(&self, address: &Address) -> Result<Stream, Failure> {
-        let connect = self.settings.connect;
-        let open = async {
-            let stream = TcpStream::connect(&address.host_port)
-                .await
-                .map_err(|e| Failure::Connect(format!("tcp connect error: {address}: {e}")))?;
-            let _ = stream.set_nodelay(true);
-            let keepalive = socket2::TcpKeepalive::new().with_time(self.settings.keepalive);
-            let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
-            if !address.tls {
-                return Ok(Stream::Plain(stream));
-            }
-            let config = tls_config().map_err(|e| Failure::Connect(format!("{address}: {e}")))?;
-            let name = rustls::pki_types::ServerName::try_from(address.host().to_string())
-                .map_err(|e| Failure::Connect(format!("{address}: bad TLS server name: {e}")))?;
-            let tls = tokio_rustls::TlsConnector::from(config)
-                .connect(name, stream)
-                .await
-                .map_err(|e| Failure::Connect(format!("tls handshake error: {address}: {e}")))?;
-            Ok(Stream::Tls(Box::new(tls)))
-        };
-        tokio::time::timeout(connect, open).await.map_err(|_| {
-            Failure::Connect(format!(
-                "connect error: {address}: no answer within {}s",
-                connect.as_secs_f64()
-            ))
-        })?
+        let (connect, handshake) = (self.settings.connect, self.settings.tls_handshake);
+        let stream = tokio::time::timeout(connect, TcpStream::connect(&address.host_port))
+            .await
+            .map_err(|_| {
+                Failure::Connect(format!(
+                    "tcp connect error: {address}: no answer within {}s",
+                    connect.as_secs_f64()
+                ))
+            })?
+            .map_err(|e| Failure::Connect(format!("tcp connect error: {address}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        let keepalive = socket2::TcpKeepalive::new().with_time(self.settings.keepalive);
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+        if !address.tls {
+            return Ok(Stream::Plain(stream));
+        }
+        let config = tls_config().map_err(|e| Failure::Connect(format!("{address}: {e}")))?;
+        let name = rustls::pki_types::ServerName::try_from(address.host().to_string())
+            .map_err(|e| Failure::Connect(format!("{address}: bad TLS server name: {e}")))?;
+        let connecting = tokio_rustls::TlsConnector::from(config).connect(name, stream);
+        let tls = tokio::time::timeout(handshake, connecting)
+            .await
+            .map_err(|_| {
+                Failure::Connect(format!(
+                    "tls handshake error: {address}: not done within {}s",
+                    handshake.as_secs_f64()
+                ))
+            })?
+            .map_err(|e| Failure::Connect(format!("tls handshake error: {address}: {e}")))?;
+        Ok(Stream::Tls(Box::new(tls)))
     }
 
     async fn connect(&self, address: &Address) -> Result<Conn, Failure> {

@@ -526,3 +526,48 @@ async fn a_stream_the_engine_breaks_off_ends_with_an_error_event() {
     );
     h.stop().await;
 }
+
+/// `timeouts.streamIdle`: a stream whose engine goes silent is ended with an error event after
+/// that long, and its upstream connection closed; a slow but steady stream is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_stream_ends_after_the_idle_limit() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("a", "", "timeouts:\n  streamIdle: 1")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let steady = json!({"model": "a", "stream": true, "messages": [],
+        "fakellm": {"chunks": 6, "interval_ms": 400}});
+    let (_, frames) = stream_frames(&url, &steady).await;
+    assert!(
+        frames_text(&frames).contains("[DONE]"),
+        "2.4 s, but never 1 s silent"
+    );
+
+    let stalled = json!({"model": "a", "stream": true, "messages": [],
+        "fakellm": {"chunks": 10, "interval_ms": 10, "stall_after_chunks": 2}});
+    let started = std::time::Instant::now();
+    let (resp, frames) =
+        tokio::time::timeout(Duration::from_secs(10), stream_frames(&url, &stalled))
+            .await
+            .expect("the silent stream was ended");
+    let took = started.elapsed();
+    assert_eq!(resp.status, 200);
+    let text = frames_text(&frames);
+    assert!(
+        text.contains("streamIdle") && !text.contains("[DONE]"),
+        "{text}"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    eventually(
+        Duration::from_secs(2),
+        "the engine saw the stream closed",
+        || h.count_events("a", "peer_closed") == 1,
+    )
+    .await;
+    h.stop().await;
+}

@@ -65,6 +65,11 @@ pub struct Metered {
     inflight: Option<super::inflight::Guard>,
     holds: Vec<Box<dyn Send + Sync>>,
     cancelled: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
+    /// Ends a body that sends nothing for this long (`timeouts.streamIdle`).
+    idle_limit: Option<std::time::Duration>,
+    last_data: tokio::time::Instant,
+    /// Armed while the body waits; moved on lazily when data came since.
+    idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Metered {
@@ -92,6 +97,36 @@ impl Metered {
             inflight: None,
             holds: Vec::new(),
             cancelled: None,
+            idle_limit: None,
+            last_data: tokio::time::Instant::now(),
+            idle_timer: None,
+        }
+    }
+
+    /// Ends the body when the upstream sends nothing for `limit`.
+    pub fn with_idle_limit(mut self, limit: Option<std::time::Duration>) -> Self {
+        self.idle_limit = limit;
+        self
+    }
+
+    /// True once the upstream has been silent for the idle limit; arms the timer otherwise.
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(limit) = self.idle_limit else {
+            return false;
+        };
+        loop {
+            let due = self.last_data + limit;
+            let timer = self
+                .idle_timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+            if timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            if due <= tokio::time::Instant::now() {
+                return true;
+            }
+            // data came while the timer ran: wait for the rest of the new period
+            timer.as_mut().reset(due);
         }
     }
 
@@ -214,6 +249,19 @@ impl HttpBody for Metered {
                     let data = data.clone();
                     self.observe(&data);
                 }
+                if self.idle_limit.is_some() {
+                    self.last_data = tokio::time::Instant::now();
+                }
+            }
+            Poll::Pending if self.idle_expired(cx) => {
+                let limit = self.idle_limit.unwrap_or_default().as_secs();
+                let why = format!("no data from the upstream for {limit}s (timeouts.streamIdle)");
+                tracing::warn!(model = %self.labels.model, "ending a response: {why}");
+                self.finish();
+                if self.sse {
+                    return Poll::Ready(Some(Ok(Frame::data(stream_error_event(&why)))));
+                }
+                return Poll::Ready(Some(Err(why.into())));
             }
             Poll::Ready(Some(Err(e))) if self.sse => {
                 // the engine died or the connection broke mid-stream: end the stream with an

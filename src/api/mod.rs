@@ -95,6 +95,7 @@ impl App {
                     m.id.clone(),
                     Upstream::new(upstream::Settings {
                         connect: m.timeouts.connect,
+                        tls_handshake: m.timeouts.tls_handshake,
                         keepalive: m.timeouts.keepalive,
                         idle: m.timeouts.idle_conn,
                     }),
@@ -109,6 +110,7 @@ impl App {
                     id.clone(),
                     Upstream::new(upstream::Settings {
                         connect: p.timeouts.connect,
+                        tls_handshake: p.timeouts.tls_handshake,
                         keepalive: p.timeouts.keepalive,
                         idle: p.timeouts.idle_conn,
                     }),
@@ -355,13 +357,24 @@ fn metered(
                 .unwrap_or("")
                 .to_string();
             let (parts, body) = resp.into_parts();
+            let idle_limit = stream_idle_limit(&app.config, &labels.model);
             let body =
                 meter::Metered::new(body, app.metrics.clone(), labels, started, &content_type)
                     .with_inflight(guard, token)
+                    .with_idle_limit(idle_limit)
                     .holding(holds);
             Ok(Response::from_parts(parts, BodyExt::boxed(body)))
         }
     }
+}
+
+/// `timeouts.streamIdle` of a model, or of the peer for `peer/model`.
+fn stream_idle_limit(config: &Config, model: &str) -> Option<std::time::Duration> {
+    if let Some(m) = config.models.get(model) {
+        return m.timeouts.stream_idle;
+    }
+    let (peer, _) = model.split_once('/')?;
+    config.peers.get(peer)?.timeouts.stream_idle
 }
 
 async fn dispatch<B>(

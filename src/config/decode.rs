@@ -82,6 +82,7 @@ const TIMEOUT_KEYS: &[&str] = &[
     "tlsHandshake",
     "expectContinue",
     "idleConn",
+    "streamIdle",
 ];
 const MODALITIES: &[&str] = &["text", "audio", "image"];
 
@@ -661,6 +662,7 @@ fn decode_timeouts(
         tls_handshake: get("tlsHandshake", 10)?,
         expect_continue: get("expectContinue", 1)?,
         idle_conn: get("idleConn", 90)?,
+        stream_idle: Some(get("streamIdle", 600)?).filter(|d| !d.is_zero()),
     })
 }
 

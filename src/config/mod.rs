@@ -311,6 +311,8 @@ pub struct Timeouts {
     pub tls_handshake: Duration,
     pub expect_continue: Duration,
     pub idle_conn: Duration,
+    /// A response body that sends nothing for this long is ended (`None`: never).
+    pub stream_idle: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Default)]

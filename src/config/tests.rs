@@ -282,3 +282,19 @@ fn go_durations() {
     );
     assert_eq!(decode::parse_go_duration("5"), None);
 }
+
+#[test]
+fn stream_idle_limit_defaults_to_ten_minutes_and_zero_turns_it_off() {
+    let c = load(
+        "models:\n  a: {cmd: 'srv --port ${PORT}'}\n  b:\n    cmd: 'srv --port ${PORT}'\n    timeouts: {streamIdle: 0}\n  c:\n    cmd: 'srv --port ${PORT}'\n    timeouts: {streamIdle: 5}\n",
+    );
+    assert_eq!(
+        c.models["a"].timeouts.stream_idle,
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(c.models["b"].timeouts.stream_idle, None);
+    assert_eq!(
+        c.models["c"].timeouts.stream_idle,
+        Some(Duration::from_secs(5))
+    );
+}

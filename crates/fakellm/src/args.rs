@@ -119,6 +119,9 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --idle-close-ms MS       close keep-alive connections idle for MS
 
 Unknown flags are ignored with a warning.
+
+A request can override some of these in a \"fakellm\" object of its JSON body: chunks, interval_ms,
+delay_ms, status, abort_after_chunks, and stall_after_chunks (stop sending, keep the connection).
 ";
 
 /// Flags that always take a value.

@@ -517,6 +517,8 @@ struct Sse {
     sleep: Option<Pin<Box<Sleep>>>,
     abort_after: Option<u64>,
     abort_at: Option<Instant>,
+    /// Stop sending (but keep the connection open) after this many chunks.
+    stall_after: Option<u64>,
 }
 
 impl Sse {
@@ -543,6 +545,10 @@ impl Sse {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.phase {
             Phase::Content | Phase::Final => {
+                if self.stall_after == Some(self.next) {
+                    // hangs until the peer goes away, like an engine stuck mid-generation
+                    return Poll::Pending;
+                }
                 if self.abort_after == Some(self.next) {
                     let at = *self.abort_at.get_or_insert_with(|| {
                         let natural = self.start + self.interval * self.next as u32;
@@ -936,6 +942,7 @@ struct Params {
     delay_ms: u64,
     status: Option<u16>,
     abort_after: Option<u64>,
+    stall_after: Option<u64>,
 }
 
 fn params(cfg: &Config, v: &Value) -> Params {
@@ -962,6 +969,7 @@ fn params(cfg: &Config, v: &Value) -> Params {
             .or(cfg.completion_status)
             .filter(|s| *s != 200 && (100..=999).contains(s)),
         abort_after: get("abort_after_chunks").or(cfg.abort_after_chunks),
+        stall_after: get("stall_after_chunks"),
     }
 }
 
@@ -1041,6 +1049,7 @@ async fn inference(
             sleep: None,
             abort_after: p.abort_after,
             abort_at: None,
+            stall_after: p.stall_after,
         };
         let body = FBody {
             inner: Inner::Sse(Box::new(sse)),
