@@ -415,3 +415,36 @@ async fn round_robin_ignores_free_slots() {
     );
     h.stop().await;
 }
+
+/// A pool member whose health check passes but whose inference answers 500 is taken out after five
+/// server errors in a row; the rest of the traffic goes to the healthy member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_answering_server_errors_is_taken_out() {
+    let h = Harness::start(&format!(
+        "models:\n{}{}",
+        fake_model("chat-0", "", ""),
+        fake_model("chat-1", "--completion-status 500", "")
+    ))
+    .await;
+    for id in ["chat-0", "chat-1"] {
+        let load = request("POST", &format!("{}/api/models/load/{id}", h.url), &[], "").await;
+        assert_eq!(load.status, 200, "{}", load.text());
+    }
+    let url = format!("{}/v1/chat/completions", h.url);
+    let mut errors = 0;
+    for _ in 0..20 {
+        match post_json(&url, &chat("chat")).await.status {
+            200 => {}
+            500 => errors += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(errors, 5, "five server errors, then none");
+    assert_eq!(h.running().await, ["chat-0"]);
+    let metrics = get(&format!("{}/metrics", h.url)).await.text();
+    assert!(
+        metrics.contains(r#"corral_ejections_total{instance="chat-1",model="chat-1"} 1"#),
+        "{metrics}"
+    );
+    h.stop().await;
+}

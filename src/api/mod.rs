@@ -512,15 +512,24 @@ pub(crate) async fn forward_local(
         return proxy::forward(client, req, timeout, lease).await;
     }
     let first = out(&lease, clone_parts(&parts));
-    let failed = lease.id().to_string();
+    let first_id = lease.id().to_string();
     match proxy::forward(client, first, timeout, lease).await {
         Err(Error::Upstream(e)) => {
-            app.fleet.report_unreachable(&failed);
+            app.fleet.report_unreachable(&first_id);
             app.metrics.retries.with_label_values(&[&model.id]).inc();
-            tracing::warn!(instance = %failed, "retrying on another replica after: {e}");
-            let lease = app.fleet.acquire(target, Some(&failed)).await?;
+            tracing::warn!(instance = %first_id, "retrying on another replica after: {e}");
+            let lease = app.fleet.acquire(target, Some(&first_id)).await?;
+            let id = lease.id().to_string();
             let req = out(&lease, parts);
-            proxy::forward(client, req, timeout, lease).await
+            let answer = proxy::forward(client, req, timeout, lease).await;
+            if let Ok(resp) = &answer {
+                app.fleet.report_answer(&id, resp.status());
+            }
+            answer
+        }
+        Ok(resp) => {
+            app.fleet.report_answer(&first_id, resp.status());
+            Ok(resp)
         }
         other => other,
     }

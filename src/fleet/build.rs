@@ -66,6 +66,7 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
                 stop: None,
                 failures: 0,
                 retry_at: None,
+                server_errors: 0,
                 need,
                 placed: Vec::new(),
                 measured: None,

@@ -89,6 +89,8 @@ pub struct Instance {
     pub stop: Option<watch::Sender<Option<StopOrder>>>,
     pub failures: u32,
     pub retry_at: Option<Instant>,
+    /// Server errors (5xx other than 503) answered in a row since the last other answer.
+    pub server_errors: u32,
     /// Device memory this instance needs (the engine's own report once it has loaded).
     pub need: super::ledger::Need,
     /// Devices it is charged on while it runs.

@@ -80,6 +80,10 @@ pub struct Snapshot {
     pub load_deadline: std::time::Duration,
 }
 
+/// Server errors in a row after which a pool member is taken out (Envoy's outlier detection
+/// default for consecutive 5xx).
+pub const EJECT_AFTER_SERVER_ERRORS: u32 = 5;
+
 pub(crate) struct Inner {
     state: Mutex<State>,
     changed: Notify,
@@ -442,6 +446,42 @@ impl Fleet {
         }
         drop(st);
         self.inner.touch();
+    }
+
+    /// Notes a pool member's answer. A member that answers server errors only (its health check
+    /// passing while inference is broken) is taken out of its pool after
+    /// [`EJECT_AFTER_SERVER_ERRORS`] in a row, as an unreachable one is: stopped, and started
+    /// again only when demand needs it, after its backoff. 503 (busy or loading) does not count.
+    /// Returns true when this answer took it out.
+    pub fn report_answer(&self, id: &str, status: http::StatusCode) -> bool {
+        let broken = status.is_server_error() && status != http::StatusCode::SERVICE_UNAVAILABLE;
+        let mut st = self.inner.lock();
+        let Some(inst) = st.instances.get_mut(id) else {
+            return false;
+        };
+        if !broken {
+            inst.server_errors = 0;
+            return false;
+        }
+        inst.server_errors += 1;
+        if inst.server_errors < EJECT_AFTER_SERVER_ERRORS || inst.pool.is_none() {
+            return false;
+        }
+        inst.server_errors = 0;
+        tracing::warn!(
+            instance = id,
+            "answered {EJECT_AFTER_SERVER_ERRORS} server errors in a row; taking it out of its pool"
+        );
+        inst.order_stop(Duration::from_secs(1), StopReason::Broken);
+        let model = inst.model.id.clone();
+        drop(st);
+        self.inner
+            .metrics
+            .ejections
+            .with_label_values(&[&model, id])
+            .inc();
+        self.inner.touch();
+        true
     }
 
     /// Stops the given models' instances (all when `None`) and waits until they are stopped.
