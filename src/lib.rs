@@ -12,6 +12,7 @@ pub mod memory;
 pub mod metrics;
 pub mod proxy;
 pub mod server;
+mod stall;
 pub mod supervisor;
 mod trim;
 pub mod upstream;

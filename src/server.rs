@@ -30,6 +30,8 @@ pub struct Options {
     pub drain_timeout: Duration,
     /// Slowloris bound: the time a client has to send its request head.
     pub header_read_timeout: Duration,
+    /// How long a client may leave its response unread before its connection is closed.
+    pub client_write_timeout: Duration,
 }
 
 impl Default for Options {
@@ -40,6 +42,7 @@ impl Default for Options {
             state_key: "corral".into(),
             drain_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(30),
+            client_write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -96,6 +99,7 @@ pub async fn run_with_reloads(
     let shared = workers::Shared {
         current: current.clone(),
         header_read_timeout: opts.header_read_timeout,
+        client_write_timeout: opts.client_write_timeout,
     };
     let mut workers = Workers::start(workers::count(), shared, opts.drain_timeout)?;
 

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, App};
+use crate::stall::WriteDeadline;
 use crate::trim::Open;
 
 /// How many serving threads: `CORRAL_THREADS`, else one per core.
@@ -37,6 +38,7 @@ pub struct Shared {
     /// The service for the config in force (a reload swaps it).
     pub current: Arc<RwLock<Arc<App>>>,
     pub header_read_timeout: Duration,
+    pub client_write_timeout: Duration,
 }
 
 struct Accepted {
@@ -192,6 +194,7 @@ async fn serve(
                 Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await)
             })
         });
+        let stream = WriteDeadline::new(stream, shared.client_write_timeout);
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();

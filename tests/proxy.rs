@@ -571,3 +571,42 @@ async fn a_silent_stream_ends_after_the_idle_limit() {
     .await;
     h.stop().await;
 }
+
+/// A client that stops reading its stream is cut off once its writes make no progress for the
+/// limit, and the engine sees the request go (it would otherwise hold its slot for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let opts = corral::Options {
+        client_write_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let h = Harness::start_with(&one_model(""), opts).await;
+    assert_eq!(
+        post_json(&format!("{}/v1/chat/completions", h.url), &chat("a"))
+            .await
+            .status,
+        200
+    );
+    let body = json!({"model": "a", "stream": true, "messages": [],
+        "fakellm": {"chunks": 1000000, "interval_ms": 0}})
+    .to_string();
+    let addr = h.url.trim_start_matches("http://").to_string();
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    sock.write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    // the socket stays open and unread
+    eventually(
+        Duration::from_secs(20),
+        "the engine saw the stream closed",
+        || h.count_events("a", "peer_closed") == 1,
+    )
+    .await;
+    drop(sock);
+    h.stop().await;
+}
