@@ -251,3 +251,43 @@ async fn second_signal_stops_at_once() {
     assert_eq!(status.code(), Some(130));
     assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
 }
+
+/// A model whose port another process already listens on fails at once, naming the port, without
+/// starting the engine (the squatter would otherwise answer its health checks); once the port is
+/// free, the model starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_port_fails_the_start_at_once() {
+    let port = free_port_range(1);
+    let yaml = format!(
+        "models:\n  a:\n    cmd: ${{env.ENGINE}} --port {port} --events-file ${{env.DIR}}/a.events\n    proxy: http://127.0.0.1:{port}\n    env: [\"${{env.MARKER}}\"]\n"
+    );
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let started = Instant::now();
+    let resp = post_json(&url, &chat("a")).await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(resp.status >= 500, "{}", resp.text());
+    let msg = resp.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains(&format!("port {port} is already taken")),
+        "{msg}"
+    );
+    assert_eq!(h.count_events("a", "spawned"), 0);
+    drop(squatter);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if post_json(&url, &chat("a")).await.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the model never started once the port was free"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    h.stop().await;
+}

@@ -50,8 +50,44 @@ pub enum StartError {
     Exited { status: String, tail: String },
     #[error("health check timed out after {}s with no sign of progress{}", .after.as_secs(), tail_text(.tail))]
     Timeout { after: Duration, tail: String },
+    #[error("port {port} is already taken by another process ({address}); stop that process or give the model another port")]
+    PortInUse { port: u16, address: String },
     #[error("model unloaded")]
     Aborted,
+}
+
+/// A loopback port the command is told to serve on that something else already listens on.
+/// Checked before spawning, so a squatter fails the start at once instead of answering the health
+/// checks in the engine's place. Commands that do not name the port (wrappers around a server
+/// that runs anyway) are not checked.
+fn port_taken(spec: &ProcessSpec) -> Option<StartError> {
+    let uri: http::Uri = spec.base.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = match host {
+        "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
+        other => other.parse().ok()?,
+    };
+    let port = uri.port_u16()?;
+    if !ip.is_loopback() {
+        return None;
+    }
+    let named = port.to_string();
+    let names_port = spec.argv.iter().skip(1).any(|arg| {
+        arg == &named
+            || arg
+                .rsplit_once(['=', ':'])
+                .is_some_and(|(_, tail)| tail == named)
+    });
+    if !names_port {
+        return None;
+    }
+    match std::net::TcpListener::bind((ip, port)) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Some(StartError::PortInUse {
+            port,
+            address: format!("{ip}:{port}"),
+        }),
+        _ => None,
+    }
 }
 
 fn tail_text(tail: &str) -> String {
@@ -84,6 +120,9 @@ impl Process {
         sinks: Sinks,
         marker: &str,
     ) -> Result<Process, StartError> {
+        if let Some(taken) = port_taken(spec) {
+            return Err(taken);
+        }
         let mut cmd = tokio::process::Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..])
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -409,5 +448,41 @@ mod tests {
             poll_interval(Duration::from_secs(60)),
             Duration::from_millis(100)
         );
+    }
+
+    /// The port check applies to loopback ports the command names, in any spelling.
+    #[test]
+    fn only_ports_the_command_names_are_checked() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let spec = |argv: &[&str], base: &str| ProcessSpec {
+            id: "m".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            base: base.into(),
+            env: vec![],
+            cmd_stop: None,
+            health_url: None,
+            load_timeout: Duration::from_secs(1),
+            stall: Duration::from_secs(1),
+        };
+        let local = format!("http://127.0.0.1:{port}");
+        for argv in [
+            vec!["srv", "--port", &*port.to_string()],
+            vec!["srv", &*format!("--port={port}")],
+            vec!["srv", "--listen", &*format!("127.0.0.1:{port}")],
+        ] {
+            assert!(
+                matches!(
+                    port_taken(&spec(&argv, &local)),
+                    Some(StartError::PortInUse { .. })
+                ),
+                "{argv:?}"
+            );
+        }
+        assert!(port_taken(&spec(&["sleep", "infinity"], &local)).is_none());
+        let named = ["srv", "--port", &*port.to_string()];
+        assert!(port_taken(&spec(&named, &format!("http://10.0.0.9:{port}"))).is_none());
+        drop(held);
+        assert!(port_taken(&spec(&named, &local)).is_none());
     }
 }
