@@ -610,3 +610,43 @@ async fn a_client_that_stops_reading_is_cut_off() {
     drop(sock);
     h.stop().await;
 }
+
+/// Two requests in one write (HTTP/1.1 pipelining) get their two answers, in order; a body sent
+/// after `Expect: 100-continue` gets the interim 100 first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_and_expect_continue() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = Harness::start(&one_model("")).await;
+    let addr = h.url.trim_start_matches("http://").to_string();
+    let post = |model: &str, extra: &str| {
+        let body = json!({"model": model, "messages": [], "fakellm": {"chunks": 1}}).to_string();
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let two = format!("{}{}", post("a", ""), post("nope", "connection: close\r\n"));
+    sock.write_all(two.as_bytes()).await.unwrap();
+    let mut answers = String::new();
+    tokio::time::timeout(Duration::from_secs(15), sock.read_to_string(&mut answers))
+        .await
+        .expect("both answers, then the close")
+        .unwrap();
+    let ok = answers.find("HTTP/1.1 200").expect("first answer");
+    let not_found = answers.find("HTTP/1.1 404").expect("second answer");
+    assert!(ok < not_found, "{answers}");
+
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = post("a", "expect: 100-continue\r\nconnection: close\r\n");
+    let (head, body) = request.split_at(request.find("\r\n\r\n").unwrap() + 4);
+    sock.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = [0u8; 25];
+    sock.read_exact(&mut interim).await.unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    sock.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    h.stop().await;
+}
