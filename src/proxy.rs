@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 
 use crate::body::{Body, BoxError};
 use crate::error::Error;
-use crate::upstream::{Address, Upstream};
+use crate::upstream::{Origin, Upstream};
 
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -53,63 +53,44 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// What to send upstream.
-pub struct Outgoing {
-    pub base: String,
-    pub path_and_query: String,
+pub struct Outgoing<'a> {
+    pub base: Arc<str>,
+    pub path_and_query: &'a str,
     pub parts: http::request::Parts,
     pub body: Body,
     pub client_addr: Option<std::net::IpAddr>,
 }
 
-/// Where a request goes: the address to connect to and the request line and `Host` to send.
+/// Where a request goes: its upstream's origin, and the request line to send there.
 struct Destination {
-    address: Address,
-    authority: HeaderValue,
+    origin: Arc<Origin>,
     uri: http::Uri,
 }
 
-/// Splits `base` + `path_and_query` into what the connection needs (`http://` or `https://`).
-fn destination(base: &str, path_and_query: &str) -> Result<Destination, Error> {
-    let bad = |why: &str| Error::Internal(format!("bad upstream URL {base:?}: {why}"));
-    let (rest, tls, default_port) = if let Some(rest) = base.strip_prefix("http://") {
-        (rest, false, 80)
-    } else if let Some(rest) = base.strip_prefix("https://") {
-        (rest, true, 443)
-    } else {
-        return Err(Error::Upstream(format!(
-            "cannot reach {base}: only http:// and https:// upstreams are supported"
-        )));
-    };
-    let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let authority: http::uri::Authority = authority.parse().map_err(|_| bad("bad host"))?;
-    let host_port = match authority.port_u16() {
-        Some(_) => authority.as_str().to_string(),
-        None => format!("{}:{default_port}", authority.host()),
-    };
-    let address = Address { host_port, tls };
-    let host = HeaderValue::from_str(authority.as_str()).map_err(|_| bad("bad host"))?;
-    let prefix = prefix.trim_end_matches('/');
-    let uri = if prefix.is_empty() {
+/// `base` (parsed once per upstream) + `path_and_query`.
+fn destination(
+    upstream: &Upstream,
+    base: &str,
+    path_and_query: &str,
+) -> Result<Destination, Error> {
+    let origin = upstream.origin(base)?;
+    let uri = if origin.prefix.is_empty() {
         http::Uri::try_from(path_and_query)
     } else {
-        http::Uri::try_from(format!("{prefix}{path_and_query}"))
+        http::Uri::try_from(format!("{}{path_and_query}", origin.prefix))
     }
-    .map_err(|e| bad(&format!("bad path {path_and_query:?}: {e}")))?;
-    Ok(Destination {
-        address,
-        authority: host,
-        uri,
-    })
+    .map_err(|e| Error::Internal(format!("bad upstream path {path_and_query:?}: {e}")))?;
+    Ok(Destination { origin, uri })
 }
 
 /// Sends the request and returns the upstream's response with `guard` riding in its body.
 pub async fn forward<G: Send + Sync + Unpin + 'static>(
     upstream: &Arc<Upstream>,
-    out: Outgoing,
+    out: Outgoing<'_>,
     response_header_timeout: Option<Duration>,
     guard: G,
 ) -> Result<Response<Body>, Error> {
-    let to = destination(&out.base, &out.path_and_query)?;
+    let to = destination(upstream, &out.base, out.path_and_query)?;
     let mut parts = out.parts;
     strip_hop_by_hop(&mut parts.headers);
     if let Some(ip) = out.client_addr {
@@ -121,15 +102,15 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
             Some(prior) => format!("{prior}, {ip}"),
             None => ip.to_string(),
         };
-        if let Ok(v) = HeaderValue::from_str(&value) {
+        if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
             parts.headers.insert("x-forwarded-for", v);
         }
     }
-    parts.headers.insert(header::HOST, to.authority);
+    parts.headers.insert(header::HOST, to.origin.host.clone());
     parts.uri = to.uri;
     parts.version = http::Version::HTTP_11;
     let req = Request::from_parts(parts, out.body);
-    let send = upstream.send(&to.address, req);
+    let send = upstream.send(&to.origin.address, req);
     let resp = match response_header_timeout {
         Some(t) => tokio::time::timeout(t, send)
             .await
@@ -178,15 +159,15 @@ pub async fn forward_upgrade<G: Send + 'static>(
     mut client_req: Request<Body>,
     guard: G,
 ) -> Result<Response<Body>, Error> {
-    let to = destination(base, path_and_query)?;
+    let to = destination(upstream, base, path_and_query)?;
     let client_upgrade = hyper::upgrade::on(&mut client_req);
     let (mut parts, _) = client_req.into_parts();
-    parts.headers.insert(header::HOST, to.authority);
+    parts.headers.insert(header::HOST, to.origin.host.clone());
     parts.uri = to.uri;
     parts.version = http::Version::HTTP_11;
     let upstream_req = Request::from_parts(parts, crate::body::empty());
     let mut resp = upstream
-        .send_upgrade(&to.address, upstream_req)
+        .send_upgrade(&to.origin.address, upstream_req)
         .await
         .map_err(|e| Error::Upstream(e.to_string()))?;
     if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
@@ -247,36 +228,51 @@ mod tests {
 
     #[test]
     fn destinations() {
-        let d = destination("http://127.0.0.1:8080", "/v1/models?x=1").unwrap();
-        assert!(!d.address.tls);
-        assert_eq!(
+        let upstream = Upstream::new(crate::upstream::Settings {
+            connect: Duration::from_secs(1),
+            tls_handshake: Duration::from_secs(1),
+            keepalive: Duration::from_secs(1),
+            idle: Duration::from_secs(1),
+        });
+        let show = |d: Destination| {
             (
-                d.address.host_port.as_str(),
-                d.authority.to_str().unwrap(),
-                d.uri.to_string().as_str()
-            ),
-            ("127.0.0.1:8080", "127.0.0.1:8080", "/v1/models?x=1")
-        );
-        let d = destination("http://peer.local/api/", "/v1/chat/completions").unwrap();
+                d.origin.address.to_string(),
+                d.origin.host.to_str().unwrap().to_string(),
+                d.uri.to_string(),
+            )
+        };
+        let d = destination(&upstream, "http://127.0.0.1:8080", "/v1/models?x=1").unwrap();
         assert_eq!(
+            show(d),
             (
-                d.address.host_port.as_str(),
-                d.authority.to_str().unwrap(),
-                d.uri.to_string().as_str()
-            ),
-            ("peer.local:80", "peer.local", "/api/v1/chat/completions")
+                "http://127.0.0.1:8080".into(),
+                "127.0.0.1:8080".into(),
+                "/v1/models?x=1".into()
+            )
         );
-        let d = destination("https://api.example.com/v1", "/chat/completions").unwrap();
-        assert!(d.address.tls);
+        let d = destination(&upstream, "http://peer.local/api/", "/v1/chat/completions").unwrap();
         assert_eq!(
-            (d.address.host_port.as_str(), d.uri.to_string().as_str()),
-            ("api.example.com:443", "/v1/chat/completions")
+            show(d),
+            (
+                "http://peer.local:80".into(),
+                "peer.local".into(),
+                "/api/v1/chat/completions".into()
+            )
+        );
+        let d = destination(&upstream, "https://api.example.com/v1", "/chat/completions").unwrap();
+        assert_eq!(
+            show(d),
+            (
+                "https://api.example.com:443".into(),
+                "api.example.com".into(),
+                "/v1/chat/completions".into()
+            )
         );
         assert!(matches!(
-            destination("ftp://peer", "/x"),
+            destination(&upstream, "ftp://peer", "/x"),
             Err(Error::Upstream(_))
         ));
-        assert!(destination("http://bad host", "/x").is_err());
+        assert!(destination(&upstream, "http://bad host", "/x").is_err());
     }
 
     #[test]

@@ -52,6 +52,43 @@ impl Address {
     }
 }
 
+/// What a base URL (`proxy:`) names: where to connect, the `Host` to send, and a path prefix.
+#[derive(Debug)]
+pub struct Origin {
+    pub address: Address,
+    pub host: http::HeaderValue,
+    /// Prepended to every request path (`https://host/api` → `/api`), without a trailing `/`.
+    pub prefix: String,
+}
+
+impl Origin {
+    /// Parses `http://host[:port][/prefix]` or `https://…`.
+    pub fn parse(base: &str) -> Result<Origin, crate::error::Error> {
+        use crate::error::Error;
+        let bad = |why: &str| Error::Internal(format!("bad upstream URL {base:?}: {why}"));
+        let (rest, tls, default_port) = if let Some(rest) = base.strip_prefix("http://") {
+            (rest, false, 80)
+        } else if let Some(rest) = base.strip_prefix("https://") {
+            (rest, true, 443)
+        } else {
+            return Err(Error::Upstream(format!(
+                "cannot reach {base}: only http:// and https:// upstreams are supported"
+            )));
+        };
+        let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let authority: http::uri::Authority = authority.parse().map_err(|_| bad("bad host"))?;
+        let host_port = match authority.port_u16() {
+            Some(_) => authority.as_str().to_string(),
+            None => format!("{}:{default_port}", authority.host()),
+        };
+        Ok(Origin {
+            address: Address { host_port, tls },
+            host: http::HeaderValue::from_str(authority.as_str()).map_err(|_| bad("bad host"))?,
+            prefix: prefix.trim_end_matches('/').to_string(),
+        })
+    }
+}
+
 /// A connection's byte stream: plain TCP, or TLS over it (engines and peers behind https).
 enum Stream {
     Plain(TcpStream),
@@ -199,6 +236,8 @@ impl std::fmt::Display for Failure {
 pub struct Upstream {
     settings: Settings,
     idle: Mutex<HashMap<u64, HashMap<Address, Vec<Idle>>>>,
+    /// Base URLs already parsed (a model's instances, or a peer): few, and fixed by the config.
+    origins: Mutex<HashMap<String, Arc<Origin>>>,
 }
 
 /// This thread's key in the idle lists.
@@ -269,11 +308,23 @@ impl Upstream {
         let upstream = Arc::new(Upstream {
             settings,
             idle: Mutex::new(HashMap::new()),
+            origins: Mutex::new(HashMap::new()),
         });
         ALL.lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::downgrade(&upstream));
         upstream
+    }
+
+    /// `base` parsed, once.
+    pub fn origin(&self, base: &str) -> Result<Arc<Origin>, crate::error::Error> {
+        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(origin) = origins.get(base) {
+            return Ok(origin.clone());
+        }
+        let origin = Arc::new(Origin::parse(base)?);
+        origins.insert(base.to_string(), origin.clone());
+        Ok(origin)
     }
 
     fn sweep(&self, home: u64) {

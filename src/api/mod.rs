@@ -136,7 +136,7 @@ impl App {
 }
 
 /// POST routes whose JSON (or form) body names the model; the value is the path sent upstream.
-fn model_route(path: &str) -> Option<String> {
+fn model_route(path: &str) -> Option<&'static str> {
     const DIRECT: &[&str] = &[
         "/v1/chat/completions",
         "/v1/responses",
@@ -168,12 +168,12 @@ fn model_route(path: &str) -> Option<String> {
         "/v/rerank",
         "/v/reranking",
     ];
-    if DIRECT.contains(&path) {
-        Some(path.to_string())
-    } else if VERSIONLESS.contains(&path) {
-        Some(path[2..].to_string())
+    if let Some(direct) = DIRECT.iter().find(|p| **p == path) {
+        Some(direct)
+    } else if let Some(versionless) = VERSIONLESS.iter().find(|p| **p == path) {
+        Some(&versionless[2..])
     } else if path == "/audioapi/v1/tasks/run" {
-        Some("/v1/tasks/run".to_string())
+        Some("/v1/tasks/run")
     } else {
         None
     }
@@ -247,7 +247,7 @@ where
         }
     }
     if (method == Method::GET || method == Method::HEAD) && query_route(&path) {
-        let upstream_path = path.clone();
+        let upstream_path = path.as_str();
         let (started, mut seen) = (std::time::Instant::now(), Seen::new(&method, &path, remote));
         let token = seen.token.clone();
         let result =
@@ -380,7 +380,7 @@ fn stream_idle_limit(config: &Config, model: &str) -> Option<std::time::Duration
 async fn dispatch<B>(
     app: &Arc<App>,
     req: Request<B>,
-    upstream_path: String,
+    upstream_path: &str,
     remote: SocketAddr,
     seen: &mut Seen,
 ) -> Result<Response<Body>, Error>
@@ -426,7 +426,7 @@ where
     };
     let path_and_query = match &query {
         Some(q) => format!("{upstream_path}?{q}"),
-        None => upstream_path,
+        None => upstream_path.to_string(),
     };
     match route {
         routing::Route::Peer { peer, model } => {
@@ -502,7 +502,7 @@ pub(crate) async fn forward_local(
     let lease = app.fleet.acquire(target, None).await?;
     let out = |lease: &crate::fleet::Lease, parts: http::request::Parts| Outgoing {
         base: lease.proxy(),
-        path_and_query: path_and_query.clone(),
+        path_and_query: &path_and_query,
         parts,
         body: full(bytes.clone()),
         client_addr: Some(remote.ip()),
@@ -650,7 +650,7 @@ where
     let body = body.map_err(Into::into).boxed();
     let out = Outgoing {
         base: lease.proxy(),
-        path_and_query: format!("{tail}{query}"),
+        path_and_query: &format!("{tail}{query}"),
         parts,
         body,
         client_addr: Some(remote.ip()),

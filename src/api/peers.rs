@@ -39,8 +39,8 @@ pub async fn forward(
     }
     let base = peer.proxy.trim_end_matches('/').to_string();
     let out = Outgoing {
-        base,
-        path_and_query,
+        base: base.into(),
+        path_and_query: &path_and_query,
         parts,
         body: full(bytes),
         client_addr: Some(remote.ip()),

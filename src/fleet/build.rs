@@ -51,7 +51,7 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
                 model: model.clone(),
                 pool,
                 spec: process,
-                proxy: spec.proxy.clone(),
+                proxy: spec.proxy.as_str().into(),
                 logs: Arc::new(LogRing::default()),
                 phase: Phase::Stopped,
                 reserved: 0,

@@ -71,7 +71,7 @@ pub struct Instance {
     pub model: Arc<ModelConfig>,
     pub pool: Option<String>,
     pub spec: ProcessSpec,
-    pub proxy: String,
+    pub proxy: Arc<str>,
     pub logs: Arc<LogRing>,
     pub phase: Phase,
     /// Direct requests admitted for this instance (waiting or in flight), for `concurrencyLimit`.

@@ -16,7 +16,7 @@ pub(super) struct Reservation {
 }
 
 impl Reservation {
-    pub(super) fn into_lease(mut self, proxy: String) -> Lease {
+    pub(super) fn into_lease(mut self, proxy: Arc<str>) -> Lease {
         self.done = true;
         Lease {
             inner: self.inner.clone(),
@@ -71,7 +71,7 @@ impl Drop for Ticket {
 pub struct Lease {
     pub(super) inner: Arc<Inner>,
     pub(super) id: String,
-    pub(super) proxy: String,
+    pub(super) proxy: Arc<str>,
     pub(super) direct: bool,
 }
 
@@ -82,7 +82,7 @@ impl Lease {
     }
 
     /// The instance's base URL.
-    pub fn proxy(&self) -> String {
+    pub fn proxy(&self) -> Arc<str> {
         self.proxy.clone()
     }
 }

@@ -635,7 +635,7 @@ impl Fleet {
             .into_iter()
             .filter_map(|m| st.instances.get(m))
             .find(|i| i.phase == Phase::Ready)
-            .map(|i| i.proxy.clone())
+            .map(|i| i.proxy.to_string())
     }
 
     /// A receiver that changes whenever any instance does.
