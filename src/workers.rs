@@ -79,7 +79,8 @@ impl Workers {
             let thread = std::thread::Builder::new()
                 .name(format!("corral-serve-{i}"))
                 .spawn(move || {
-                    runtime.block_on(serve(rx, shared, thread_load, drain_timeout));
+                    let serving = serve(rx, shared, thread_load, drain_timeout, finish.clone());
+                    runtime.block_on(serving);
                     let _ = drained_tx.send(());
                     runtime.block_on(finish.cancelled());
                 })?;
@@ -107,11 +108,15 @@ impl Workers {
             return;
         };
         worker.load.fetch_add(1, Ordering::Relaxed);
-        let _ = conns.send(Accepted {
+        let handed = conns.send(Accepted {
             stream,
             remote,
             open,
         });
+        if handed.is_err() {
+            // the thread is gone; the connection is dropped (closed) with the message
+            worker.load.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Stops taking connections and lets the open ones finish; returns once all threads have
@@ -128,10 +133,13 @@ impl Workers {
         }
     }
 
-    /// Ends the threads; connections still open are dropped.
-    pub async fn stop(self) {
+    /// Ends the threads at once; connections still open (a drain cut short) are dropped.
+    pub async fn stop(mut self) {
         self.finish.cancel();
-        let threads: Vec<_> = self.workers.into_iter().map(|w| w.thread).collect();
+        let threads: Vec<_> = std::mem::take(&mut self.workers)
+            .into_iter()
+            .map(|w| w.thread)
+            .collect();
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {
                 let _ = t.join();
@@ -145,6 +153,13 @@ impl Workers {
             .iter()
             .map(|w| w.load.load(Ordering::Relaxed))
             .sum()
+    }
+}
+
+impl Drop for Workers {
+    /// Threads never outlive their `Workers`, however the serving ends.
+    fn drop(&mut self) {
+        self.finish.cancel();
     }
 }
 
@@ -171,16 +186,24 @@ async fn serve(
     shared: Shared,
     load: Arc<AtomicUsize>,
     drain_timeout: Duration,
+    finish: CancellationToken,
 ) {
     let builder = connection_builder(shared.header_read_timeout);
     let graceful = GracefulShutdown::new();
     let heartbeat = tokio::spawn(heartbeat());
-    while let Some(Accepted {
-        stream,
-        remote,
-        open,
-    }) = conns.recv().await
-    {
+    loop {
+        let next = tokio::select! {
+            next = conns.recv() => next,
+            _ = finish.cancelled() => None,
+        };
+        let Some(Accepted {
+            stream,
+            remote,
+            open,
+        }) = next
+        else {
+            break;
+        };
         let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
             load.fetch_sub(1, Ordering::Relaxed);
             continue;
@@ -206,14 +229,17 @@ async fn serve(
             drop(open);
         });
     }
-    if tokio::time::timeout(drain_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "in-flight requests did not finish within {}s",
-            drain_timeout.as_secs()
-        );
+    tokio::select! {
+        drained = tokio::time::timeout(drain_timeout, graceful.shutdown()) => {
+            if drained.is_err() {
+                tracing::warn!(
+                    "in-flight requests did not finish within {}s",
+                    drain_timeout.as_secs()
+                );
+            }
+        }
+        // a second signal: stop at once
+        _ = finish.cancelled() => {}
     }
     heartbeat.abort();
 }

@@ -242,12 +242,33 @@ async fn second_signal_stops_at_once() {
             .status,
         200
     );
+    // a client that stops reading its stream keeps the drain busy until the write deadline
+    use tokio::io::AsyncWriteExt;
+    let addr = p.url.trim_start_matches("http://").to_string();
+    let body = json!({"model": "a", "stream": true, "messages": [],
+        "fakellm": {"chunks": 1000000, "interval_ms": 0}})
+    .to_string();
+    let mut unread = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    unread
+        .write_all(format!("{head}{body}").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     signal(&p.child, nix::sys::signal::Signal::SIGTERM);
     tokio::time::sleep(Duration::from_millis(300)).await;
     signal(&p.child, nix::sys::signal::Signal::SIGINT);
     let started = Instant::now();
     let status = wait_exit(&mut p.child, Duration::from_secs(30)).await;
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(unread);
     assert_eq!(status.code(), Some(130));
     assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
 }
