@@ -273,6 +273,7 @@ mod tests {
             Err(Error::Upstream(_))
         ));
         assert!(destination(&upstream, "http://bad host", "/x").is_err());
+        assert!(destination(&upstream, "http://user:pw@host:1", "/x").is_err());
     }
 
     #[test]

@@ -76,6 +76,11 @@ impl Origin {
             )));
         };
         let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if authority.contains('@') {
+            return Err(bad(
+                "credentials in the URL are not sent; use the peer's apiKey instead",
+            ));
+        }
         let authority: http::uri::Authority = authority.parse().map_err(|_| bad("bad host"))?;
         let host_port = match authority.port_u16() {
             Some(_) => authority.as_str().to_string(),
@@ -502,9 +507,14 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
-    fn release(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.upstream.checkin(conn);
+    /// The answer is complete: the connection goes back for reuse if it is done with this
+    /// exchange. One whose request body is still being sent (the upstream answered early) is
+    /// closed instead: parked, nothing would drive the rest of the upload.
+    fn release(&mut self, cx: &mut Context<'_>) {
+        if let Some(mut conn) = self.conn.take() {
+            if conn.drive(cx) && conn.sender.is_ready() {
+                self.upstream.checkin(conn);
+            }
         }
     }
 }
@@ -523,7 +533,7 @@ impl HttpBody for UpstreamBody {
         }
         match Pin::new(&mut this.incoming).poll_frame(cx) {
             Poll::Ready(None) => {
-                this.release();
+                this.release(cx);
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
@@ -532,7 +542,7 @@ impl HttpBody for UpstreamBody {
             }
             Poll::Ready(Some(Ok(frame))) => {
                 if this.incoming.is_end_stream() {
-                    this.release();
+                    this.release(cx);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -553,7 +563,7 @@ impl Drop for UpstreamBody {
     fn drop(&mut self) {
         // a body read to its end leaves the connection ready for another request
         if self.incoming.is_end_stream() {
-            self.release();
+            self.release(&mut Context::from_waker(Waker::noop()));
         }
     }
 }

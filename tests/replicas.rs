@@ -448,3 +448,25 @@ async fn a_member_answering_server_errors_is_taken_out() {
     );
     h.stop().await;
 }
+
+/// Server errors never empty a pool: when every member answers 500 (a request the engine cannot
+/// serve, sent again and again), the last ready member stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_never_take_out_the_last_ready_member() {
+    let h = Harness::start(&format!(
+        "models:\n{}{}",
+        fake_model("chat-0", "--completion-status 500", ""),
+        fake_model("chat-1", "--completion-status 500", "")
+    ))
+    .await;
+    for id in ["chat-0", "chat-1"] {
+        let load = request("POST", &format!("{}/api/models/load/{id}", h.url), &[], "").await;
+        assert_eq!(load.status, 200, "{}", load.text());
+    }
+    let url = format!("{}/v1/chat/completions", h.url);
+    for _ in 0..20 {
+        assert_eq!(post_json(&url, &chat("chat")).await.status, 500);
+    }
+    assert_eq!(h.running().await.len(), 1, "one member stays");
+    h.stop().await;
+}

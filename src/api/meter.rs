@@ -60,6 +60,8 @@ pub struct Metered {
     /// A non-streaming JSON body's chunks (shared, not copied), read for `usage` at the end.
     json: Option<Vec<Bytes>>,
     json_len: usize,
+    /// The event stream said `[DONE]` or has a declared length: nothing may be added to it.
+    closed_stream: bool,
     tokens: Option<Tokens>,
     finished: bool,
     inflight: Option<super::inflight::Guard>,
@@ -92,6 +94,7 @@ impl Metered {
             line: Vec::new(),
             json,
             json_len: 0,
+            closed_stream: false,
             tokens: None,
             finished: false,
             inflight: None,
@@ -109,13 +112,21 @@ impl Metered {
         self
     }
 
+    /// A body of declared length cannot take an added error event.
+    pub fn length_framed(mut self, framed: bool) -> Self {
+        self.closed_stream |= framed;
+        self
+    }
+
     /// True once the upstream has been silent for the idle limit; arms the timer otherwise.
     fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(limit) = self.idle_limit else {
             return false;
         };
         loop {
-            let due = self.last_data + limit;
+            let Some(due) = self.last_data.checked_add(limit) else {
+                return false;
+            };
             let timer = self
                 .idle_timer
                 .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
@@ -180,6 +191,10 @@ impl Metered {
             return;
         };
         let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            self.closed_stream = true;
+            return;
+        }
         // only the events that carry counts are parsed (usually the last one)
         let carries = |key: &[u8]| memchr::memmem::find(data, key).is_some();
         if data.first() != Some(&b'{') || !(carries(b"\"usage\"") || carries(b"\"timings\"")) {
@@ -231,16 +246,16 @@ impl HttpBody for Metered {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.finished {
+            // an event stream that failed was closed with an error event
+            return Poll::Ready(None);
+        }
         if let Some(cancelled) = &mut self.cancelled {
             if cancelled.as_mut().poll(cx).is_ready() {
                 self.cancelled = None;
                 self.finish();
                 return Poll::Ready(Some(Err("request cancelled".into())));
             }
-        }
-        if self.finished {
-            // an event stream that failed was closed with an error event
-            return Poll::Ready(None);
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
@@ -258,12 +273,12 @@ impl HttpBody for Metered {
                 let why = format!("no data from the upstream for {limit}s (timeouts.streamIdle)");
                 tracing::warn!(model = %self.labels.model, "ending a response: {why}");
                 self.finish();
-                if self.sse {
+                if self.sse && !self.closed_stream {
                     return Poll::Ready(Some(Ok(Frame::data(stream_error_event(&why)))));
                 }
                 return Poll::Ready(Some(Err(why.into())));
             }
-            Poll::Ready(Some(Err(e))) if self.sse => {
+            Poll::Ready(Some(Err(e))) if self.sse && !self.closed_stream => {
                 // the engine died or the connection broke mid-stream: end the stream with an
                 // error event that OpenAI clients raise, rather than a truncated response
                 let event = stream_error_event(&e.to_string());

@@ -358,10 +358,12 @@ fn metered(
                 .to_string();
             let (parts, body) = resp.into_parts();
             let idle_limit = stream_idle_limit(&app.config, &labels.model);
+            let length_framed = parts.headers.contains_key(header::CONTENT_LENGTH);
             let body =
                 meter::Metered::new(body, app.metrics.clone(), labels, started, &content_type)
                     .with_inflight(guard, token)
                     .with_idle_limit(idle_limit)
+                    .length_framed(length_framed)
                     .holding(holds);
             Ok(Response::from_parts(parts, BodyExt::boxed(body)))
         }

@@ -909,6 +909,17 @@ fn decode_peers(
         {
             return Err(p.err("proxy", format!("{proxy:?} is not an http(s) URL")));
         }
+        if proxy
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.authority().map(|a| a.as_str().contains('@')))
+            == Some(true)
+        {
+            return Err(p.err(
+                "proxy",
+                "credentials in the URL are not sent; give the key as apiKey",
+            ));
+        }
         let peer_models = p.strings("models")?;
         if peer_models.is_empty() {
             return Err(p.err("models", "a peer needs at least one model"));

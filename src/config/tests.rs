@@ -298,3 +298,9 @@ fn stream_idle_limit_defaults_to_ten_minutes_and_zero_turns_it_off() {
         Some(Duration::from_secs(5))
     );
 }
+
+#[test]
+fn peer_urls_with_credentials_are_refused() {
+    let err = load_err("peers:\n  p:\n    proxy: http://user:pw@host:9000\n    models: [m]\n");
+    assert!(err.contains("apiKey"), "{err}");
+}

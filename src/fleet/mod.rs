@@ -451,8 +451,8 @@ impl Fleet {
     /// Notes a pool member's answer. A member that answers server errors only (its health check
     /// passing while inference is broken) is taken out of its pool after
     /// [`EJECT_AFTER_SERVER_ERRORS`] in a row, as an unreachable one is: stopped, and started
-    /// again only when demand needs it, after its backoff. 503 (busy or loading) does not count.
-    /// Returns true when this answer took it out.
+    /// again only when demand needs it, after its backoff, unless no other member is ready.
+    /// 503 (busy or loading) does not count. Returns true when this answer took it out.
     pub fn report_answer(&self, id: &str, status: http::StatusCode) -> bool {
         let broken = status.is_server_error() && status != http::StatusCode::SERVICE_UNAVAILABLE;
         let mut st = self.inner.lock();
@@ -464,7 +464,22 @@ impl Fleet {
             return false;
         }
         inst.server_errors += 1;
-        if inst.server_errors < EJECT_AFTER_SERVER_ERRORS || inst.pool.is_none() {
+        if inst.server_errors < EJECT_AFTER_SERVER_ERRORS {
+            return false;
+        }
+        let Some(pool) = inst.pool.clone() else {
+            return false;
+        };
+        // never the last ready member: a client that keeps sending a request the engine answers
+        // with 500 must not empty the pool
+        let sibling_ready = st
+            .instances
+            .values()
+            .any(|i| i.id != id && i.pool.as_ref() == Some(&pool) && i.phase == Phase::Ready);
+        let Some(inst) = st.instances.get_mut(id) else {
+            return false;
+        };
+        if !sibling_ready {
             return false;
         }
         inst.server_errors = 0;
