@@ -127,6 +127,10 @@ async fn peers_are_reached_by_full_and_bare_ids() {
         assert_eq!(seen["model"], "far", "the peer gets its bare id");
         assert_eq!(seen["seed"], 7);
     }
+    // /upstream reaches a peer's model too, with the rest of the path and the peer's key
+    let passthrough = get(&format!("{}/upstream/other/far/v1/models", h.url)).await;
+    assert_eq!(passthrough.status, 200, "{}", passthrough.text());
+    assert!(passthrough.text().contains("\"far\""));
     let down = post_json(&url, &chat("gone")).await;
     assert_eq!(down.status, 502);
     assert!(down.text().contains("peer proxy error"), "{}", down.text());
@@ -173,6 +177,15 @@ async fn profiles_pin_and_switch() {
         404,
         "pinned to nothing"
     );
+    // the pins apply to /upstream paths too
+    let (b_before, a_before) = (
+        h.count_requests("b", "/props"),
+        h.count_requests("a", "/props"),
+    );
+    let passthrough = get(&format!("{}/upstream/a/props", h.url)).await;
+    assert_eq!(passthrough.status, 200);
+    assert_eq!(h.count_requests("b", "/props"), b_before + 1);
+    assert_eq!(h.count_requests("a", "/props"), a_before);
     let bad = request(
         "PUT",
         &format!("{}/api/profiles/active", h.url),

@@ -595,29 +595,37 @@ where
 {
     let segments: Vec<&str> = rest.split('/').collect();
     let catalog = app.fleet.catalog();
+    // the longest prefix that names a model, alias or peer model, after the active profile's pins
     let found = (1..=segments.len()).rev().find_map(|n| {
         let raw = segments[..n].join("/");
-        let decoded = percent_encoding::percent_decode_str(&raw)
-            .decode_utf8_lossy()
-            .into_owned();
-        catalog
-            .resolve(&decoded)
-            .map(|(target, model)| (target.clone(), model.to_string(), n))
+        let decoded = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy();
+        let name = routing::apply_profile(&app.config, &app.profiles, &decoded)?;
+        routing::resolve_plain(&app.config, &catalog, &name)
+            .ok()
+            .map(|route| (route, n))
     });
-    let (target, model_id, n) = found.ok_or(Error::UnknownModel)?;
-    seen.found(app, &model_id);
+    let (route, n) = found.ok_or(Error::UnknownModel)?;
     let query = req
         .uri()
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
+    let (target, model_id) = match route {
+        routing::Route::Local { target, model } => (target, model),
+        routing::Route::Peer { peer, model } => {
+            seen.found(app, &format!("{peer}/{model}"));
+            if n == segments.len() {
+                return Ok(slash_redirect(req.method(), &rest, &query));
+            }
+            let tail = format!("/{}{query}", segments[n..].join("/"));
+            let (parts, body) = req.into_parts();
+            let body = body.map_err(Into::into).boxed();
+            return peers::forward_body(app, &peer, parts, body, &tail, remote).await;
+        }
+    };
+    seen.found(app, &model_id);
     if n == segments.len() {
-        let status = if matches!(*req.method(), Method::GET | Method::HEAD) {
-            StatusCode::MOVED_PERMANENTLY
-        } else {
-            StatusCode::PERMANENT_REDIRECT
-        };
-        return Ok(redirect(status, &format!("/upstream/{rest}/{query}")));
+        return Ok(slash_redirect(req.method(), &rest, &query));
     }
     let tail = format!("/{}", segments[n..].join("/"));
     if app.config.ignore_paths.iter().any(|re| re.is_match(&tail)) && !app.fleet.is_ready(&target) {
@@ -680,6 +688,16 @@ pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
         .header(header::CONTENT_TYPE, "application/json")
         .body(full(value.to_string()))
         .expect("valid response")
+}
+
+/// `/upstream/<model>` without the trailing slash: 301 for GET and HEAD, 308 otherwise.
+fn slash_redirect(method: &Method, rest: &str, query: &str) -> Response<Body> {
+    let status = if matches!(*method, Method::GET | Method::HEAD) {
+        StatusCode::MOVED_PERMANENTLY
+    } else {
+        StatusCode::PERMANENT_REDIRECT
+    };
+    redirect(status, &format!("/upstream/{rest}/{query}"))
 }
 
 fn redirect(status: StatusCode, to: &str) -> Response<Body> {

@@ -11,6 +11,7 @@ use crate::body::{full, Body};
 use crate::error::Error;
 use crate::proxy::{self, Outgoing};
 
+/// Sends a buffered (possibly rewritten) request to a peer.
 pub async fn forward(
     app: &Arc<App>,
     peer_id: &str,
@@ -19,12 +20,24 @@ pub async fn forward(
     path_and_query: String,
     remote: SocketAddr,
 ) -> Result<http::Response<Body>, Error> {
-    let peer = &app.config.peers[peer_id];
     if parts.method != http::Method::GET && parts.method != http::Method::HEAD {
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     }
+    forward_body(app, peer_id, parts, full(bytes), &path_and_query, remote).await
+}
+
+/// Sends a request to a peer with its body as it comes (`/upstream/<peer model>/…`).
+pub async fn forward_body(
+    app: &Arc<App>,
+    peer_id: &str,
+    mut parts: http::request::Parts,
+    body: Body,
+    path_and_query: &str,
+    remote: SocketAddr,
+) -> Result<http::Response<Body>, Error> {
+    let peer = &app.config.peers[peer_id];
     if let Some(key) = &peer.api_key {
         let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
             .map_err(|e| Error::Internal(e.to_string()))?;
@@ -40,9 +53,9 @@ pub async fn forward(
     let base = peer.proxy.trim_end_matches('/').to_string();
     let out = Outgoing {
         base: base.into(),
-        path_and_query: &path_and_query,
+        path_and_query,
         parts,
-        body: full(bytes),
+        body,
         client_addr: Some(remote.ip()),
     };
     proxy::forward(

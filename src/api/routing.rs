@@ -94,7 +94,9 @@ pub fn resolve(
     Ok((resolve_plain(config, catalog, name)?, None))
 }
 
-fn resolve_plain(config: &Config, catalog: &Catalog, name: &str) -> Result<Route, Error> {
+/// A name that is not a selector: a local model, alias, replica or pool, else a peer's model
+/// (`peer/model`, or bare when one peer has it).
+pub fn resolve_plain(config: &Config, catalog: &Catalog, name: &str) -> Result<Route, Error> {
     if let Some((target, model)) = catalog.resolve(name) {
         return Ok(Route::Local {
             target: target.clone(),
