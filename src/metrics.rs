@@ -273,67 +273,79 @@ impl Metrics {
     }
 }
 
-/// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`, and what else
+/// they tell (for the activity log).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Tokens {
     pub prompt: u64,
     pub completion: u64,
+    /// Prompt tokens served from a cache.
+    pub cache: Option<u64>,
+    pub draft: Option<u64>,
+    pub draft_accepted: Option<u64>,
+    pub prompt_per_second: Option<f64>,
+    pub tokens_per_second: Option<f64>,
 }
 
 impl Tokens {
     /// Reads a JSON document's `usage`/`timings` into typed fields. Only those values are parsed:
     /// found by their keys (the same words inside a string have escaped quotes and do not match).
+    /// Counts come from `usage` when it has them, else from `timings`; speeds, cache and draft
+    /// counts from whichever carries them.
     pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
+        #[derive(serde::Deserialize)]
+        struct Details {
+            cached_tokens: Option<u64>,
+        }
         #[derive(serde::Deserialize)]
         struct Usage {
             prompt_tokens: Option<u64>,
             input_tokens: Option<u64>,
             completion_tokens: Option<u64>,
             output_tokens: Option<u64>,
+            cache_read_input_tokens: Option<u64>,
+            prompt_tokens_details: Option<Details>,
+            input_tokens_details: Option<Details>,
         }
         #[derive(serde::Deserialize)]
         struct Timings {
             prompt_n: Option<u64>,
             predicted_n: Option<u64>,
+            cache_n: Option<u64>,
+            draft_n: Option<u64>,
+            draft_n_accepted: Option<u64>,
+            prompt_per_second: Option<f64>,
+            predicted_per_second: Option<f64>,
         }
+        let mut t = Tokens::default();
+        let mut found = false;
         if let Some(u) = value_of::<Option<Usage>>(bytes, b"\"usage\"").flatten() {
             let prompt = u.prompt_tokens.or(u.input_tokens);
             let completion = u.completion_tokens.or(u.output_tokens);
             if prompt.is_some() || completion.is_some() {
-                return Some(Tokens {
-                    prompt: prompt.unwrap_or(0),
-                    completion: completion.unwrap_or(0),
-                });
+                t.prompt = prompt.unwrap_or(0);
+                t.completion = completion.unwrap_or(0);
+                found = true;
             }
+            let cached = |d: Option<Details>| d.and_then(|d| d.cached_tokens);
+            t.cache = u
+                .cache_read_input_tokens
+                .or(cached(u.prompt_tokens_details))
+                .or(cached(u.input_tokens_details));
         }
-        let t: Timings = value_of(bytes, b"\"timings\"")?;
-        Some(Tokens {
-            prompt: t.prompt_n.unwrap_or(0),
-            completion: t.predicted_n.unwrap_or(0),
-        })
-    }
-
-    /// Reads one JSON document (a response body or an SSE event's data).
-    pub fn from_json(v: &serde_json::Value) -> Option<Tokens> {
-        let usage = v
-            .get("usage")
-            .or_else(|| v.get("response").and_then(|r| r.get("usage")));
-        if let Some(u) = usage.filter(|u| u.is_object()) {
-            let get = |a: &str, b: &str| u.get(a).or_else(|| u.get(b)).and_then(|n| n.as_u64());
-            let prompt = get("prompt_tokens", "input_tokens");
-            let completion = get("completion_tokens", "output_tokens");
-            if prompt.is_some() || completion.is_some() {
-                return Some(Tokens {
-                    prompt: prompt.unwrap_or(0),
-                    completion: completion.unwrap_or(0),
-                });
+        if let Some(tm) = value_of::<Option<Timings>>(bytes, b"\"timings\"").flatten() {
+            if !found {
+                t.prompt = tm.prompt_n.unwrap_or(0);
+                t.completion = tm.predicted_n.unwrap_or(0);
+                found = true;
             }
+            t.cache = t.cache.or(tm.cache_n);
+            t.draft = tm.draft_n;
+            t.draft_accepted = tm.draft_n_accepted;
+            t.prompt_per_second = tm.prompt_per_second;
+            t.tokens_per_second = tm.predicted_per_second;
         }
-        let t = v.get("timings")?;
-        Some(Tokens {
-            prompt: t.get("prompt_n").and_then(|n| n.as_u64()).unwrap_or(0),
-            completion: t.get("predicted_n").and_then(|n| n.as_u64()).unwrap_or(0),
-        })
+        found.then_some(t)
     }
 }
 
@@ -356,54 +368,66 @@ fn value_of<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], quoted_key: &[u8]) -
 mod tests {
     use super::*;
 
-    #[test]
-    fn tokens_from_usage_or_timings() {
-        let usage = serde_json::json!({"usage": {"prompt_tokens": 7, "completion_tokens": 3}});
-        assert_eq!(
-            Tokens::from_json(&usage),
-            Some(Tokens {
-                prompt: 7,
-                completion: 3
-            })
-        );
-        let timings = serde_json::json!({"timings": {"prompt_n": 5, "predicted_n": 9}});
-        assert_eq!(
-            Tokens::from_json(&timings),
-            Some(Tokens {
-                prompt: 5,
-                completion: 9
-            })
-        );
-        let anthropic = serde_json::json!({"usage": {"input_tokens": 2, "output_tokens": 4}});
-        assert_eq!(
-            Tokens::from_json(&anthropic),
-            Some(Tokens {
-                prompt: 2,
-                completion: 4
-            })
-        );
-        assert_eq!(Tokens::from_json(&serde_json::json!({"choices": []})), None);
+    fn counts(doc: &str) -> Option<(u64, u64)> {
+        Tokens::from_slice(doc.as_bytes()).map(|t| (t.prompt, t.completion))
     }
 
     #[test]
-    fn typed_reading_agrees_with_the_document_reading() {
-        for doc in [
-            r#"{"usage": {"prompt_tokens": 7, "completion_tokens": 3}, "choices": [{"x": [1, 2]}]}"#,
-            r#"{"timings": {"prompt_n": 5, "predicted_n": 9, "x": 1.5}}"#,
-            r#"{"response": {"usage": {"input_tokens": 2, "output_tokens": 4}}}"#,
-            r#"{"choices": []}"#,
-            r#"{"usage": null, "timings": {"prompt_n": 1}}"#,
-            r#"{"usage" : {"prompt_tokens": 1}, "object": "usage"}"#,
-            r#"{"choices": [{"content": "say \"usage\": {\"prompt_tokens\": 9}"}]}"#,
-            r#"{"choices": [{"content": "\"timings\": {}"}], "usage": {"completion_tokens": 2}}"#,
-        ] {
-            let v: serde_json::Value = serde_json::from_str(doc).unwrap();
-            assert_eq!(
-                Tokens::from_slice(doc.as_bytes()),
-                Tokens::from_json(&v),
-                "{doc}"
-            );
-        }
+    fn tokens_from_usage_or_timings() {
+        let usage = r#"{"usage": {"prompt_tokens": 7, "completion_tokens": 3}, "choices": [{"x": [1, 2]}]}"#;
+        assert_eq!(counts(usage), Some((7, 3)));
+        assert_eq!(
+            counts(r#"{"timings": {"prompt_n": 5, "predicted_n": 9, "x": 1.5}}"#),
+            Some((5, 9))
+        );
+        assert_eq!(
+            counts(r#"{"usage": {"input_tokens": 2, "output_tokens": 4}}"#),
+            Some((2, 4))
+        );
+        assert_eq!(
+            counts(r#"{"response": {"usage": {"input_tokens": 2, "output_tokens": 4}}}"#),
+            Some((2, 4))
+        );
+        assert_eq!(counts(r#"{"choices": []}"#), None);
+        assert_eq!(
+            counts(r#"{"usage": null, "timings": {"prompt_n": 1}}"#),
+            Some((1, 0))
+        );
+        assert_eq!(
+            counts(r#"{"usage" : {"prompt_tokens": 1}, "object": "usage"}"#),
+            Some((1, 0))
+        );
+        // the same words inside strings do not count
+        assert_eq!(
+            counts(r#"{"choices": [{"content": "say \"usage\": {\"prompt_tokens\": 9}"}]}"#),
+            None
+        );
+        assert_eq!(
+            counts(
+                r#"{"choices": [{"content": "\"timings\": {}"}], "usage": {"completion_tokens": 2}}"#
+            ),
+            Some((0, 2))
+        );
+    }
+
+    #[test]
+    fn speeds_cache_and_drafts_come_along() {
+        let llama = r#"{"usage": {"prompt_tokens": 10, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 4}},
+            "timings": {"prompt_n": 6, "predicted_n": 5, "cache_n": 4, "draft_n": 3, "draft_n_accepted": 2,
+                        "prompt_per_second": 120.5, "predicted_per_second": 33.25}}"#;
+        let t = Tokens::from_slice(llama.as_bytes()).unwrap();
+        assert_eq!((t.prompt, t.completion, t.cache), (10, 5, Some(4)));
+        assert_eq!((t.draft, t.draft_accepted), (Some(3), Some(2)));
+        assert_eq!(
+            (t.prompt_per_second, t.tokens_per_second),
+            (Some(120.5), Some(33.25))
+        );
+        let anthropic =
+            r#"{"usage": {"input_tokens": 3, "output_tokens": 1, "cache_read_input_tokens": 2}}"#;
+        assert_eq!(
+            Tokens::from_slice(anthropic.as_bytes()).unwrap().cache,
+            Some(2)
+        );
     }
 
     #[test]

@@ -502,3 +502,54 @@ async fn spillover_selector_spills_under_load() {
     busy.await.unwrap();
     h.stop().await;
 }
+
+/// `/api/metrics/activity` lists finished model requests with their tokens, newest first, filtered
+/// and paged as llama-swap does; `/api/metrics/stats` sums them; bad parameters are a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_log_and_stats() {
+    let h = Harness::start(&format!(
+        "models:\n{}{}",
+        fake_model("a", "", ""),
+        fake_model("b", "--completion-status 500", "")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    let streamed = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 3}});
+    assert_eq!(stream_frames(&url, &streamed).await.0.status, 200);
+    assert_eq!(post_json(&url, &chat("b")).await.status, 500);
+
+    let page = get(&format!("{}/api/metrics/activity", h.url)).await.json();
+    assert_eq!(page["total"], 3);
+    assert_eq!(
+        (page["page"].clone(), page["limit"].clone()),
+        (json!(1), json!(25))
+    );
+    let newest = &page["data"][0];
+    assert_eq!(newest["model"], "b");
+    assert_eq!(newest["resp_status_code"], 500);
+    assert!(newest["error_msg"].is_string(), "{newest}");
+    let a_rows = get(&format!("{}/api/metrics/activity?model=a&order=asc", h.url))
+        .await
+        .json();
+    assert_eq!(a_rows["total"], 2);
+    for row in a_rows["data"].as_array().unwrap() {
+        assert_eq!(row["req_path"], "/v1/chat/completions");
+        assert!(
+            row["tokens"]["output_tokens"].as_u64().unwrap() > 0,
+            "{row}"
+        );
+    }
+    assert!(a_rows["data"][1]["resp_content_type"]
+        .as_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let bad = get(&format!("{}/api/metrics/activity?limit=0", h.url)).await;
+    assert_eq!(bad.status, 400);
+    let stats = get(&format!("{}/api/metrics/stats?model=a", h.url))
+        .await
+        .json();
+    assert_eq!(stats["total_requests"], 2);
+    assert!(stats["total_output_tokens"].as_u64().unwrap() > 0);
+    h.stop().await;
+}

@@ -70,6 +70,16 @@ where
             ))
         }
         "/api/profiles/active" if *method == Method::PUT => set_profile(app, req).await,
+        "/api/metrics/activity" if get => {
+            let query = req.uri().query().unwrap_or("");
+            let page = app.activity.query(query).map_err(Error::BadRequest)?;
+            Ok(json(StatusCode::OK, &page))
+        }
+        "/api/metrics/stats" if get => {
+            let query = req.uri().query().unwrap_or("");
+            let stats = app.activity.stats(query).map_err(Error::BadRequest)?;
+            Ok(json(StatusCode::OK, &stats))
+        }
         "/metrics" if get => {
             let text = app.metrics.render(
                 &app.fleet.snapshot(),

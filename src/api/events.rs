@@ -45,6 +45,7 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
     let mut proxy_logs = app.logs.proxy.subscribe();
     let mut upstream_logs = app.logs.upstream.subscribe();
     let mut inflight = app.inflight.events.subscribe();
+    let mut activity = app.activity.events.subscribe();
     let mut models = app.fleet.watch();
     let task = tokio::spawn(async move {
         let first = [
@@ -82,6 +83,11 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
                 },
                 line = upstream_logs.recv() => match line {
                     Ok(data) => frame("logData", &json!({"source": "upstream", "data": String::from_utf8_lossy(&data)})),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                },
+                row = activity.recv() => match row {
+                    Ok(id) => frame("activity", &json!({"id": id})),
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 },

@@ -72,6 +72,15 @@ pub struct Metered {
     last_data: tokio::time::Instant,
     /// Armed while the body waits; moved on lazily when data came since.
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Where the finished request is logged: the log, the request path, status and content type.
+    activity: Option<ActivityRecord>,
+}
+
+struct ActivityRecord {
+    log: Arc<super::activity::Activity>,
+    req_path: String,
+    status: u16,
+    content_type: String,
 }
 
 impl Metered {
@@ -103,7 +112,25 @@ impl Metered {
             idle_limit: None,
             last_data: tokio::time::Instant::now(),
             idle_timer: None,
+            activity: None,
         }
+    }
+
+    /// Logs the request in the activity log when it ends.
+    pub fn logged_in(
+        mut self,
+        log: Arc<super::activity::Activity>,
+        req_path: String,
+        status: http::StatusCode,
+        content_type: &str,
+    ) -> Self {
+        self.activity = Some(ActivityRecord {
+            log,
+            req_path,
+            status: status.as_u16(),
+            content_type: content_type.to_string(),
+        });
+        self
     }
 
     /// Ends the body when the upstream sends nothing for `limit`.
@@ -209,12 +236,40 @@ impl Metered {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
+        let mut error = None;
         if let Some(chunks) = self.json.take() {
-            let found = match chunks.as_slice() {
-                [one] => Tokens::from_slice(one),
-                many => Tokens::from_slice(&many.concat()),
+            let joined;
+            let body: &[u8] = match chunks.as_slice() {
+                [one] => one,
+                many => {
+                    joined = many.concat();
+                    &joined
+                }
             };
-            self.tokens = found.or(self.tokens);
+            self.tokens = Tokens::from_slice(body).or(self.tokens);
+            if self.activity.as_ref().is_some_and(|a| a.status >= 400) {
+                error = error_message(body);
+            }
+        }
+        if let Some(a) = self.activity.take() {
+            let error = error.or_else(|| {
+                (a.status >= 400).then(|| {
+                    http::StatusCode::from_u16(a.status)
+                        .ok()
+                        .and_then(|s| s.canonical_reason())
+                        .unwrap_or("error")
+                        .to_string()
+                })
+            });
+            a.log.record(super::activity::Entry {
+                model: self.labels.model.clone(),
+                req_path: a.req_path,
+                status: a.status,
+                content_type: a.content_type,
+                tokens: self.tokens,
+                duration_ms: self.started.elapsed().as_millis() as u64,
+                error,
+            });
         }
         let l = [self.labels.model.as_str(), self.labels.route.as_str()];
         self.metrics
@@ -298,6 +353,16 @@ impl HttpBody for Metered {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// An error body's message: `error.message`, `error`, `message` or `detail`.
+fn error_message(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    v.get("error")
+        .and_then(|e| e.get("message").and_then(text).or_else(|| text(e)))
+        .or_else(|| v.get("message").and_then(text))
+        .or_else(|| v.get("detail").and_then(text))
 }
 
 /// The last event of a stream the upstream broke off: OpenAI's error shape, no `[DONE]` after it.

@@ -1,5 +1,6 @@
 //! The HTTP API: llama-swap's routes, auth, CORS and error rendering.
 
+pub mod activity;
 mod admin;
 pub mod auth;
 mod events;
@@ -56,6 +57,7 @@ pub struct App {
     pub spillover: routing::Spillover,
     peer_clients: BTreeMap<String, Arc<Upstream>>,
     pub inflight: Arc<inflight::Inflight>,
+    pub activity: Arc<activity::Activity>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub config: Arc<Config>,
     pub logs: Arc<Logs>,
@@ -76,6 +78,7 @@ impl App {
             self.limits,
         );
         next.inflight = self.inflight.clone();
+        next.activity = self.activity.clone();
         next.closing = self.closing.clone();
         next
     }
@@ -124,6 +127,7 @@ impl App {
             spillover: Default::default(),
             peer_clients,
             inflight: Default::default(),
+            activity: Arc::new(activity::Activity::new(config.metrics_max_in_memory)),
             keys: auth::Keys::new(&config.api_keys),
             config,
             fleet,
@@ -327,6 +331,7 @@ fn metered(
         guard,
         token,
         holds,
+        path,
         ..
     } = seen;
     let Some(model) = model else {
@@ -347,6 +352,15 @@ fn metered(
     match result {
         Err(e) => {
             meter::record_error(&app.metrics, &labels, started);
+            app.activity.record(activity::Entry {
+                model: labels.model,
+                req_path: path,
+                status: status.as_u16(),
+                content_type: "application/json".into(),
+                tokens: None,
+                duration_ms: started.elapsed().as_millis() as u64,
+                error: Some(e.to_string()),
+            });
             Err(e)
         }
         Ok(resp) => {
@@ -364,6 +378,7 @@ fn metered(
                     .with_inflight(guard, token)
                     .with_idle_limit(idle_limit)
                     .length_framed(length_framed)
+                    .logged_in(app.activity.clone(), path, status, &content_type)
                     .holding(holds);
             Ok(Response::from_parts(parts, BodyExt::boxed(body)))
         }

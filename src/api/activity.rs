@@ -1,0 +1,474 @@
+//! The activity log: one row per model request, kept in memory (`metricsMaxInMemory` rows), served
+//! as llama-swap serves it (`/api/metrics/activity`, `/api/metrics/stats`, `activity` events).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use crate::metrics::Tokens;
+
+/// One finished request.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub id: u64,
+    pub time: SystemTime,
+    pub model: String,
+    pub req_path: String,
+    pub status: u16,
+    pub content_type: String,
+    pub tokens: Option<Tokens>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// What a finished request leaves in the log (the id and time are added).
+pub struct Entry {
+    pub model: String,
+    pub req_path: String,
+    pub status: u16,
+    pub content_type: String,
+    pub tokens: Option<Tokens>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+pub struct Activity {
+    rows: Mutex<VecDeque<Row>>,
+    next: AtomicU64,
+    max: usize,
+    /// Ids of new rows, for the events stream.
+    pub events: broadcast::Sender<u64>,
+}
+
+impl Activity {
+    pub fn new(max_rows: u64) -> Activity {
+        Activity {
+            rows: Mutex::new(VecDeque::new()),
+            next: AtomicU64::new(1),
+            max: if max_rows == 0 {
+                1000
+            } else {
+                max_rows as usize
+            },
+            events: broadcast::channel(256).0,
+        }
+    }
+
+    pub fn record(&self, e: Entry) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let row = Row {
+            id,
+            time: SystemTime::now(),
+            model: e.model,
+            req_path: e.req_path,
+            status: e.status,
+            content_type: e.content_type,
+            tokens: e.tokens,
+            duration_ms: e.duration_ms,
+            error: e.error,
+        };
+        {
+            let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+            if rows.len() >= self.max {
+                rows.pop_front();
+            }
+            rows.push_back(row);
+        }
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(id);
+        }
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        self.rows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// `GET /api/metrics/activity`: filtered, sorted, paginated; `Err` names the bad parameter.
+    pub fn query(&self, query: &str) -> Result<Value, String> {
+        let q = Query::parse(query)?;
+        let mut rows: Vec<Row> = self.rows().into_iter().filter(|r| q.keeps(r)).collect();
+        let key = q.sort.clone();
+        rows.sort_by(|a, b| {
+            let ord = compare(a, b, &key).then(a.id.cmp(&b.id));
+            if q.descending {
+                ord.reverse()
+            } else {
+                ord
+            }
+        });
+        let total = rows.len();
+        let pages = total.div_ceil(q.limit).max(1);
+        let data: Vec<Value> = rows
+            .iter()
+            .skip((q.page - 1) * q.limit)
+            .take(q.limit)
+            .map(row_json)
+            .collect();
+        Ok(
+            json!({"data": data, "page": q.page, "limit": q.limit, "total": total, "total_pages": pages}),
+        )
+    }
+
+    /// `GET /api/metrics/stats?model=`: totals and speed histograms.
+    pub fn stats(&self, query: &str) -> Result<Value, String> {
+        let mut model = None;
+        for (k, v) in pairs(query) {
+            match k.as_str() {
+                "model" => model = Some(v),
+                other => return Err(format!("unknown parameter {other:?}")),
+            }
+        }
+        let rows: Vec<Row> = self
+            .rows()
+            .into_iter()
+            .filter(|r| model.as_ref().is_none_or(|m| &r.model == m))
+            .collect();
+        let sum = |f: &dyn Fn(&Tokens) -> u64| -> u64 {
+            rows.iter().filter_map(|r| r.tokens.as_ref()).map(f).sum()
+        };
+        let speeds = |f: &dyn Fn(&Tokens) -> Option<f64>| -> Vec<f64> {
+            rows.iter()
+                .filter_map(|r| r.tokens.as_ref().and_then(f))
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .collect()
+        };
+        Ok(json!({
+            "total_requests": rows.len(),
+            "total_input_tokens": sum(&|t| t.prompt),
+            "total_output_tokens": sum(&|t| t.completion),
+            "total_cache_tokens": sum(&|t| t.cache.unwrap_or(0)),
+            "prompt_histogram": histogram(speeds(&|t| t.prompt_per_second)),
+            "gen_histogram": histogram(speeds(&|t| t.tokens_per_second)),
+        }))
+    }
+}
+
+fn row_json(r: &Row) -> Value {
+    let t = r.tokens.unwrap_or_default();
+    let or_missing = |v: Option<u64>| v.map_or(-1, |v| v as i64);
+    let rate = |v: Option<f64>| v.unwrap_or(-1.0);
+    let mut v = json!({
+        "id": r.id,
+        "timestamp": super::inflight::humantime_rfc3339(r.time),
+        "model": r.model,
+        "req_path": r.req_path,
+        "resp_content_type": r.content_type,
+        "resp_status_code": r.status,
+        "tokens": {
+            "input_tokens": t.prompt,
+            "output_tokens": t.completion,
+            "cache_tokens": or_missing(t.cache),
+            "draft_tokens": or_missing(t.draft),
+            "draft_acc_tokens": or_missing(t.draft_accepted),
+            "prompt_per_second": rate(t.prompt_per_second),
+            "tokens_per_second": rate(t.tokens_per_second),
+        },
+        "duration_ms": r.duration_ms,
+        "has_capture": false,
+    });
+    if let Some(e) = &r.error {
+        v["error_msg"] = Value::String(e.clone());
+    }
+    v
+}
+
+/// Counts in 20 bins between the smallest and largest value, and the percentiles.
+fn histogram(mut values: Vec<f64>) -> Value {
+    const BINS: usize = 20;
+    if values.is_empty() {
+        return json!({"bins": [], "min": 0, "max": 0, "binSize": 0, "p50": 0, "p95": 0, "p99": 0});
+    }
+    values.sort_by(f64::total_cmp);
+    let (min, max) = (values[0], values[values.len() - 1]);
+    let size = ((max - min) / BINS as f64).max(f64::MIN_POSITIVE);
+    let mut bins = vec![0u64; BINS];
+    for v in &values {
+        bins[(((v - min) / size) as usize).min(BINS - 1)] += 1;
+    }
+    let pct = |p: f64| values[((values.len() - 1) as f64 * p).round() as usize];
+    json!({"bins": bins, "min": min, "max": max, "binSize": size,
+           "p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99)})
+}
+
+#[derive(Clone, PartialEq)]
+enum Sort {
+    Id,
+    Time,
+    Model,
+    Path,
+    Status,
+    ContentType,
+    Cached,
+    Prompt,
+    Generated,
+    Drafted,
+    PromptSpeed,
+    GenSpeed,
+    Duration,
+}
+
+fn compare(a: &Row, b: &Row, key: &Sort) -> std::cmp::Ordering {
+    let (ta, tb) = (a.tokens.unwrap_or_default(), b.tokens.unwrap_or_default());
+    let rate = |x: Option<f64>, y: Option<f64>| x.unwrap_or(-1.0).total_cmp(&y.unwrap_or(-1.0));
+    match key {
+        Sort::Id => a.id.cmp(&b.id),
+        Sort::Time => a.time.cmp(&b.time),
+        Sort::Model => a.model.cmp(&b.model),
+        Sort::Path => a.req_path.cmp(&b.req_path),
+        Sort::Status => a.status.cmp(&b.status),
+        Sort::ContentType => a.content_type.cmp(&b.content_type),
+        Sort::Cached => ta.cache.cmp(&tb.cache),
+        Sort::Prompt => ta.prompt.cmp(&tb.prompt),
+        Sort::Generated => ta.completion.cmp(&tb.completion),
+        Sort::Drafted => ta.draft.cmp(&tb.draft),
+        Sort::PromptSpeed => rate(ta.prompt_per_second, tb.prompt_per_second),
+        Sort::GenSpeed => rate(ta.tokens_per_second, tb.tokens_per_second),
+        Sort::Duration => a.duration_ms.cmp(&b.duration_ms),
+    }
+}
+
+struct Query {
+    models: Vec<String>,
+    start: Option<SystemTime>,
+    end: Option<SystemTime>,
+    min_id: Option<u64>,
+    max_id: Option<u64>,
+    limit: usize,
+    page: usize,
+    sort: Sort,
+    descending: bool,
+}
+
+impl Query {
+    fn parse(query: &str) -> Result<Query, String> {
+        let mut q = Query {
+            models: Vec::new(),
+            start: None,
+            end: None,
+            min_id: None,
+            max_id: None,
+            limit: 25,
+            page: 1,
+            sort: Sort::Id,
+            descending: true,
+        };
+        let number = |k: &str, v: &str, min: u64, max: u64| -> Result<u64, String> {
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| (min..=max).contains(n))
+                .ok_or_else(|| format!("{k} must be a whole number from {min} to {max}, not {v:?}"))
+        };
+        let time = |k: &str, v: &str| {
+            parse_rfc3339(v).ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
+        };
+        for (k, v) in pairs(query) {
+            match k.as_str() {
+                "model" => q.models.push(v),
+                "start" => q.start = Some(time(&k, &v)?),
+                "end" => q.end = Some(time(&k, &v)?),
+                "min_id" => q.min_id = Some(number(&k, &v, 1, u64::MAX)?),
+                "max_id" => q.max_id = Some(number(&k, &v, 1, u64::MAX)?),
+                "limit" => q.limit = number(&k, &v, 1, 999)? as usize,
+                "page" => q.page = number(&k, &v, 1, 1_000_000)? as usize,
+                "sort" => {
+                    q.sort = match v.as_str() {
+                        "id" => Sort::Id,
+                        "time" => Sort::Time,
+                        "model" => Sort::Model,
+                        "req_path" => Sort::Path,
+                        "resp_status_code" => Sort::Status,
+                        "resp_content_type" => Sort::ContentType,
+                        "cached" => Sort::Cached,
+                        "prompt" => Sort::Prompt,
+                        "generated" => Sort::Generated,
+                        "drafted" => Sort::Drafted,
+                        "prompt_speed" => Sort::PromptSpeed,
+                        "gen_speed" => Sort::GenSpeed,
+                        "duration" => Sort::Duration,
+                        other => return Err(format!("sort: unknown field {other:?}")),
+                    }
+                }
+                "order" => {
+                    q.descending = match v.as_str() {
+                        "desc" => true,
+                        "asc" => false,
+                        other => return Err(format!("order must be asc or desc, not {other:?}")),
+                    }
+                }
+                other => return Err(format!("unknown parameter {other:?}")),
+            }
+        }
+        Ok(q)
+    }
+
+    fn keeps(&self, r: &Row) -> bool {
+        (self.models.is_empty() || self.models.contains(&r.model))
+            && self.start.is_none_or(|s| r.time >= s)
+            && self.end.is_none_or(|e| r.time <= e)
+            && self.min_id.is_none_or(|m| r.id >= m)
+            && self.max_id.is_none_or(|m| r.id <= m)
+    }
+}
+
+/// The query's `key=value` pairs, percent-decoded.
+fn pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(move |p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+}
+
+/// `2026-11-30T09:10:00Z`, with optional fractions and a `±hh:mm` offset.
+fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    if hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut nanos = 0u32;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let padded = format!("{:0<9}", &frac[..digits.min(9)]);
+        nanos = padded.parse().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let (h, m) = rest[1..].split_once(':')?;
+            if h.len() != 2 || m.len() != 2 {
+                return None;
+            }
+            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60)
+        }
+    };
+    // days from civil (Howard Hinnant's algorithm)
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset;
+    let secs = u64::try_from(secs).ok()?;
+    Some(SystemTime::UNIX_EPOCH + std::time::Duration::new(secs, nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(model: &str, status: u16, prompt: u64, speed: f64) -> Entry {
+        Entry {
+            model: model.into(),
+            req_path: "/v1/chat/completions".into(),
+            status,
+            content_type: "application/json".into(),
+            tokens: Some(Tokens {
+                prompt,
+                completion: 2,
+                tokens_per_second: Some(speed),
+                ..Default::default()
+            }),
+            duration_ms: 5,
+            error: (status >= 400).then(|| "boom".to_string()),
+        }
+    }
+
+    #[test]
+    fn rfc3339_times() {
+        let t = parse_rfc3339("2026-11-30T05:20:00Z").unwrap();
+        assert_eq!(
+            super::super::inflight::humantime_rfc3339(t),
+            "2026-11-30T05:20:00Z"
+        );
+        assert_eq!(parse_rfc3339("2026-11-30T06:20:00+01:00"), Some(t));
+        assert!(parse_rfc3339("2026-11-30T05:20:00.250Z").unwrap() > t);
+        for bad in [
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "2026-11-30T05:20:00",
+            "2026-11-30T25:00:00Z",
+        ] {
+            assert!(parse_rfc3339(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rows_are_filtered_sorted_paged_and_bounded() {
+        let a = Activity::new(3);
+        for (i, m) in ["x", "y", "x", "x"].iter().enumerate() {
+            a.record(entry(
+                m,
+                if i == 1 { 500 } else { 200 },
+                i as u64 * 10,
+                i as f64,
+            ));
+        }
+        let all = a.query("").unwrap();
+        assert_eq!(all["total"], 3, "the oldest row went");
+        assert_eq!(all["data"][0]["id"], 4, "newest first");
+        let x = a
+            .query("model=x&sort=prompt&order=asc&limit=1&page=2")
+            .unwrap();
+        assert_eq!(
+            (x["total"].clone(), x["total_pages"].clone()),
+            (json!(2), json!(2))
+        );
+        assert_eq!(x["data"][0]["tokens"]["input_tokens"], 30);
+        assert_eq!(x["data"][0]["tokens"]["cache_tokens"], -1);
+        let y = a.query("model=y").unwrap();
+        assert_eq!(y["data"][0]["error_msg"], "boom");
+        for bad in [
+            "limit=0",
+            "limit=1000",
+            "page=0",
+            "sort=nope",
+            "order=up",
+            "start=today",
+            "min_id=0",
+            "what=1",
+        ] {
+            assert!(a.query(bad).is_err(), "{bad}");
+        }
+        let stats = a.stats("model=x").unwrap();
+        assert_eq!(stats["total_requests"], 2);
+        assert_eq!(stats["total_input_tokens"], 20 + 30);
+        assert_eq!(stats["gen_histogram"]["max"], 3.0);
+    }
+}
