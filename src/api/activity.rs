@@ -19,10 +19,25 @@ pub struct Row {
     pub model: String,
     pub req_path: String,
     pub status: u16,
-    pub content_type: String,
+    pub content_type: std::borrow::Cow<'static, str>,
     pub tokens: Option<Tokens>,
     pub duration_ms: u64,
     pub error: Option<String>,
+}
+
+/// A response's content type, shared when it is one of the usual ones.
+pub fn content_type(value: &str) -> std::borrow::Cow<'static, str> {
+    const USUAL: &[&str] = &[
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/event-stream",
+        "text/event-stream; charset=utf-8",
+        "text/plain; charset=utf-8",
+    ];
+    match USUAL.iter().find(|u| **u == value) {
+        Some(usual) => std::borrow::Cow::Borrowed(usual),
+        None => std::borrow::Cow::Owned(value.to_string()),
+    }
 }
 
 /// What a finished request leaves in the log (the id and time are added).
@@ -30,7 +45,7 @@ pub struct Entry {
     pub model: String,
     pub req_path: String,
     pub status: u16,
-    pub content_type: String,
+    pub content_type: std::borrow::Cow<'static, str>,
     pub tokens: Option<Tokens>,
     pub duration_ms: u64,
     pub error: Option<String>,
@@ -161,7 +176,7 @@ fn row_json(r: &Row) -> Value {
         "timestamp": super::inflight::humantime_rfc3339(r.time),
         "model": r.model,
         "req_path": r.req_path,
-        "resp_content_type": r.content_type,
+        "resp_content_type": &*r.content_type,
         "resp_status_code": r.status,
         "tokens": {
             "input_tokens": t.prompt,

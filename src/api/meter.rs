@@ -80,7 +80,7 @@ struct ActivityRecord {
     log: Arc<super::activity::Activity>,
     req_path: String,
     status: u16,
-    content_type: String,
+    content_type: std::borrow::Cow<'static, str>,
 }
 
 impl Metered {
@@ -128,7 +128,7 @@ impl Metered {
             log,
             req_path,
             status: status.as_u16(),
-            content_type: content_type.to_string(),
+            content_type: super::activity::content_type(content_type),
         });
         self
     }
@@ -251,26 +251,6 @@ impl Metered {
                 error = error_message(body);
             }
         }
-        if let Some(a) = self.activity.take() {
-            let error = error.or_else(|| {
-                (a.status >= 400).then(|| {
-                    http::StatusCode::from_u16(a.status)
-                        .ok()
-                        .and_then(|s| s.canonical_reason())
-                        .unwrap_or("error")
-                        .to_string()
-                })
-            });
-            a.log.record(super::activity::Entry {
-                model: self.labels.model.clone(),
-                req_path: a.req_path,
-                status: a.status,
-                content_type: a.content_type,
-                tokens: self.tokens,
-                duration_ms: self.started.elapsed().as_millis() as u64,
-                error,
-            });
-        }
         let l = [self.labels.model.as_str(), self.labels.route.as_str()];
         self.metrics
             .requests
@@ -289,6 +269,27 @@ impl Metered {
                 .completion_tokens
                 .with_label_values(&[l[0]])
                 .inc_by(t.completion);
+        }
+        if let Some(a) = self.activity.take() {
+            let error = error.or_else(|| {
+                (a.status >= 400).then(|| {
+                    http::StatusCode::from_u16(a.status)
+                        .ok()
+                        .and_then(|s| s.canonical_reason())
+                        .unwrap_or("error")
+                        .to_string()
+                })
+            });
+            a.log.record(super::activity::Entry {
+                // the last use of the labels: metrics are recorded above
+                model: std::mem::take(&mut self.labels.model),
+                req_path: a.req_path,
+                status: a.status,
+                content_type: a.content_type,
+                tokens: self.tokens,
+                duration_ms: self.started.elapsed().as_millis() as u64,
+                error,
+            });
         }
     }
 }
