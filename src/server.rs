@@ -92,6 +92,8 @@ pub async fn run_with_reloads(
     let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), opts.limits));
     let current = Arc::new(RwLock::new(app.clone()));
     let ttl = tokio::spawn(fleet.clone().run_ttl());
+    let reaper =
+        crate::supervisor::reaper::needed().then(|| tokio::spawn(crate::supervisor::reaper::run()));
     let mut preload_task = tokio::spawn(preload(fleet.clone()));
 
     let connections = Arc::new(crate::trim::Connections::default());
@@ -156,6 +158,9 @@ pub async fn run_with_reloads(
     }
     workers.stop().await;
     ttl.abort();
+    if let Some(reaper) = reaper {
+        reaper.abort();
+    }
     trimmer.abort();
     preload_task.abort();
     Ok(())

@@ -312,3 +312,62 @@ async fn a_taken_port_fails_the_start_at_once() {
     }
     h.stop().await;
 }
+
+/// As PID 1 (a container's init), corral reaps the orphans its engines leave behind: a wrapper's
+/// background job re-parented to it does not stay a zombie once it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_pid_1_orphans_are_reaped() {
+    let probe = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        // a PID namespace needs root (or user namespaces); the behaviour is the same without it
+        eprintln!("SKIPPED as_pid_1_orphans_are_reaped: unshare --pid is not permitted here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let port = free_port_range(1);
+    std::fs::write(
+        &config,
+        format!(
+            "models:\n  a:\n    cmd: sh -c '(sleep 0.3 &); exec $ENGINE --port {port}'\n    proxy: http://127.0.0.1:{port}\n    env: [\"${{env.MARKER}}\"]\n"
+        ),
+    )
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let p = spawn_corral_wrapped(
+        &["unshare", "--pid", "--fork", "--mount-proc"],
+        dir,
+        &config,
+        state.path(),
+        &[],
+        &[],
+    );
+    let resp = post_json(&format!("{}/v1/chat/completions", p.url), &chat("a")).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    // corral is the child of unshare; the orphaned sleep exits 0.3 s after the start
+    let corral = children_of(p.child.id())
+        .first()
+        .copied()
+        .expect("corral under unshare");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let zombies: Vec<u32> = children_of(corral)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        })
+        .collect();
+    assert!(zombies.is_empty(), "zombies left under corral: {zombies:?}");
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}

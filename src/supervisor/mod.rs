@@ -6,6 +6,7 @@
 //! grandchild may hold open forever. Stopping signals the whole group: cmdStop or SIGTERM, then
 //! SIGKILL after the grace period, and the stop returns only once the child has been reaped.
 
+pub mod reaper;
 mod spawner;
 pub mod sweep;
 
@@ -149,6 +150,7 @@ impl Process {
                 Ok(s) => describe_status(s),
                 Err(e) => format!("wait failed: {e}"),
             };
+            spawner::forget(pid);
             let _ = tx.send(Some(status));
         });
         Ok(Process { pid, exit, sinks })
@@ -248,7 +250,13 @@ impl Process {
                     .envs(spec.env.iter().map(|(k, v)| (k, v)));
                 match spawner.spawn(cmd).await {
                     Ok(mut child) => {
-                        tokio::spawn(async move { child.wait().await });
+                        let pid = child.id();
+                        tokio::spawn(async move {
+                            let _ = child.wait().await;
+                            if let Some(pid) = pid {
+                                spawner::forget(pid);
+                            }
+                        });
                     }
                     Err(e) => {
                         tracing::warn!(model = %spec.id, "cmdStop failed ({e}); sending SIGTERM");

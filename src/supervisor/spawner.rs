@@ -5,8 +5,9 @@
 //! forks happen on this thread, which lives as long as the spawner.
 #![allow(unsafe_code)]
 
+use std::collections::HashSet;
 use std::io;
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
@@ -14,6 +15,24 @@ use tokio::sync::oneshot;
 struct Job {
     cmd: Command,
     reply: oneshot::Sender<io::Result<Child>>,
+}
+
+/// The children corral forked and tokio waits for; the orphan reaper leaves them alone.
+static OWN: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+
+/// Whether `pid` is one of corral's own children (tokio reaps those).
+pub fn is_own(pid: u32) -> bool {
+    OWN.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|own| own.contains(&pid))
+}
+
+/// `pid` has been reaped: it may be reused by anything now.
+pub fn forget(pid: u32) {
+    if let Some(own) = OWN.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        own.remove(&pid);
+    }
 }
 
 /// A handle to the spawner thread. Dropping the last handle ends the thread.
@@ -31,7 +50,14 @@ impl Spawner {
             .spawn(move || {
                 let _guard = runtime.enter();
                 for mut job in rx {
-                    let _ = job.reply.send(job.cmd.spawn());
+                    let spawned = job.cmd.spawn();
+                    if let Some(pid) = spawned.as_ref().ok().and_then(Child::id) {
+                        OWN.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert_with(HashSet::new)
+                            .insert(pid);
+                    }
+                    let _ = job.reply.send(spawned);
                 }
             })?;
         Ok(Spawner { jobs: tx })

@@ -63,8 +63,28 @@ pub fn spawn_corral_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Proc {
+    spawn_corral_wrapped(&[], dir, config, state_dir, extra, env)
+}
+
+/// Starts corral through `wrapper` (a command line that runs the rest, like `unshare …`).
+pub fn spawn_corral_wrapped(
+    wrapper: &[&str],
+    dir: tempfile::TempDir,
+    config: &Path,
+    state_dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Proc {
     let marker = new_marker();
-    let mut child = Command::new(CORRAL)
+    let mut command = match wrapper {
+        [] => Command::new(CORRAL),
+        [program, args @ ..] => {
+            let mut c = Command::new(program);
+            c.args(args).arg(CORRAL);
+            c
+        }
+    };
+    let mut child = command
         .args([
             "--config",
             config.to_str().unwrap(),
