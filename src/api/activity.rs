@@ -1,9 +1,9 @@
 //! The activity log: one row per model request, kept in memory (`metricsMaxInMemory` rows), served
 //! as llama-swap serves it (`/api/metrics/activity`, `/api/metrics/stats`, `activity` events).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use serde_json::{json, Value};
@@ -16,8 +16,8 @@ use crate::metrics::Tokens;
 pub struct Row {
     pub id: u64,
     pub time: SystemTime,
-    pub model: String,
-    pub req_path: String,
+    pub model: Arc<str>,
+    pub req_path: Arc<str>,
     pub status: u16,
     pub content_type: std::borrow::Cow<'static, str>,
     pub tokens: Option<Tokens>,
@@ -52,46 +52,75 @@ pub struct Entry {
 }
 
 pub struct Activity {
-    rows: Mutex<VecDeque<Row>>,
+    rows: Mutex<Rows>,
     next: AtomicU64,
     max: usize,
     /// Ids of new rows, for the events stream.
     pub events: broadcast::Sender<u64>,
 }
 
+/// The rows, and the model names and paths they share. Rows are written when requests end,
+/// often in bursts when many clients leave at once; rows that held allocations of their own
+/// would be scattered over the memory those connections freed and keep it from going back to
+/// the system.
+struct Rows {
+    rows: VecDeque<Row>,
+    names: HashMap<String, Arc<str>>,
+}
+
+/// Distinct model names and paths kept for sharing; beyond it, rows get their own copies.
+const SHARED_NAMES: usize = 512;
+
+impl Rows {
+    fn shared(&mut self, name: String) -> Arc<str> {
+        if let Some(shared) = self.names.get(&name) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(name.as_str());
+        if self.names.len() < SHARED_NAMES {
+            self.names.insert(name, shared.clone());
+        }
+        shared
+    }
+}
+
 impl Activity {
     pub fn new(max_rows: u64) -> Activity {
+        let max = if max_rows == 0 {
+            1000
+        } else {
+            max_rows as usize
+        };
         Activity {
-            rows: Mutex::new(VecDeque::new()),
+            rows: Mutex::new(Rows {
+                rows: VecDeque::with_capacity(max),
+                names: HashMap::new(),
+            }),
             next: AtomicU64::new(1),
-            max: if max_rows == 0 {
-                1000
-            } else {
-                max_rows as usize
-            },
+            max,
             events: broadcast::channel(256).0,
         }
     }
 
     pub fn record(&self, e: Entry) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let row = Row {
-            id,
-            time: SystemTime::now(),
-            model: e.model,
-            req_path: e.req_path,
-            status: e.status,
-            content_type: e.content_type,
-            tokens: e.tokens,
-            duration_ms: e.duration_ms,
-            error: e.error,
-        };
         {
             let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-            if rows.len() >= self.max {
-                rows.pop_front();
+            let row = Row {
+                id,
+                time: SystemTime::now(),
+                model: rows.shared(e.model),
+                req_path: rows.shared(e.req_path),
+                status: e.status,
+                content_type: e.content_type,
+                tokens: e.tokens,
+                duration_ms: e.duration_ms,
+                error: e.error,
+            };
+            if rows.rows.len() >= self.max {
+                rows.rows.pop_front();
             }
-            rows.push_back(row);
+            rows.rows.push_back(row);
         }
         if self.events.receiver_count() > 0 {
             let _ = self.events.send(id);
@@ -102,6 +131,7 @@ impl Activity {
         self.rows
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .rows
             .iter()
             .cloned()
             .collect()
@@ -145,7 +175,7 @@ impl Activity {
         let rows: Vec<Row> = self
             .rows()
             .into_iter()
-            .filter(|r| model.as_ref().is_none_or(|m| &r.model == m))
+            .filter(|r| model.as_ref().is_none_or(|m| *r.model == **m))
             .collect();
         let sum = |f: &dyn Fn(&Tokens) -> u64| -> u64 {
             rows.iter().filter_map(|r| r.tokens.as_ref()).map(f).sum()
@@ -174,8 +204,8 @@ fn row_json(r: &Row) -> Value {
     let mut v = json!({
         "id": r.id,
         "timestamp": super::inflight::humantime_rfc3339(r.time),
-        "model": r.model,
-        "req_path": r.req_path,
+        "model": &*r.model,
+        "req_path": &*r.req_path,
         "resp_content_type": &*r.content_type,
         "resp_status_code": r.status,
         "tokens": {
@@ -326,7 +356,7 @@ impl Query {
     }
 
     fn keeps(&self, r: &Row) -> bool {
-        (self.models.is_empty() || self.models.contains(&r.model))
+        (self.models.is_empty() || self.models.iter().any(|m| **m == *r.model))
             && self.start.is_none_or(|s| r.time >= s)
             && self.end.is_none_or(|e| r.time <= e)
             && self.min_id.is_none_or(|m| r.id >= m)
@@ -481,6 +511,10 @@ mod tests {
         ] {
             assert!(a.query(bad).is_err(), "{bad}");
         }
+        // rows share their names: no allocation of their own outlives a burst of requests
+        let rows = a.rows();
+        assert!(Arc::ptr_eq(&rows[0].req_path, &rows[1].req_path));
+        assert!(Arc::ptr_eq(&rows[0].model, &rows[2].model) || rows[0].model != rows[2].model);
         let stats = a.stats("model=x").unwrap();
         assert_eq!(stats["total_requests"], 2);
         assert_eq!(stats["total_input_tokens"], 20 + 30);
