@@ -416,20 +416,26 @@ async fn round_robin_ignores_free_slots() {
     h.stop().await;
 }
 
-/// A pool member whose health check passes but whose inference answers 500 is taken out after five
-/// server errors in a row; the rest of the traffic goes to the healthy member.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_answering_server_errors_is_taken_out() {
+/// The implicit pool `chat` of `chat-0` and `chat-1` (with their engines' flags), both loaded.
+async fn loaded_pool(flags_0: &str, flags_1: &str) -> Harness {
     let h = Harness::start(&format!(
         "models:\n{}{}",
-        fake_model("chat-0", "", ""),
-        fake_model("chat-1", "--completion-status 500", "")
+        fake_model("chat-0", flags_0, ""),
+        fake_model("chat-1", flags_1, "")
     ))
     .await;
     for id in ["chat-0", "chat-1"] {
         let load = request("POST", &format!("{}/api/models/load/{id}", h.url), &[], "").await;
         assert_eq!(load.status, 200, "{}", load.text());
     }
+    h
+}
+
+/// A pool member whose health check passes but whose inference answers 500 is taken out after five
+/// server errors in a row; the rest of the traffic goes to the healthy member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_answering_server_errors_is_taken_out() {
+    let h = loaded_pool("", "--completion-status 500").await;
     let url = format!("{}/v1/chat/completions", h.url);
     let mut errors = 0;
     for _ in 0..20 {
@@ -453,16 +459,7 @@ async fn a_member_answering_server_errors_is_taken_out() {
 /// serve, sent again and again), the last ready member stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_never_take_out_the_last_ready_member() {
-    let h = Harness::start(&format!(
-        "models:\n{}{}",
-        fake_model("chat-0", "--completion-status 500", ""),
-        fake_model("chat-1", "--completion-status 500", "")
-    ))
-    .await;
-    for id in ["chat-0", "chat-1"] {
-        let load = request("POST", &format!("{}/api/models/load/{id}", h.url), &[], "").await;
-        assert_eq!(load.status, 200, "{}", load.text());
-    }
+    let h = loaded_pool("--completion-status 500", "--completion-status 500").await;
     let url = format!("{}/v1/chat/completions", h.url);
     for _ in 0..20 {
         assert_eq!(post_json(&url, &chat("chat")).await.status, 500);
