@@ -95,68 +95,8 @@ impl Origin {
 }
 
 /// A connection's byte stream: plain TCP, or TLS over it (engines and peers behind https).
-enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl tokio::io::AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Plain(s) => s.is_write_vectored(),
-            Stream::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+type Stream =
+    tokio_util::either::Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
 /// The TLS client settings: the system's trusted roots (`SSL_CERT_FILE` and `SSL_CERT_DIR`
 /// override where they are read from), HTTP/1.1 by ALPN. Built once.
@@ -437,17 +377,6 @@ impl Upstream {
         }
     }
 
-    /// Idle connections to `address`, from all threads (for tests and diagnostics).
-    pub fn idle_count(&self, address: &Address) -> usize {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter_map(|by_address| by_address.get(address))
-            .map(Vec::len)
-            .sum()
-    }
-
     /// A TCP connection to `address` within the connect timeout, then the TLS handshake within
     /// its own when it is https.
     async fn tcp(&self, address: &Address) -> Result<Stream, Failure> {
@@ -465,7 +394,7 @@ impl Upstream {
         let keepalive = socket2::TcpKeepalive::new().with_time(self.settings.keepalive);
         let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
         if !address.tls {
-            return Ok(Stream::Plain(stream));
+            return Ok(Stream::Left(stream));
         }
         let config = tls_config().map_err(|e| Failure::Connect(format!("{address}: {e}")))?;
         let name = rustls::pki_types::ServerName::try_from(address.host().to_string())
@@ -480,7 +409,7 @@ impl Upstream {
                 ))
             })?
             .map_err(|e| Failure::Connect(format!("tls handshake error: {address}: {e}")))?;
-        Ok(Stream::Tls(Box::new(tls)))
+        Ok(Stream::Right(Box::new(tls)))
     }
 
     async fn connect(&self, address: &Address) -> Result<Conn, Failure> {

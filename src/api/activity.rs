@@ -166,7 +166,7 @@ impl Activity {
     /// `GET /api/metrics/stats?model=`: totals and speed histograms.
     pub fn stats(&self, query: &str) -> Result<Value, String> {
         let mut model = None;
-        for (k, v) in pairs(query) {
+        for (k, v) in super::extract::query_pairs(query) {
             match k.as_str() {
                 "model" => model = Some(v),
                 other => return Err(format!("unknown parameter {other:?}")),
@@ -203,7 +203,7 @@ fn row_json(r: &Row) -> Value {
     let rate = |v: Option<f64>| v.unwrap_or(-1.0);
     let mut v = json!({
         "id": r.id,
-        "timestamp": super::inflight::humantime_rfc3339(r.time),
+        "timestamp": super::rfc3339::format(r.time),
         "model": &*r.model,
         "req_path": &*r.req_path,
         "resp_content_type": &*r.content_type,
@@ -313,9 +313,10 @@ impl Query {
                 .ok_or_else(|| format!("{k} must be a whole number from {min} to {max}, not {v:?}"))
         };
         let time = |k: &str, v: &str| {
-            parse_rfc3339(v).ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
+            super::rfc3339::parse(v)
+                .ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
         };
-        for (k, v) in pairs(query) {
+        for (k, v) in super::extract::query_pairs(query) {
             match k.as_str() {
                 "model" => q.models.push(v),
                 "start" => q.start = Some(time(&k, &v)?),
@@ -364,76 +365,6 @@ impl Query {
     }
 }
 
-/// The query's `key=value` pairs, percent-decoded.
-fn pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(&s.replace('+', " "))
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(move |p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-}
-
-/// `2026-11-30T09:10:00Z`, with optional fractions and a `±hh:mm` offset.
-fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    if hour > 23 || min > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &s[19..];
-    let mut nanos = 0u32;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let padded = format!("{:0<9}", &frac[..digits.min(9)]);
-        nanos = padded.parse().ok()?;
-        rest = &frac[digits..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            let (h, m) = rest[1..].split_once(':')?;
-            if h.len() != 2 || m.len() != 2 {
-                return None;
-            }
-            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60)
-        }
-    };
-    // days from civil (Howard Hinnant's algorithm)
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset;
-    let secs = u64::try_from(secs).ok()?;
-    Some(SystemTime::UNIX_EPOCH + std::time::Duration::new(secs, nanos))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,25 +383,6 @@ mod tests {
             }),
             duration_ms: 5,
             error: (status >= 400).then(|| "boom".to_string()),
-        }
-    }
-
-    #[test]
-    fn rfc3339_times() {
-        let t = parse_rfc3339("2026-11-30T05:20:00Z").unwrap();
-        assert_eq!(
-            super::super::inflight::humantime_rfc3339(t),
-            "2026-11-30T05:20:00Z"
-        );
-        assert_eq!(parse_rfc3339("2026-11-30T06:20:00+01:00"), Some(t));
-        assert!(parse_rfc3339("2026-11-30T05:20:00.250Z").unwrap() > t);
-        for bad in [
-            "yesterday",
-            "2026-13-01T00:00:00Z",
-            "2026-11-30T05:20:00",
-            "2026-11-30T25:00:00Z",
-        ] {
-            assert!(parse_rfc3339(bad).is_none(), "{bad}");
         }
     }
 

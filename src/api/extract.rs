@@ -103,14 +103,19 @@ pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
 
 /// A query-string parameter, percent-decoded.
 pub fn query_param(query: &str, name: &str) -> Option<String> {
-    query.split('&').find_map(|pair| {
+    query_pairs(query).find_map(|(k, v)| (k == name).then_some(v))
+}
+
+/// A query string's `key=value` pairs, percent- and `+`-decoded.
+pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    query.split('&').filter(|p| !p.is_empty()).map(move |pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(&s.replace('+', " "))
-                .decode_utf8_lossy()
-                .into_owned()
-        };
-        (decode(k) == name).then(|| decode(v))
+        (decode(k), decode(v))
     })
 }
 

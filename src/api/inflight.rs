@@ -20,7 +20,7 @@ struct Entry {
 
 impl Entry {
     fn record(&self, id: u64) -> Value {
-        json!({"id": id, "timestamp": humantime_rfc3339(self.started), "model": self.model,
+        json!({"id": id, "timestamp": crate::api::rfc3339::format(self.started), "model": self.model,
             "req_path": self.path, "method": self.method.as_str(), "remote_ip": self.remote.to_string()})
     }
 }
@@ -120,44 +120,9 @@ impl Inflight {
     }
 }
 
-/// RFC 3339 in UTC, without pulling in a date crate.
-pub fn humantime_rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // civil-from-days (Howard Hinnant's algorithm)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc3339_dates() {
-        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_796_016_000);
-        assert_eq!(humantime_rfc3339(t), "2026-11-30T05:20:00Z");
-        assert_eq!(
-            humantime_rfc3339(SystemTime::UNIX_EPOCH),
-            "1970-01-01T00:00:00Z"
-        );
-    }
 
     #[test]
     fn register_cancel_and_remove() {

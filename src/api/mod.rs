@@ -11,6 +11,7 @@ mod loading;
 mod meter;
 mod models;
 mod peers;
+pub mod rfc3339;
 pub mod routing;
 
 use std::collections::BTreeMap;
@@ -364,21 +365,20 @@ fn metered(
             Err(e)
         }
         Ok(resp) => {
-            let content_type = resp
-                .headers()
+            let (parts, body) = resp.into_parts();
+            let content_type = parts
+                .headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            let (parts, body) = resp.into_parts();
+                .unwrap_or("");
             let idle_limit = stream_idle_limit(&app.config, &labels.model);
             let length_framed = parts.headers.contains_key(header::CONTENT_LENGTH);
             let body =
-                meter::Metered::new(body, app.metrics.clone(), labels, started, &content_type)
+                meter::Metered::new(body, app.metrics.clone(), labels, started, content_type)
                     .with_inflight(guard, token)
                     .with_idle_limit(idle_limit)
                     .length_framed(length_framed)
-                    .logged_in(app.activity.clone(), path, status, &content_type)
+                    .logged_in(app.activity.clone(), path, status, content_type)
                     .holding(holds);
             Ok(Response::from_parts(parts, BodyExt::boxed(body)))
         }

@@ -452,23 +452,23 @@ impl Fleet {
     /// passing while inference is broken) is taken out of its pool after
     /// [`EJECT_AFTER_SERVER_ERRORS`] in a row, as an unreachable one is: stopped, and started
     /// again only when demand needs it, after its backoff, unless no other member is ready.
-    /// 503 (busy or loading) does not count. Returns true when this answer took it out.
-    pub fn report_answer(&self, id: &str, status: http::StatusCode) -> bool {
+    /// 503 (busy or loading) does not count.
+    pub fn report_answer(&self, id: &str, status: http::StatusCode) {
         let broken = status.is_server_error() && status != http::StatusCode::SERVICE_UNAVAILABLE;
         let mut st = self.inner.lock();
         let Some(inst) = st.instances.get_mut(id) else {
-            return false;
+            return;
         };
         if !broken {
             inst.server_errors = 0;
-            return false;
+            return;
         }
         inst.server_errors += 1;
         if inst.server_errors < EJECT_AFTER_SERVER_ERRORS {
-            return false;
+            return;
         }
         let Some(pool) = inst.pool.clone() else {
-            return false;
+            return;
         };
         // never the last ready member: a client that keeps sending a request the engine answers
         // with 500 must not empty the pool
@@ -477,10 +477,10 @@ impl Fleet {
             .values()
             .any(|i| i.id != id && i.pool.as_ref() == Some(&pool) && i.phase == Phase::Ready);
         let Some(inst) = st.instances.get_mut(id) else {
-            return false;
+            return;
         };
         if !sibling_ready {
-            return false;
+            return;
         }
         inst.server_errors = 0;
         tracing::warn!(
@@ -496,7 +496,6 @@ impl Fleet {
             .with_label_values(&[&model, id])
             .inc();
         self.inner.touch();
-        true
     }
 
     /// Stops the given models' instances (all when `None`) and waits until they are stopped.

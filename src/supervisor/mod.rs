@@ -42,6 +42,14 @@ pub struct ProcessSpec {
     pub stall: Duration,
 }
 
+/// The pids listed in `/proc` (none where it cannot be read).
+fn proc_pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+}
+
 /// Why a start failed. Every waiter for the start gets this.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StartError {

@@ -33,11 +33,7 @@ pub async fn run() {
 /// Children of this process that have exited (zombies) and that corral did not spawn.
 fn exited_orphans() -> Vec<u32> {
     let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    super::proc_pids()
         .filter(|pid| {
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
                 return false;

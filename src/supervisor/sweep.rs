@@ -86,18 +86,8 @@ fn process_alive(pid: u32) -> bool {
 fn marked_processes(key: &str) -> Vec<(u32, u32, u32)> {
     let prefix = format!("{MARKER_VAR}={key}:");
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+    for pid in super::proc_pids() {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
         let owner = environ.split(|b| *b == 0).find_map(|var| {
