@@ -110,6 +110,25 @@ fn slow_load_options() -> TinyOptions {
 
 /// One model entry running llama-server on `${PORT}`; `flags` are extra llama-server flags (the
 /// context size among them), `extra` extra YAML lines for the model.
+/// corral serving one llama-server model `id` on tiny weights made with `opts`; the directory that
+/// holds them is returned with the harness and must outlive it.
+async fn serve_one(
+    server: &str,
+    id: &str,
+    opts: TinyOptions,
+    flags: &str,
+    extra: &str,
+) -> (tempfile::TempDir, Harness) {
+    let models = tempfile::tempdir().unwrap();
+    let model = tiny(models.path(), id, opts).await;
+    let h = Harness::start(&format!(
+        "healthCheckTimeout: 60\nmodels:\n{}",
+        llama_model(id, server, &model, flags, extra)
+    ))
+    .await;
+    (models, h)
+}
+
 fn llama_model(id: &str, server: &str, model: &Path, flags: &str, extra: &str) -> String {
     let mut s = format!(
         "  {id}:\n    cmd: {server} -m {} {LLAMA_FLAGS} {flags}\n    \
@@ -229,13 +248,7 @@ async fn openai_sdk_chat_and_streaming_chat() {
         return;
     };
     bounded(120, async {
-        let models = tempfile::tempdir().unwrap();
-        let model = tiny(models.path(), "chat", slow_chat_options()).await;
-        let h = Harness::start(&format!(
-            "healthCheckTimeout: 60\nmodels:\n{}",
-            llama_model("chat", &server, &model, "-c 256", "")
-        ))
-        .await;
+        let (_models, h) = serve_one(&server, "chat", slow_chat_options(), "-c 256", "").await;
 
         const MAX_TOKENS: usize = 64;
         let report = run_python(
@@ -369,21 +382,11 @@ async fn embeddings() {
 async fn rerank() {
     let Some(server) = llama_server() else { return };
     bounded(60, async {
-        let models = tempfile::tempdir().unwrap();
-        let model = tiny(
-            models.path(),
-            "rerank",
-            TinyOptions {
-                reranker: true,
-                ..TinyOptions::default()
-            },
-        )
-        .await;
-        let yaml = format!(
-            "healthCheckTimeout: 60\nmodels:\n{}",
-            llama_model("rerank", &server, &model, "-c 256 --reranking", "")
-        );
-        let h = Harness::start(&yaml).await;
+        let opts = TinyOptions {
+            reranker: true,
+            ..TinyOptions::default()
+        };
+        let (_models, h) = serve_one(&server, "rerank", opts, "-c 256 --reranking", "").await;
         let docs = [
             "a fox is a small canid",
             "paris is in france",
@@ -595,13 +598,8 @@ async fn default_group_swaps_llama_servers() {
 async fn ttl_unloads_an_idle_llama_server() {
     let Some(server) = llama_server() else { return };
     bounded(60, async {
-        let models = tempfile::tempdir().unwrap();
-        let model = tiny(models.path(), "chat", TinyOptions::default()).await;
-        let h = Harness::start(&format!(
-            "healthCheckTimeout: 60\nmodels:\n{}",
-            llama_model("chat", &server, &model, "-c 256", "ttl: 1")
-        ))
-        .await;
+        let (_models, h) =
+            serve_one(&server, "chat", TinyOptions::default(), "-c 256", "ttl: 1").await;
         let resp = post_json(
             &format!("{}/v1/chat/completions", h.url),
             &chat_body("chat", 4),
@@ -649,13 +647,7 @@ async fn ttl_unloads_an_idle_llama_server() {
 async fn upstream_passthrough_returns_slots() {
     let Some(server) = llama_server() else { return };
     bounded(60, async {
-        let models = tempfile::tempdir().unwrap();
-        let model = tiny(models.path(), "chat", TinyOptions::default()).await;
-        let h = Harness::start(&format!(
-            "healthCheckTimeout: 60\nmodels:\n{}",
-            llama_model("chat", &server, &model, "-c 256", "")
-        ))
-        .await;
+        let (_models, h) = serve_one(&server, "chat", TinyOptions::default(), "-c 256", "").await;
         let resp = get(&format!("{}/upstream/chat/slots", h.url)).await;
         assert_eq!(resp.status, 200, "{}", resp.text());
         assert!(
