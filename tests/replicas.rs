@@ -29,18 +29,21 @@ fn replicated(id: &str, n: u32, flags: &str, extra: &str) -> String {
     fake_model(id, flags, &format!("replicas: {n}\n{extra}"))
 }
 
-/// A burst of 2×slots requests across 2 replicas puts exactly `slots` on each, and none waits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_fills_each_replica_to_its_slots() {
-    let h = Harness::start(&format!(
-        "models:\n{}",
-        replicated("chat", 2, "-np 3", "startReplicas: all")
-    ))
-    .await;
+/// corral with the pool `chat` of two replicas (`startReplicas: all` in `extra`), warmed up with
+/// one request and both ready; and the chat URL.
+async fn warm_pair(flags: &str, extra: &str) -> (Harness, String) {
+    let h = Harness::start(&format!("models:\n{}", replicated("chat", 2, flags, extra))).await;
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("chat")).await.status, 200, "warm up");
     h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
         .await;
+    (h, url)
+}
+
+/// A burst of 2×slots requests across 2 replicas puts exactly `slots` on each, and none waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_fills_each_replica_to_its_slots() {
+    let (h, url) = warm_pair("-np 3", "startReplicas: all").await;
     let before = per_replica(&h, "chat");
     let burst: Vec<_> = (0..6)
         .map(|_| {
@@ -99,20 +102,11 @@ async fn a_cold_pool_grows_with_load() {
 /// Past the queue depth, 429; past the queue wait, 503; both with Retry-After.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_bounds_give_429_and_503() {
-    let h = Harness::start(&format!(
-        "models:\n{}",
-        replicated(
-            "chat",
-            2,
-            "-np 1",
-            "startReplicas: all\nqueueDepth: 1\nqueueTimeout: 1"
-        )
-    ))
+    let (h, url) = warm_pair(
+        "-np 1",
+        "startReplicas: all\nqueueDepth: 1\nqueueTimeout: 1",
+    )
     .await;
-    let url = format!("{}/v1/chat/completions", h.url);
-    assert_eq!(post_json(&url, &chat("chat")).await.status, 200, "warm up");
-    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
-        .await;
     let busy: Vec<_> = (0..2)
         .map(|_| {
             tokio::spawn({
@@ -309,20 +303,7 @@ async fn a_crash_loop_backs_off() {
 /// reaches a replica directly is seen through `/slots` polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slots_come_from_props_and_slots_polling() {
-    let h = Harness::start(&format!(
-        "models:\n{}",
-        replicated(
-            "chat",
-            2,
-            "--slots 2",
-            "startReplicas: all\nslotsPollInterval: 1"
-        )
-    ))
-    .await;
-    let url = format!("{}/v1/chat/completions", h.url);
-    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
-    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
-        .await;
+    let (h, url) = warm_pair("--slots 2", "startReplicas: all\nslotsPollInterval: 1").await;
     let running = get(&format!("{}/running", h.url)).await.json();
     assert!(
         running["running"]
@@ -377,20 +358,7 @@ async fn slots_come_from_props_and_slots_polling() {
 /// balancer would; it exists to compare against the slot-aware pick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_ignores_free_slots() {
-    let h = Harness::start(&format!(
-        "models:\n{}",
-        replicated(
-            "chat",
-            2,
-            "-np 1",
-            "startReplicas: all\nbalance: round-robin"
-        )
-    ))
-    .await;
-    let url = format!("{}/v1/chat/completions", h.url);
-    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
-    h.wait_ready(&["chat-0", "chat-1"], Duration::from_secs(15))
-        .await;
+    let (h, url) = warm_pair("-np 1", "startReplicas: all\nbalance: round-robin").await;
     let burst: Vec<_> = (0..4)
         .map(|_| {
             tokio::spawn({
