@@ -178,9 +178,7 @@ async fn counters_move_by_exactly_the_traffic() {
 
     // an unload shows as a stop with its reason
     assert_eq!(
-        request("POST", &format!("{}/api/models/unload/a", h.url), &[], "")
-            .await
-            .status,
+        post(&format!("{}/api/models/unload/a", h.url)).await.status,
         200
     );
     let unloaded = scrape(&h).await;

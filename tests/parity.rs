@@ -286,12 +286,11 @@ async fn events_stream_and_inflight_cancel() {
         }
     }
     assert!(text.contains(r#""type":"modelStatus""#));
-    let cancel = request(
-        "POST",
-        &format!("{}/api/inflight/{}/cancel", h.url, inflight_id.unwrap()),
-        &[],
-        "",
-    )
+    let cancel = post(&format!(
+        "{}/api/inflight/{}/cancel",
+        h.url,
+        inflight_id.unwrap()
+    ))
     .await;
     assert_eq!(cancel.json(), json!({"msg": "ok"}));
     let (_, frames) = tokio::time::timeout(Duration::from_secs(5), stream)
@@ -300,14 +299,9 @@ async fn events_stream_and_inflight_cancel() {
         .unwrap();
     assert!(frames.len() < 50, "the stream was cut short");
     assert_eq!(
-        request(
-            "POST",
-            &format!("{}/api/inflight/999/cancel", h.url),
-            &[],
-            ""
-        )
-        .await
-        .status,
+        post(&format!("{}/api/inflight/999/cancel", h.url))
+            .await
+            .status,
         404
     );
     h.stop().await;
@@ -325,19 +319,14 @@ async fn explicit_load_and_preload() {
     let h = Harness::start(&yaml).await;
     h.wait_ready(&["pre"], Duration::from_secs(15)).await;
     assert_eq!(h.count_requests("pre", "/v1/chat/completions"), 0);
-    let load = request("POST", &format!("{}/api/models/load/later", h.url), &[], "").await;
+    let load = post(&format!("{}/api/models/load/later", h.url)).await;
     assert_eq!(load.status, 200, "{}", load.text());
     assert_eq!(load.json()["state"], "ready");
     assert_eq!(h.running().await, ["later", "pre"]);
     assert_eq!(
-        request(
-            "POST",
-            &format!("{}/api/models/load/nosuch", h.url),
-            &[],
-            ""
-        )
-        .await
-        .status,
+        post(&format!("{}/api/models/load/nosuch", h.url))
+            .await
+            .status,
         404
     );
     h.stop().await;

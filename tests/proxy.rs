@@ -131,7 +131,7 @@ async fn upstream_passthrough_and_redirect() {
     let redirect = get(&format!("{}/upstream/org/m?x=1", h.url)).await;
     assert_eq!(redirect.status, 301);
     assert_eq!(redirect.header("location"), Some("/upstream/org/m/?x=1"));
-    let post = request("POST", &format!("{}/upstream/org/m", h.url), &[], "").await;
+    let post = post(&format!("{}/upstream/org/m", h.url)).await;
     assert_eq!(post.status, 308);
 
     let resp = request(

@@ -393,7 +393,7 @@ async fn loaded_pool(flags_0: &str, flags_1: &str) -> Harness {
     ))
     .await;
     for id in ["chat-0", "chat-1"] {
-        let load = request("POST", &format!("{}/api/models/load/{id}", h.url), &[], "").await;
+        let load = post(&format!("{}/api/models/load/{id}", h.url)).await;
         assert_eq!(load.status, 200, "{}", load.text());
     }
     h

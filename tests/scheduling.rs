@@ -196,33 +196,22 @@ async fn unload_routes_stop_models() {
     let url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     assert_eq!(post_json(&url, &chat("b")).await.status, 200);
-    let one = request(
-        "POST",
-        &format!("{}/api/models/unload/alpha", h.url),
-        &[],
-        "",
-    )
-    .await;
+    let one = post(&format!("{}/api/models/unload/alpha", h.url)).await;
     assert_eq!(one.status, 200);
     assert_eq!(
         running(&get(&format!("{}/running", h.url)).await.json()),
         ["b"]
     );
     assert_eq!(
-        request(
-            "POST",
-            &format!("{}/api/models/unload/nope", h.url),
-            &[],
-            ""
-        )
-        .await
-        .status,
+        post(&format!("{}/api/models/unload/nope", h.url))
+            .await
+            .status,
         404
     );
     let all = get(&format!("{}/unload", h.url)).await;
     assert_eq!((all.status, all.text().as_str()), (200, "OK"));
     assert!(running(&get(&format!("{}/running", h.url)).await.json()).is_empty());
-    let api = request("POST", &format!("{}/api/models/unload", h.url), &[], "").await;
+    let api = post(&format!("{}/api/models/unload", h.url)).await;
     assert_eq!(api.json(), json!({"msg": "ok"}));
     h.stop().await;
 }

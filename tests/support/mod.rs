@@ -333,6 +333,11 @@ pub async fn get(url: &str) -> Resp {
     request("GET", url, &[], Bytes::new()).await
 }
 
+/// A POST with no body (the management actions: load, unload, cancel).
+pub async fn post(url: &str) -> Resp {
+    request("POST", url, &[], Bytes::new()).await
+}
+
 pub async fn post_json(url: &str, body: &Value) -> Resp {
     request(
         "POST",
