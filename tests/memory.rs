@@ -62,18 +62,24 @@ async fn the_least_recently_used_idle_model_makes_room() {
     h.stop().await;
 }
 
-/// A model that is serving is never evicted: the start waits, then fails with a 503
-/// insufficient_memory naming the holder; the stream is not cut.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_serving_model_is_never_evicted() {
+/// Two 6 GiB models on a 10 GiB device: `big` serving a stream of `chunks` chunks 100 ms apart,
+/// `other` (waiting up to `queue_timeout` s for memory) not started.
+async fn big_serving(
+    chunks: u32,
+    queue_timeout: u32,
+) -> (
+    Harness,
+    String,
+    tokio::task::JoinHandle<(Resp, Vec<(Duration, bytes::Bytes)>)>,
+) {
     let yaml = format!(
         "{GPU}models:\n{}{}",
         sized("big", 6, ""),
-        sized("other", 6, "queueTimeout: 1")
+        sized("other", 6, &format!("queueTimeout: {queue_timeout}"))
     );
     let h = Harness::start(&yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
-    let long = json!({"model": "big", "stream": true, "messages": [], "fakellm": {"chunks": 25, "interval_ms": 100}});
+    let long = json!({"model": "big", "stream": true, "messages": [], "fakellm": {"chunks": chunks, "interval_ms": 100}});
     let stream = tokio::spawn({
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
@@ -82,6 +88,14 @@ async fn a_serving_model_is_never_evicted() {
         h.count_requests("big", "/v1/chat/completions") == 1
     })
     .await;
+    (h, url, stream)
+}
+
+/// A model that is serving is never evicted: the start waits, then fails with a 503
+/// insufficient_memory naming the holder; the stream is not cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serving_model_is_never_evicted() {
+    let (h, url, stream) = big_serving(25, 1).await;
     let started = Instant::now();
     let denied = post_json(&url, &chat("other")).await;
     assert_eq!(denied.status, 503, "{}", denied.text());
@@ -115,22 +129,7 @@ async fn a_serving_model_is_never_evicted() {
 /// The waiting start goes ahead as soon as the holder becomes idle, within the queue bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_waits_for_the_holder_to_become_idle() {
-    let yaml = format!(
-        "{GPU}models:\n{}{}",
-        sized("big", 6, ""),
-        sized("other", 6, "queueTimeout: 10")
-    );
-    let h = Harness::start(&yaml).await;
-    let url = format!("{}/v1/chat/completions", h.url);
-    let long = json!({"model": "big", "stream": true, "messages": [], "fakellm": {"chunks": 10, "interval_ms": 100}});
-    let stream = tokio::spawn({
-        let url = url.clone();
-        async move { stream_frames(&url, &long).await }
-    });
-    eventually(Duration::from_secs(15), "big serving", || {
-        h.count_requests("big", "/v1/chat/completions") == 1
-    })
-    .await;
+    let (h, url, stream) = big_serving(10, 10).await;
     assert_eq!(post_json(&url, &chat("other")).await.status, 200);
     assert!(stream.await.unwrap().0.status == 200);
     assert_eq!(stops(&h, "big", "memory").await, 1.0);
