@@ -52,8 +52,10 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += 
      END { printf "%d passed, %d failed\n", p, f }' "$results"
 if [[ $status != 0 ]]; then
     log "cargo test FAILED (exit $status)"
+    scripts/check-leftovers.sh || true
     exit "$status"
 fi
+scripts/check-leftovers.sh
 
 if [[ "${CORRAL_FUZZ_SECONDS:-60}" != 0 ]]; then
     log "fuzzing the GGUF header reader for ${CORRAL_FUZZ_SECONDS:-60}s"

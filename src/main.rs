@@ -1,6 +1,5 @@
 //! The `corral` command: parse the command line, load the config, bind, and hand over to the library.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -130,7 +129,7 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
         tokio::spawn(watch_signals(shutdown.clone(), abort.clone()));
         let options = corral::Options {
             state_dir: state_dir(),
-            state_key: state_key(&opts.sources, opts.listen),
+            state_key: state_key(&opts.sources),
             ..Default::default()
         };
         let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
@@ -197,11 +196,16 @@ fn state_dir() -> Option<PathBuf> {
     Some(base.join("corral"))
 }
 
-fn state_key(sources: &Sources, listen: SocketAddr) -> String {
+/// What makes two runs the same corral: the config they load. Not the listen address, so a run
+/// restarted on another address still sweeps what the last one left.
+fn state_key(sources: &Sources) -> String {
     let path = |p: &Option<PathBuf>| {
         p.as_ref()
             .map(|p| p.canonicalize().unwrap_or(p.clone()).display().to_string())
             .unwrap_or_default()
     };
-    format!("{}{}@{}", path(&sources.file), path(&sources.dir), listen)
+    match format!("{}{}", path(&sources.file), path(&sources.dir)) {
+        key if key.is_empty() => "embedded-demo".into(),
+        key => key,
+    }
 }

@@ -214,11 +214,7 @@ impl Metrics {
             let l = [s.model.as_str(), s.instance.as_str()];
             self.in_flight.with_label_values(&l).set(s.in_flight as i64);
             self.slots_total.with_label_values(&l).set(s.slots as i64);
-            let free = if s.state == Phase::Ready {
-                s.slots.saturating_sub(s.in_flight)
-            } else {
-                0
-            };
+            let free = if s.state == Phase::Ready { s.free } else { 0 };
             self.slots_free.with_label_values(&l).set(free as i64);
             for phase in [
                 Phase::Stopped,

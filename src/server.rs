@@ -24,7 +24,7 @@ pub struct Options {
     pub limits: Limits,
     /// Where the state file of process groups lives (`None`: no state file, marker sweep only).
     pub state_dir: Option<PathBuf>,
-    /// Identifies this corral across restarts (config path and listen address).
+    /// Identifies this corral across restarts: its config's path, whatever address it listens on.
     pub state_key: String,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub drain_timeout: Duration,

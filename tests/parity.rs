@@ -152,7 +152,7 @@ async fn peers_are_reached_by_full_and_bare_ids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn profiles_pin_and_switch() {
     let yaml = format!(
-        "models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\nprofiles:\n  coding:\n    description: use b\n    pins: {{a: b, off: ~}}\n",
+        "models:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\nprofiles:\n  coding:\n    description: use b\n    pins: {{a: b, off: ~, quick: b}}\n",
         fake_model("a", "", "aliases: [off]"),
         fake_model("b", "", "")
     );
@@ -169,6 +169,22 @@ async fn profiles_pin_and_switch() {
     )
     .await;
     assert_eq!(set.json(), json!({"active": "coding"}));
+    // a pin that shadows no model id is listed while its profile is active; disabled ids are not
+    let listed = get(&format!("{}/v1/models", h.url)).await.json();
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["a", "b", "quick"], "{listed}");
+    let quick = &listed["data"][2]["meta"]["llamaswap"];
+    assert_eq!(quick["type"], "profile", "{listed}");
+    assert_eq!(quick["modelID"], "b", "{listed}");
+    assert_eq!(
+        seen_request(&post_json(&url, &chat("quick")).await)["model"],
+        "b"
+    );
     let r = post_json(&url, &chat("a")).await;
     assert_eq!(seen_request(&r)["model"], "b", "a is pinned to b");
     assert_eq!(h.count_requests("a", "/v1/chat/completions"), 0);
@@ -202,6 +218,8 @@ async fn profiles_pin_and_switch() {
     )
     .await;
     assert_eq!(clear.status, 200);
+    let listed = get(&format!("{}/v1/models", h.url)).await.json();
+    assert_eq!(listed["data"].as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(
         seen_request(&post_json(&url, &chat("a")).await)["model"],
         "a"

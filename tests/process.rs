@@ -76,20 +76,27 @@ async fn missing_binary_is_reported() {
     h.stop().await;
 }
 
-/// healthCheckTimeout bounds a load that never becomes healthy; the process group is killed.
+/// healthCheckTimeout bounds a load that never becomes healthy, as in llama-swap: the engine's
+/// start-up lines do not stretch it by the stall window (30 s by default). The group is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_healthy_times_out_and_is_killed() {
     let yaml = format!(
-        "healthCheckTimeout: 15\nloadStallTimeout: 1\nmodels:\n{}",
-        fake_model("a", "--never-healthy", "")
+        "healthCheckTimeout: 15\nmodels:\n{}",
+        fake_model("a", "--never-healthy --stderr-lines 3", "")
     );
     let h = Harness::start(&yaml).await;
+    let started = std::time::Instant::now();
     let resp = tokio::time::timeout(
-        Duration::from_secs(30),
+        Duration::from_secs(40),
         post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")),
     )
     .await
     .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "healthCheckTimeout 15 held for {:?}",
+        started.elapsed()
+    );
     assert_eq!(resp.status, 500);
     assert!(
         resp.text().contains("health check timed out after 1")
@@ -202,6 +209,66 @@ async fn sigkill_of_corral_leaves_no_engine_behind() {
             .status,
         200
     );
+}
+
+/// A wrapper's engine (`sh -c "engine & wait"`) escapes the parent-death signal. The next corral on
+/// the same config sweeps it whatever address either listens on, while the engines of a corral on
+/// that config that still runs are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_finds_a_wrapped_engine_across_listen_addresses() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    let port = free_port_range(1);
+    std::fs::write(
+        &config,
+        format!(
+            "models:\n  w:\n    cmd: sh -c '$ENGINE --port {port} & wait'\n    proxy: http://127.0.0.1:{port}\n    env: [\"${{env.MARKER}}\"]\n"
+        ),
+    )
+    .unwrap();
+    let listen = |ip: &str| format!("{ip}:0");
+    let (l1, l2, l3) = (
+        listen("127.0.0.1"),
+        listen("127.0.0.2"),
+        listen("127.0.0.3"),
+    );
+    let spawn = |listen: &str| {
+        spawn_corral_with(
+            tempfile::tempdir().unwrap(),
+            &config,
+            state.path(),
+            &["--listen", listen],
+        )
+    };
+    let mut first = spawn(&l1);
+    let chat_w = |url: &str| format!("{url}/v1/chat/completions");
+    assert_eq!(post_json(&chat_w(&first.url), &chat("w")).await.status, 200);
+    let engines = marked_pids(&first.marker);
+    assert_eq!(engines.len(), 2, "the shell and its engine");
+
+    // a second corral on the same config, elsewhere, leaves the running one's engines alone
+    let second = spawn(&l2);
+    assert_eq!(post_json(&chat_w(&first.url), &chat("w")).await.status, 200);
+    assert_eq!(marked_pids(&first.marker), engines);
+    drop(second);
+
+    signal(&first.child, nix::sys::signal::Signal::SIGKILL);
+    first.child.wait().unwrap();
+    eventually(Duration::from_secs(2), "the shell died with corral", || {
+        marked_pids(&first.marker).len() == 1
+    })
+    .await;
+    let survivor = format!("http://127.0.0.1:{port}/health");
+    assert_eq!(
+        get(&survivor).await.status,
+        200,
+        "the engine outlived corral"
+    );
+
+    let third = spawn(&l3);
+    assert_no_survivors(&first.marker, Duration::from_secs(2)).await;
+    assert_eq!(post_json(&chat_w(&third.url), &chat("w")).await.status, 200);
 }
 
 /// SIGTERM drains an in-flight stream, stops every engine, and exits 0 with nothing left behind.
@@ -337,7 +404,7 @@ async fn as_pid_1_orphans_are_reaped() {
     .unwrap();
     let state = tempfile::tempdir().unwrap();
     let p = spawn_corral_wrapped(
-        &["unshare", "--pid", "--fork", "--mount-proc"],
+        &["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"],
         dir,
         &config,
         state.path(),

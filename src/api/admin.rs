@@ -149,15 +149,10 @@ where
                 .any(|p| p == "no-history" || p.starts_with("no-history="));
             Ok(log_stream(&ring, with_history, app.closing.clone()))
         }
-        _ if *method == Method::POST
-            && path.starts_with("/api/inflight/")
-            && path.ends_with("/cancel") =>
-        {
-            let id = path["/api/inflight/".len()..path.len() - "/cancel".len()]
-                .parse::<u64>()
-                .unwrap_or(0);
-            if !app.inflight.cancel(id) {
-                return Err(Error::NotFound(format!("no request {id} in flight")));
+        _ if *method == Method::POST && inflight_cancel_id(path).is_some() => {
+            let id = inflight_cancel_id(path).unwrap_or_default();
+            if !id.parse().is_ok_and(|id| app.inflight.cancel(id)) {
+                return Err(Error::NotFound(format!("no request {id:?} in flight")));
             }
             Ok(json(StatusCode::OK, &json!({"msg": "ok"})))
         }
@@ -200,6 +195,13 @@ where
             .body(crate::body::full("404 page not found\n"))
             .expect("valid")),
     }
+}
+
+/// The id in `/api/inflight/<id>/cancel`, split by segment (an empty id is still an id, and unknown).
+fn inflight_cancel_id(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/api/inflight/")?;
+    let (id, tail) = rest.split_once('/')?;
+    (tail == "cancel").then_some(id)
 }
 
 fn log_stream(

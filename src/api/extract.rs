@@ -82,12 +82,9 @@ pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
     match kind {
         BodyKind::Json { model, stream } => (model.clone(), *stream),
         BodyKind::Multipart(b) => {
-            let parts = multipart_parts(body, b);
             let text = |name: &str| {
-                parts
-                    .iter()
-                    .find(|p| p.name == name && p.filename.is_none())
-                    .map(|p| String::from_utf8_lossy(&body[p.data.clone()]).into_owned())
+                text_field(body, b, name)
+                    .map(|p| String::from_utf8_lossy(&body[p.data]).into_owned())
             };
             (text("model"), text("stream").as_deref() == Some("true"))
         }
@@ -135,26 +132,42 @@ pub struct Part {
     pub data: std::ops::Range<usize>,
 }
 
-/// Splits a multipart body into parts without copying it.
-pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<Part> {
-    let delim = format!("--{boundary}");
-    let mut parts = Vec::new();
-    let mut pos = match find(body, delim.as_bytes(), 0) {
-        Some(p) => p + delim.len(),
-        None => return parts,
-    };
-    loop {
-        if body[pos..].starts_with(b"--") {
-            break;
+/// A multipart body's parts, one at a time, as byte ranges into it: nothing is copied and nothing
+/// is kept, so a body of a million tiny parts costs no more memory than one of a single part.
+pub fn multipart_parts<'a>(body: &'a [u8], boundary: &str) -> Parts<'a> {
+    let delim = format!("--{boundary}").into_bytes();
+    let next_delim = [b"\r\n".as_slice(), &delim].concat();
+    let pos = find(body, &delim, 0).map(|p| p + delim.len());
+    Parts {
+        body,
+        next_delim,
+        pos,
+    }
+}
+
+/// The iterator behind [`multipart_parts`].
+pub struct Parts<'a> {
+    body: &'a [u8],
+    /// `\r\n--boundary`: what ends a part's data.
+    next_delim: Vec<u8>,
+    /// Where the next part's head starts (`None` once the closing delimiter or junk is reached).
+    pos: Option<usize>,
+}
+
+impl Iterator for Parts<'_> {
+    type Item = Part;
+
+    fn next(&mut self) -> Option<Part> {
+        let body = self.body;
+        let pos = self.pos.take()?;
+        if body.get(pos..)?.starts_with(b"--") {
+            return None;
         }
-        let Some(head_end) = find(body, b"\r\n\r\n", pos) else {
-            break;
-        };
-        let head = String::from_utf8_lossy(&body[pos..head_end]);
+        let head_end = find(body, b"\r\n\r\n", pos)?;
         let data_start = head_end + 4;
-        let Some(next) = find(body, format!("\r\n{delim}").as_bytes(), data_start) else {
-            break;
-        };
+        let next = find(body, &self.next_delim, data_start)?;
+        self.pos = Some(next + self.next_delim.len());
+        let head = String::from_utf8_lossy(&body[pos..head_end]);
         let disposition = head
             .lines()
             .find(|l| l.to_ascii_lowercase().starts_with("content-disposition"))
@@ -166,14 +179,17 @@ pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<Part> {
                     .map(|v| v.trim_matches('"').to_string())
             })
         };
-        parts.push(Part {
+        Some(Part {
             name: param("name").unwrap_or_default(),
             filename: param("filename"),
             data: data_start..next,
-        });
-        pos = next + 2 + delim.len();
+        })
     }
-    parts
+}
+
+/// The first text field named `name`, if any; scanning stops there.
+fn text_field(body: &[u8], boundary: &str, name: &str) -> Option<Part> {
+    multipart_parts(body, boundary).find(|p| p.name == name && p.filename.is_none())
 }
 
 fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
@@ -182,9 +198,7 @@ fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
 
 /// Replaces the value of the text field `model` in a multipart body; other bytes stay as they are.
 pub fn rewrite_multipart_model(body: &[u8], boundary: &str, model: &str) -> Option<Bytes> {
-    let part = multipart_parts(body, boundary)
-        .into_iter()
-        .find(|p| p.name == "model" && p.filename.is_none())?;
+    let part = text_field(body, boundary, "model")?;
     let mut out = Vec::with_capacity(body.len() + model.len());
     out.extend_from_slice(&body[..part.data.start]);
     out.extend_from_slice(model.as_bytes());
@@ -221,7 +235,7 @@ mod tests {
     fn rewriting_the_model_keeps_the_file_exact() {
         let (b, body) = multipart(true);
         let out = rewrite_multipart_model(&body, &b, "large-v3").unwrap();
-        let parts = multipart_parts(&out, &b);
+        let parts: Vec<Part> = multipart_parts(&out, &b).collect();
         let file = parts.iter().find(|p| p.name == "file").unwrap();
         assert_eq!(&out[file.data.clone()], b"\x00\x01--X\r\n");
         let model = parts.iter().find(|p| p.name == "model").unwrap();

@@ -1,12 +1,83 @@
 //! Request body rewriting for JSON bodies: `useModelName`, `filters.stripParams`, `setParams` and
-//! `setParamsByID`, in llama-swap's order. The body is re-encoded only when a rule applies.
+//! `setParamsByID`, in llama-swap's order. The body is re-encoded only when a rule applies, and
+//! then only its top-level keys are parsed: a rewrite never expands the rest of the body (a 30 MiB
+//! `messages` array stays one slice of text), so it costs about twice the body, never more.
 
+use bytes::Bytes;
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::ModelConfig;
 
+/// A JSON object whose top-level values are kept as their raw text until a rule touches one.
+pub struct JsonBody(IndexMap<String, Box<RawValue>>);
+
+impl JsonBody {
+    /// Parses the top level of a JSON object.
+    pub fn parse(bytes: &[u8]) -> Result<JsonBody, String> {
+        serde_json::from_slice(bytes)
+            .map(JsonBody)
+            .map_err(|e| format!("invalid JSON body: {e}"))
+    }
+
+    pub fn to_bytes(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(&self.0).expect("raw values and string keys encode"))
+    }
+
+    /// A top-level value, parsed.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        serde_json::from_str(self.0.get(key)?.get()).ok()
+    }
+
+    /// Sets a top-level key; true when that changed the body.
+    pub fn set(&mut self, key: &str, value: &Value) -> bool {
+        if self.get(key).as_ref() == Some(value) {
+            return false;
+        }
+        self.0.insert(key.to_string(), raw(value));
+        true
+    }
+
+    pub fn remove(&mut self, key: &str) -> bool {
+        self.0.shift_remove(key).is_some()
+    }
+
+    /// Sets `a.b.c`: only the top-level value `a` is parsed.
+    fn set_path(&mut self, path: &str, value: Value) -> bool {
+        let Some((head, rest)) = path.split_once('.') else {
+            return self.set(path, &value);
+        };
+        let mut inner = match self.get(head) {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        let changed = set_path(&mut inner, rest, value);
+        self.0.insert(head.to_string(), raw(&Value::Object(inner)));
+        changed
+    }
+
+    fn remove_path(&mut self, path: &str) -> bool {
+        let Some((head, rest)) = path.split_once('.') else {
+            return self.remove(path);
+        };
+        let Some(Value::Object(mut inner)) = self.get(head) else {
+            return false;
+        };
+        let changed = remove_path(&mut inner, rest);
+        if changed {
+            self.0.insert(head.to_string(), raw(&Value::Object(inner)));
+        }
+        changed
+    }
+}
+
+fn raw(value: &Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).expect("a JSON value encodes")
+}
+
 /// True when the model has a rule that could change a request sent as `requested`: only then is
-/// the body parsed in full.
+/// the body parsed.
 pub fn may_apply(model: &ModelConfig, requested: &str) -> bool {
     let f = &model.filters;
     model.use_model_name.is_some()
@@ -15,35 +86,29 @@ pub fn may_apply(model: &ModelConfig, requested: &str) -> bool {
         || f.set_params_by_id.contains_key(requested)
 }
 
-/// Applies the model's rules to a parsed JSON body; returns true when it changed.
-pub fn apply(model: &ModelConfig, requested: &str, body: &mut Value) -> bool {
-    let Some(obj) = body.as_object_mut() else {
-        return false;
-    };
+/// Applies the model's rules to a JSON body; returns true when it changed.
+pub fn apply(model: &ModelConfig, requested: &str, body: &mut JsonBody) -> bool {
     let mut changed = false;
     if let Some(name) = &model.use_model_name {
-        if obj.get("model").and_then(Value::as_str) != Some(name) {
-            obj.insert("model".into(), Value::String(name.clone()));
-            changed = true;
-        }
+        changed |= body.set("model", &Value::String(name.clone()));
     }
     for key in &model.filters.strip_params {
-        changed |= remove_path(obj, key);
+        changed |= body.remove_path(key);
     }
-    changed |= set_all(obj, &model.filters.set_params);
+    changed |= set_all(body, &model.filters.set_params);
     if let Some(extra) = model.filters.set_params_by_id.get(requested) {
-        changed |= set_all(obj, extra);
+        changed |= set_all(body, extra);
     }
     changed
 }
 
 /// Sets each parameter (keys in sorted order, `model` never), with `a.b` meaning a nested key.
-fn set_all(obj: &mut Map<String, Value>, params: &Map<String, Value>) -> bool {
+fn set_all(body: &mut JsonBody, params: &Map<String, Value>) -> bool {
     let mut keys: Vec<&String> = params.keys().filter(|k| *k != "model").collect();
     keys.sort();
     let mut changed = false;
     for key in keys {
-        changed |= set_path(obj, key, params[key].clone());
+        changed |= body.set_path(key, params[key].clone());
     }
     changed
 }
@@ -88,6 +153,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn body(v: Value) -> JsonBody {
+        JsonBody::parse(v.to_string().as_bytes()).unwrap()
+    }
+
+    fn value(b: &JsonBody) -> Value {
+        serde_json::from_slice(&b.to_bytes()).unwrap()
+    }
+
     fn model(yaml_extra: &str) -> ModelConfig {
         let yaml = format!("models:\n  m:\n    cmd: srv\n    proxy: 'http://h:1'\n{yaml_extra}");
         crate::config::load_str("t.yaml", &yaml, &|_| None)
@@ -100,30 +173,54 @@ mod tests {
     #[test]
     fn strip_then_set_then_set_by_id() {
         let m = model("    filters:\n      stripParams: 'top_k, temperature, model'\n      setParams: {temperature: 0.2, chat_template_kwargs.enable_thinking: false, model: evil}\n      setParamsByID:\n        'm:hot': {temperature: 1.5}\n");
-        let mut body = json!({"model": "m", "temperature": 0.9, "top_k": 5, "messages": []});
-        assert!(apply(&m, "m", &mut body));
+        let mut b = body(json!({"model": "m", "temperature": 0.9, "top_k": 5, "messages": []}));
+        assert!(apply(&m, "m", &mut b));
         assert_eq!(
-            body,
+            value(&b),
             json!({"model": "m", "temperature": 0.2, "messages": [], "chat_template_kwargs": {"enable_thinking": false}})
         );
-        let mut hot = json!({"model": "m:hot"});
+        let mut hot = body(json!({"model": "m:hot"}));
         apply(&m, "m:hot", &mut hot);
-        assert_eq!(hot["temperature"], 1.5);
-        assert_eq!(hot["model"], "m:hot", "model is never set by params");
+        assert_eq!(value(&hot)["temperature"], 1.5);
+        assert_eq!(
+            value(&hot)["model"],
+            "m:hot",
+            "model is never set by params"
+        );
     }
 
     #[test]
     fn nothing_applies_nothing_changes() {
         let m = model("");
-        let mut body = json!({"model": "m", "x": 1});
-        assert!(!apply(&m, "m", &mut body));
+        let mut b = body(json!({"model": "m", "x": 1}));
+        assert!(!apply(&m, "m", &mut b));
     }
 
     #[test]
     fn use_model_name_rewrites_the_model() {
         let m = model("    useModelName: real-name\n");
-        let mut body = json!({"model": "m"});
-        assert!(apply(&m, "m", &mut body));
-        assert_eq!(body["model"], "real-name");
+        let mut b = body(json!({"model": "m"}));
+        assert!(apply(&m, "m", &mut b));
+        assert_eq!(value(&b)["model"], "real-name");
+    }
+
+    #[test]
+    fn untouched_values_keep_their_exact_text() {
+        let m = model("    filters:\n      setParams: {temperature: 0.2, kw.a: 1}\n");
+        let text =
+            r#"{"model":"m","messages":[{"role":"user","content":"1.0e0 \u00e9"}],"kw":{"b":2}}"#;
+        let mut b = JsonBody::parse(text.as_bytes()).unwrap();
+        assert!(apply(&m, "m", &mut b));
+        let out = String::from_utf8(b.to_bytes().to_vec()).unwrap();
+        assert_eq!(
+            out,
+            r#"{"model":"m","messages":[{"role":"user","content":"1.0e0 \u00e9"}],"kw":{"b":2,"a":1},"temperature":0.2}"#
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_is_refused() {
+        assert!(JsonBody::parse(b"[1,2]").is_err());
+        assert!(JsonBody::parse(b"{\"a\":").is_err());
     }
 }

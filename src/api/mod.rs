@@ -457,15 +457,12 @@ where
             let renamed = chosen != sent;
             let bytes = match kind {
                 BodyKind::Json { .. } if renamed || filters::may_apply(model, &chosen) => {
-                    let mut v: serde_json::Value = serde_json::from_slice(&bytes)
-                        .map_err(|e| Error::BadRequest(e.to_string()))?;
+                    let mut body = filters::JsonBody::parse(&bytes).map_err(Error::BadRequest)?;
                     if renamed {
-                        v["model"] = serde_json::Value::String(chosen.clone());
+                        body.set("model", &serde_json::Value::String(chosen.clone()));
                     }
-                    if filters::apply(model, &chosen, &mut v) || renamed {
-                        Bytes::from(
-                            serde_json::to_vec(&v).map_err(|e| Error::Internal(e.to_string()))?,
-                        )
+                    if filters::apply(model, &chosen, &mut body) || renamed {
+                        body.to_bytes()
                     } else {
                         bytes
                     }
@@ -563,22 +560,16 @@ fn rewrite_for_peer(
     let BodyKind::Json { .. } = kind else {
         return Ok(bytes);
     };
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| Error::BadRequest(e.to_string()))?;
-    let Some(obj) = v.as_object_mut() else {
-        return Ok(bytes);
-    };
-    obj.insert("model".into(), serde_json::Value::String(model.to_string()));
+    let mut body = filters::JsonBody::parse(&bytes).map_err(Error::BadRequest)?;
+    body.set("model", &serde_json::Value::String(model.to_string()));
     let f = &app.config.peers[peer].filters;
     for key in &f.strip_params {
-        obj.remove(key);
+        body.remove(key);
     }
     for (k, val) in &f.set_params {
-        obj.insert(k.clone(), val.clone());
+        body.set(k, val);
     }
-    serde_json::to_vec(&v)
-        .map(Bytes::from)
-        .map_err(|e| Error::Internal(e.to_string()))
+    Ok(body.to_bytes())
 }
 
 fn clone_parts(parts: &http::request::Parts) -> http::request::Parts {

@@ -89,6 +89,7 @@ pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
         }
         data.push(r);
     }
+    data.extend(profile_pins(app, &data, created));
     data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
     if let Some(origin) = headers.get(header::ORIGIN) {
@@ -96,6 +97,31 @@ pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
             .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
     }
     resp
+}
+
+/// The active profile's pins that name no listed id (a pin that shadows a model is that model's
+/// entry already); pins to nothing are disabled ids and stay unlisted.
+fn profile_pins(app: &App, listed: &[Value], created: u64) -> Vec<Value> {
+    let Some(active) = app.profiles.active() else {
+        return Vec::new();
+    };
+    let Some(profile) = app.config.profiles.get(&active) else {
+        return Vec::new();
+    };
+    profile
+        .pins
+        .iter()
+        .filter(|(pin, _)| {
+            !listed
+                .iter()
+                .any(|r| r["id"].as_str() == Some(pin.as_str()))
+        })
+        .filter_map(|(pin, target)| {
+            let target = target.as_deref()?;
+            let meta = json!({"type": "profile", "profileID": active, "modelID": target});
+            Some(record(pin, created, meta, false))
+        })
+        .collect()
 }
 
 fn record(id: &str, created: u64, meta: Value, loaded: bool) -> Value {

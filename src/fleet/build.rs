@@ -45,6 +45,8 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
                 }),
                 load_timeout,
                 stall: config.load_stall,
+                extend_on_progress: m.load_timeout.is_some()
+                    || load_timeout > config.health_check_timeout,
             };
             let instance = Instance {
                 id: spec.id.clone(),
@@ -57,6 +59,7 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
                 reserved: 0,
                 in_flight: 0,
                 external_busy: 0,
+                recent_ends: Default::default(),
                 slots: spec.slots.unwrap_or(m.concurrency_limit),
                 last_used: Instant::now(),
                 last_picked: 0,

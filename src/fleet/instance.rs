@@ -80,6 +80,8 @@ pub struct Instance {
     pub in_flight: usize,
     /// Work the engine reports that did not come through corral (from `/slots`).
     pub external_busy: usize,
+    /// When corral's own requests here ended lately: a `/slots` reading may still show them.
+    pub recent_ends: super::outside::RecentEnds,
     pub slots: usize,
     pub last_used: Instant,
     pub last_picked: u64,
@@ -295,11 +297,13 @@ async fn poll_slots(inner: Arc<Inner>, id: String, spec: ProcessSpec, every: Dur
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
+        let asked = Instant::now();
         let Some(processing) = inner.health.slots_processing(&spec).await else {
             return; // the engine has no /slots: stop asking
         };
         inner.update(&id, |i| {
-            i.external_busy = processing.saturating_sub(i.in_flight)
+            let ended = i.recent_ends.around(asked);
+            i.external_busy = super::outside::outside_work(processing, i.in_flight, ended);
         });
     }
 }

@@ -96,6 +96,7 @@ impl Drop for Lease {
                 i.reserved -= 1;
             }
             i.last_used = Instant::now();
+            i.recent_ends.record(i.last_used);
         });
     }
 }

@@ -15,6 +15,7 @@ mod build;
 pub mod instance;
 mod lease;
 pub mod ledger;
+mod outside;
 pub mod pick;
 mod placement;
 mod pool;
@@ -69,6 +70,8 @@ pub struct Snapshot {
     pub state: Phase,
     pub in_flight: usize,
     pub slots: usize,
+    /// Slots a request could take now: neither corral's nor the engine's other clients' work.
+    pub free: usize,
     pub pid: Option<u32>,
     pub failures: u32,
     pub circuit_open: bool,
@@ -157,6 +160,7 @@ impl Fleet {
                     old.pool = new.pool;
                     old.spec.load_timeout = new.spec.load_timeout;
                     old.spec.stall = new.spec.stall;
+                    old.spec.extend_on_progress = new.spec.extend_on_progress;
                     if old.measured.is_none() {
                         old.need = new.need;
                     }
@@ -607,6 +611,7 @@ impl Fleet {
                 state: i.phase,
                 in_flight: i.in_flight,
                 slots: i.slots,
+                free: i.free_slots(),
                 pid: i.pid,
                 failures: i.failures,
                 circuit_open: i.circuit_open(),

@@ -40,6 +40,10 @@ pub struct ProcessSpec {
     /// The load deadline: past it, a load that shows no progress for `stall` is given up.
     pub load_timeout: Duration,
     pub stall: Duration,
+    /// Whether progress may carry a load past `load_timeout`: only a deadline corral derived from
+    /// the weights' size, or an explicit `loadTimeout`, is a floor; a plain `healthCheckTimeout`
+    /// holds as llama-swap holds it.
+    pub extend_on_progress: bool,
 }
 
 /// The pids listed in `/proc` (none where it cannot be read).
@@ -218,20 +222,13 @@ impl Process {
                 }
             }
             if tokio::time::Instant::now() >= deadline {
-                // past the deadline, a load that still shows progress (output, a changing health
-                // answer) gets until it has been quiet for the stall window
-                let progress = self
-                    .sinks
-                    .model
-                    .last_write()
-                    .map_or(answer_changed, |w| w.max(answer_changed));
-                if progress.elapsed() >= spec.stall {
-                    let after = started.elapsed();
+                let progress = self.recent_progress(answer_changed, spec.stall);
+                let Some(progress) = progress.filter(|_| spec.extend_on_progress) else {
                     return Err(StartError::Timeout {
-                        after,
+                        after: started.elapsed(),
                         tail: self.tail(),
                     });
-                }
+                };
                 deadline = tokio::time::Instant::from_std(progress + spec.stall);
             }
             tokio::select! {
@@ -239,6 +236,17 @@ impl Process {
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }
+    }
+
+    /// The latest sign of progress (output, a changing health answer) if it came inside the last
+    /// stall window: past its deadline, a load gets until it has been quiet for that long.
+    fn recent_progress(&self, answer_changed: Instant, stall: Duration) -> Option<Instant> {
+        let latest = self
+            .sinks
+            .model
+            .last_write()
+            .map_or(answer_changed, |w| w.max(answer_changed));
+        (latest.elapsed() < stall).then_some(latest)
     }
 
     /// Stops the process group: cmdStop or SIGTERM, SIGKILL after `grace`, then waits for the reap.
@@ -480,6 +488,7 @@ mod tests {
             health_url: None,
             load_timeout: Duration::from_secs(1),
             stall: Duration::from_secs(1),
+            extend_on_progress: true,
         };
         let local = format!("http://127.0.0.1:{port}");
         for argv in [

@@ -9,29 +9,34 @@ use nix::unistd::Pid;
 /// The environment variable every child carries: `<owner key>:<corral pid>`.
 pub const MARKER_VAR: &str = "CORRAL_OWNER";
 
-/// Records the process groups this run has started, one per line.
+/// Records the process groups this run has started, one per line, in a file of its own
+/// (`<key>.<pid>.pgids`), so two corrals on one config never remove each other's records.
 pub struct StateFile {
-    path: Option<PathBuf>,
+    dir: Option<PathBuf>,
     key: String,
 }
 
 impl StateFile {
-    /// `key` identifies this corral (its config and listen address) across restarts.
+    /// `key` identifies this corral's config across restarts, whatever address it listens on.
     pub fn new(dir: Option<PathBuf>, key: &str) -> StateFile {
         let key: String = key
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        let path = dir.map(|d| d.join(format!("{key}.pgids")));
-        StateFile { path, key }
+        StateFile { dir, key }
     }
 
     pub fn marker(&self) -> String {
         format!("{}:{}", self.key, std::process::id())
     }
 
+    fn path_for(&self, owner: u32) -> Option<PathBuf> {
+        let dir = self.dir.as_ref()?;
+        Some(dir.join(format!("{}.{owner}.pgids", self.key)))
+    }
+
     pub fn record(&self, pgid: u32) {
-        if let Some(path) = &self.path {
+        if let Some(path) = self.path_for(std::process::id()) {
             use std::io::Write;
             if let Some(dir) = path.parent() {
                 let _ = std::fs::create_dir_all(dir);
@@ -46,17 +51,42 @@ impl StateFile {
         }
     }
 
-    /// Kills what a previous run with the same key left behind; returns the process groups killed.
+    /// The records of earlier runs of this config whose corral is gone: (file, process groups).
+    fn orphaned_records(&self) -> Vec<(PathBuf, Vec<u32>)> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        let prefix = format!("{}.", self.key);
+        let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        entries
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let owner: u32 = name
+                    .strip_prefix(&prefix)?
+                    .strip_suffix(".pgids")?
+                    .parse()
+                    .ok()?;
+                if owner == std::process::id() || process_alive(owner) {
+                    return None;
+                }
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let groups = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+                Some((e.path(), groups))
+            })
+            .collect()
+    }
+
+    /// Kills what earlier runs of this config left behind (whatever address they listened on,
+    /// children of wrappers included), never touching the processes of a corral that still runs;
+    /// returns the process groups killed.
     pub fn sweep(&self) -> Vec<u32> {
+        let records = self.orphaned_records();
+        let recorded: Vec<u32> = records
+            .iter()
+            .flat_map(|(_, g)| g.iter().copied())
+            .collect();
         let mut killed = Vec::new();
-        let recorded: Vec<u32> = self
-            .path
-            .as_deref()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default();
-        let leftovers = marked_processes(&self.key);
-        for (pid, pgid, owner) in leftovers {
+        for (pid, pgid, owner) in marked_processes(&self.key) {
             if owner == std::process::id() || process_alive(owner) {
                 continue;
             }
@@ -71,7 +101,7 @@ impl StateFile {
             }
             let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
         }
-        if let Some(path) = &self.path {
+        for (path, _) in records {
             let _ = std::fs::remove_file(path);
         }
         killed

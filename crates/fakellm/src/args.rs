@@ -38,6 +38,9 @@ pub struct Config {
     pub embedding_dim: usize,
     /// Close a keep-alive connection that sends no request for this long.
     pub idle_close_ms: Option<u64>,
+    /// Keep reporting a slot as processing in `/slots` for this long after its request ended
+    /// (llama-server releases a slot a moment after the response is sent).
+    pub slots_lag_ms: u64,
     /// Human readable warnings about ignored arguments, printed at startup.
     pub warnings: Vec<String>,
 }
@@ -75,6 +78,7 @@ impl Default for Config {
             threads: 1,
             embedding_dim: 8,
             idle_close_ms: None,
+            slots_lag_ms: 0,
             warnings: Vec::new(),
         }
     }
@@ -117,6 +121,7 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --threads N              tokio worker threads (default 1)
   --embedding-dim N        embedding vector size (default 8)
   --idle-close-ms MS       close keep-alive connections idle for MS
+  --slots-lag-ms MS        /slots shows a slot busy for MS after its request ended
 
 Unknown flags are ignored with a warning.
 
@@ -140,6 +145,7 @@ const VALUE_FLAGS: &[&str] = &[
     "--progress-ms",
     "--exit-after-ms",
     "--idle-close-ms",
+    "--slots-lag-ms",
     "--exit-code",
     "--stderr-lines",
     "--chunks",
@@ -248,6 +254,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--progress-ms" => cfg.progress_ms = num(flag, &v)?,
                 "--exit-after-ms" => cfg.exit_after_ms = Some(num(flag, &v)?),
                 "--idle-close-ms" => cfg.idle_close_ms = Some(num(flag, &v)?),
+                "--slots-lag-ms" => cfg.slots_lag_ms = num(flag, &v)?,
                 "--exit-code" => cfg.exit_code = num(flag, &v)?,
                 "--stderr-lines" => cfg.stderr_lines = num(flag, &v)?,
                 "--chunks" => cfg.chunks = num(flag, &v)?,

@@ -46,6 +46,9 @@ pub(crate) struct State {
     waiting: AtomicUsize,
     sem: Arc<Semaphore>,
     busy: Vec<AtomicBool>,
+    /// Per slot: until when (ms since `born`) `/slots` still reports it busy (`--slots-lag-ms`).
+    lag_until: Vec<AtomicU64>,
+    born: Instant,
     events: Option<Arc<Events>>,
     port_hv: HeaderValue,
     models_body: Bytes,
@@ -161,6 +164,8 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
         waiting: AtomicUsize::new(0),
         sem: Arc::new(Semaphore::new(cfg.slots)),
         busy: (0..cfg.slots).map(|_| AtomicBool::new(false)).collect(),
+        lag_until: (0..cfg.slots).map(|_| AtomicU64::new(0)).collect(),
+        born: start,
         events,
         port_hv: HeaderValue::from(port),
         models_body,
@@ -376,6 +381,10 @@ impl Drop for SlotGuard {
     fn drop(&mut self) {
         // Runs before the permit is released, so a new holder finds a free flag.
         self.st.busy[self.idx].store(false, Ordering::Release);
+        if self.st.cfg.slots_lag_ms > 0 {
+            let until = self.st.born.elapsed().as_millis() as u64 + self.st.cfg.slots_lag_ms;
+            self.st.lag_until[self.idx].store(until, Ordering::Release);
+        }
     }
 }
 
@@ -750,14 +759,16 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
             let n = st.cfg.slots as u64;
             let per = st.cfg.ctx_size / n.max(1);
             let mut s = String::from("[");
+            let now = st.born.elapsed().as_millis() as u64;
             for (i, b) in st.busy.iter().enumerate() {
                 if i > 0 {
                     s.push(',');
                 }
+                let lagging = st.lag_until[i].load(Ordering::Acquire) > now;
                 let _ = write!(
                     s,
                     "{{\"id\":{i},\"n_ctx\":{per},\"is_processing\":{}}}",
-                    b.load(Ordering::Acquire)
+                    b.load(Ordering::Acquire) || lagging
                 );
             }
             s.push(']');
