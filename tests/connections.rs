@@ -246,3 +246,62 @@ async fn a_flood_of_silent_sockets_under_a_low_fd_limit_leaves_health_answering(
         assert_eq!(health.status, 200);
     }
 }
+
+/// `CORRAL_PYTHON` (the venv of scripts/setup-python.sh, with `h2`), or `None` after a loud
+/// skip line; unset under CI fails.
+fn python() -> Option<String> {
+    match std::env::var("CORRAL_PYTHON") {
+        Ok(v) if !v.trim().is_empty() => Some(v),
+        _ if std::env::var_os("CI").is_some() => panic!("CORRAL_PYTHON is not set"),
+        _ => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED: CORRAL_PYTHON is not set; run scripts/setup-python.sh ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// HTTP/2 rapid-reset and CONTINUATION floods leave corral up, answering, with bounded memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_floods_leave_corral_up_with_bounded_memory() {
+    let Some(python) = python() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let proc = process::spawn_corral(&config(""), state.path());
+    assert_eq!(get(&format!("{}/health", proc.url)).await.status, 200);
+    let before = rss_kib(proc.child.id());
+    let (host, port) = addr(&proc.url).split_once(':').unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/h2_flood.py");
+    for (mode, count) in [("rapid-reset", "20000"), ("continuation", "20000")] {
+        let out = tokio::process::Command::new(&python)
+            .args([script, host, port, mode, count])
+            .output()
+            .await
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{report}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+        eprintln!("{report}");
+        assert!(
+            report["goaway"] == true || report["closed"] == true,
+            "{mode}: the connection was not ended: {report}"
+        );
+        assert_eq!(get(&format!("{}/health", proc.url)).await.status, 200);
+    }
+    let after = rss_kib(proc.child.id());
+    eprintln!("corral RSS: {before} KiB before the floods, {after} KiB after");
+    assert!(after < before + 64 * 1024, "{before} KiB -> {after} KiB");
+}
