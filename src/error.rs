@@ -25,6 +25,9 @@ pub enum Error {
     UpstreamTimeout(u64),
     #[error("request body is larger than the limit of {0} bytes")]
     BodyTooLarge(u64),
+    /// The request body arrived too slowly (`clientTimeouts.requestBody`); the connection closes.
+    #[error("request body too slow: {0}")]
+    BodyTimeout(&'static str),
     #[error("unauthorized: invalid or missing API key")]
     Unauthorized,
     #[error("{0}")]
@@ -62,6 +65,7 @@ impl Error {
             Error::Cancelled | Error::InsufficientMemory(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::Conflict(_) => StatusCode::CONFLICT,
@@ -88,6 +92,7 @@ pub fn status_code_name(status: StatusCode) -> &'static str {
         401 => "unauthorized",
         403 => "forbidden",
         404 => "not_found",
+        408 => "request_timeout",
         409 => "conflict",
         413 => "payload_too_large",
         429 => "rate_limit_exceeded",
@@ -181,6 +186,7 @@ mod tests {
             (Error::Upstream("x".into()), 502, "bad_gateway"),
             (Error::UpstreamTimeout(1), 504, "gateway_timeout"),
             (Error::BodyTooLarge(1), 413, "payload_too_large"),
+            (Error::BodyTimeout("x"), 408, "request_timeout"),
             (Error::Unauthorized, 401, "unauthorized"),
             (Error::Conflict("x".into()), 409, "conflict"),
         ];

@@ -95,6 +95,7 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
     };
     let logs = Arc::new(Logs::default());
     corral::logging::init(&loaded.config, logs.clone());
+    corral::fdlimit::raise();
     if opts.sources.file.is_none() && opts.sources.dir.is_none() {
         tracing::info!("no --config given: serving the embedded demo config (two fake models)");
     }

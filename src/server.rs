@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{self, Admission};
 use crate::api::{App, Limits};
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -28,10 +29,6 @@ pub struct Options {
     pub state_key: String,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub drain_timeout: Duration,
-    /// Slowloris bound: the time a client has to send its request head.
-    pub header_read_timeout: Duration,
-    /// How long a client may leave its response unread before its connection is closed.
-    pub client_write_timeout: Duration,
 }
 
 impl Default for Options {
@@ -41,8 +38,6 @@ impl Default for Options {
             state_dir: None,
             state_key: "corral".into(),
             drain_timeout: Duration::from_secs(30),
-            header_read_timeout: Duration::from_secs(30),
-            client_write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -79,6 +74,8 @@ pub async fn run_with_reloads(
     if !swept.is_empty() {
         tracing::warn!("killed process groups left by a previous run: {swept:?}");
     }
+    let settings = config.server.clone();
+    let admission = Admission::new(max_connections(&settings));
     let spawner = Spawner::start(tokio::runtime::Handle::current())?;
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let fleet = Fleet::new(
@@ -100,9 +97,9 @@ pub async fn run_with_reloads(
     let trimmer = tokio::spawn(crate::trim::run(connections.clone()));
     let shared = workers::Shared {
         current: current.clone(),
-        header_read_timeout: opts.header_read_timeout,
-        client_write_timeout: opts.client_write_timeout,
+        settings,
     };
+    let mut refusals = Refusals::default();
     let mut workers = Workers::start(workers::count(), shared, opts.drain_timeout)?;
 
     loop {
@@ -137,7 +134,11 @@ pub async fn run_with_reloads(
                 }
             },
         };
-        workers.dispatch(stream, remote, connections.opened());
+        let Some(admitted) = admission.admit() else {
+            refusals.refused(admission.max());
+            continue;
+        };
+        workers.dispatch(stream, remote, connections.opened(), admitted);
     }
     drop(listener);
     app.closing.cancel();
@@ -186,6 +187,39 @@ async fn preload(fleet: Fleet) {
                 );
             }
             Err(e) => tracing::warn!("preload: {name} failed: {e}"),
+        }
+    }
+}
+
+/// `maxConnections`, or the default derived from the open-file limit.
+fn max_connections(settings: &crate::config::ServerSettings) -> usize {
+    let max = settings
+        .max_connections
+        .unwrap_or_else(|| admission::default_max(crate::fdlimit::current()));
+    tracing::info!("serving at most {max} client connections at once");
+    max
+}
+
+/// Connections refused at the cap (every one has a request in flight), logged at most every 10 s.
+#[derive(Default)]
+struct Refusals {
+    since_log: u64,
+    logged: Option<std::time::Instant>,
+}
+
+impl Refusals {
+    fn refused(&mut self, max: usize) {
+        self.since_log += 1;
+        let due = self
+            .logged
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
+        if due {
+            tracing::warn!(
+                "refused {} connection(s): all {max} connections have a request in flight (maxConnections)",
+                self.since_log
+            );
+            self.since_log = 0;
+            self.logged = Some(std::time::Instant::now());
         }
     }
 }

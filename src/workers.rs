@@ -19,7 +19,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::Admitted;
 use crate::api::{self, App};
+use crate::config::ServerSettings;
+use crate::idle::{Activity, IdleDeadline};
+use crate::slow_body::{BodyDeadline, BodyLimits};
 use crate::stall::WriteDeadline;
 use crate::trim::Open;
 
@@ -37,14 +41,15 @@ pub fn count() -> usize {
 pub struct Shared {
     /// The service for the config in force (a reload swaps it).
     pub current: Arc<RwLock<Arc<App>>>,
-    pub header_read_timeout: Duration,
-    pub client_write_timeout: Duration,
+    /// Timeouts for client connections (read at start).
+    pub settings: ServerSettings,
 }
 
 struct Accepted {
     stream: std::net::TcpStream,
     remote: SocketAddr,
     open: Open,
+    admitted: Admitted,
 }
 
 struct Worker {
@@ -95,7 +100,13 @@ impl Workers {
     }
 
     /// Hands a connection to the thread serving the fewest.
-    pub fn dispatch(&self, stream: tokio::net::TcpStream, remote: SocketAddr, open: Open) {
+    pub fn dispatch(
+        &self,
+        stream: tokio::net::TcpStream,
+        remote: SocketAddr,
+        open: Open,
+        admitted: Admitted,
+    ) {
         let Ok(stream) = stream.into_std() else {
             return;
         };
@@ -112,6 +123,7 @@ impl Workers {
             stream,
             remote,
             open,
+            admitted,
         });
         if handed.is_err() {
             // the thread is gone; the connection is dropped (closed) with the message
@@ -163,20 +175,99 @@ impl Drop for Workers {
     }
 }
 
-fn connection_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
+fn connection_builder(settings: &ServerSettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
+        .header_read_timeout(settings.request_header)
         .max_buf_size(64 * 1024)
         .max_headers(100);
     builder
         .http2()
         .timer(TokioTimer::new())
+        .keep_alive_interval(settings.http2_ping_interval)
+        .keep_alive_timeout(settings.http2_ping_timeout)
         .max_concurrent_streams(100)
         .max_header_list_size(64 * 1024);
     builder
+}
+
+/// One connection's service: each request counts as in flight on `activity` until its response
+/// body is done, and its body is read under the slow-body bounds (408 and close past them).
+fn connection_service(
+    current: Arc<RwLock<Arc<App>>>,
+    remote: SocketAddr,
+    activity: Arc<Activity>,
+    body_limits: BodyLimits,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<crate::body::Body>,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<
+        Output = Result<http::Response<crate::body::Body>, std::convert::Infallible>,
+    > + Send,
+> + Clone {
+    service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let in_flight = activity.begin();
+        let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let activity = activity.clone();
+        // boxed: the request future is large, and unboxed it would size every connection's task
+        Box::pin(async move {
+            let (version, accept) = (
+                req.version(),
+                req.headers().get(http::header::ACCEPT).cloned(),
+            );
+            let (req, too_slow) = split_body_deadline(req, body_limits);
+            let mut resp = api::handle(app, req, remote).await;
+            if too_slow.load(Ordering::Acquire) {
+                resp = slow_body_response(version, accept.as_ref());
+            }
+            if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                activity.upgrade();
+            }
+            let resp = resp.map(|body| {
+                http_body_util::BodyExt::boxed(http_body_util::BodyExt::map_frame(
+                    body,
+                    move |frame| {
+                        // the request stays in flight until its response body is done
+                        let _ = &in_flight;
+                        frame
+                    },
+                ))
+            });
+            Ok::<_, std::convert::Infallible>(resp)
+        })
+    })
+}
+
+fn split_body_deadline(
+    req: http::Request<hyper::body::Incoming>,
+    limits: BodyLimits,
+) -> (
+    http::Request<BodyDeadline<hyper::body::Incoming>>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let (parts, body) = req.into_parts();
+    let (body, too_slow) = BodyDeadline::new(body, limits);
+    (http::Request::from_parts(parts, body), too_slow)
+}
+
+/// 408 for a body read too slowly; an HTTP/1 connection then closes (its unread rest of the body
+/// cannot be skipped in time anyway).
+fn slow_body_response(
+    version: http::Version,
+    accept: Option<&http::HeaderValue>,
+) -> http::Response<crate::body::Body> {
+    let err = crate::error::Error::BodyTimeout("the client sent its body too slowly");
+    let mut resp = crate::error::render(&err, accept);
+    if version < http::Version::HTTP_2 {
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }
 
 /// One serving thread's loop: serves each connection it is handed until the channel closes, then
@@ -188,7 +279,12 @@ async fn serve(
     drain_timeout: Duration,
     finish: CancellationToken,
 ) {
-    let builder = connection_builder(shared.header_read_timeout);
+    let settings = shared.settings.clone();
+    let builder = connection_builder(&settings);
+    let body_limits = BodyLimits {
+        stall: settings.request_body,
+        min_rate: settings.request_body_min_rate,
+    };
     let graceful = GracefulShutdown::new();
     let heartbeat = tokio::spawn(heartbeat());
     loop {
@@ -200,6 +296,7 @@ async fn serve(
             stream,
             remote,
             open,
+            admitted,
         }) = next
         else {
             break;
@@ -209,15 +306,15 @@ async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let current = shared.current.clone();
-        let service = service_fn(move |req| {
-            let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
-            // boxed: the request future is large, and unboxed it would size every connection's task
-            Box::pin(async move {
-                Ok::<_, std::convert::Infallible>(api::handle(app, req, remote).await)
-            })
-        });
-        let stream = WriteDeadline::new(stream, shared.client_write_timeout);
+        let activity = admitted.activity.clone();
+        let service = connection_service(
+            shared.current.clone(),
+            remote,
+            activity.clone(),
+            body_limits,
+        );
+        let stream = WriteDeadline::new(stream, settings.write);
+        let stream = IdleDeadline::new(stream, activity, settings.request_header, settings.idle);
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
@@ -226,7 +323,7 @@ async fn serve(
         tokio::spawn(async move {
             let _ = conn.await;
             load.fetch_sub(1, Ordering::Relaxed);
-            drop(open);
+            drop((open, admitted));
         });
     }
     tokio::select! {

@@ -366,11 +366,8 @@ async fn h2c_prior_knowledge_is_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_headers_are_cut_off() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let opts = corral::Options {
-        header_read_timeout: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let h = Harness::start_with(&one_model(""), opts).await;
+    let yaml = format!("clientTimeouts: {{requestHeader: 1}}\n{}", one_model(""));
+    let h = Harness::start(&yaml).await;
     let mut sock = tokio::net::TcpStream::connect(h.url.trim_start_matches("http://"))
         .await
         .unwrap();
@@ -577,11 +574,8 @@ async fn a_silent_stream_ends_after_the_idle_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_cut_off() {
     use tokio::io::AsyncWriteExt;
-    let opts = corral::Options {
-        client_write_timeout: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let h = Harness::start_with(&one_model(""), opts).await;
+    let yaml = format!("clientTimeouts: {{write: 1}}\n{}", one_model(""));
+    let h = Harness::start(&yaml).await;
     assert_eq!(
         post_json(&format!("{}/v1/chat/completions", h.url), &chat("a"))
             .await

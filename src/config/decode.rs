@@ -39,6 +39,8 @@ const TOP_KEYS: &[&str] = &[
     "devices",
     "loadBandwidth",
     "loadStallTimeout",
+    "maxConnections",
+    "clientTimeouts",
 ];
 
 const MODEL_KEYS: &[&str] = &[
@@ -262,7 +264,9 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let load_bandwidth = super::memory::load_bandwidth(&top)?;
     let load_stall =
         super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
+    let server = super::server::decode(&top, warnings)?;
     Ok(Config {
+        server,
         router,
         devices,
         load_bandwidth,

@@ -7,6 +7,7 @@ mod decode;
 mod expand;
 mod memory;
 mod read;
+mod server;
 pub mod yaml;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 pub use decode::slots_from_argv;
 pub use memory::{Device, MemorySpec};
+pub use server::ServerSettings;
 pub use yaml::Loc;
 
 /// A config error that names where it is: file, line, column and key.
@@ -181,6 +183,8 @@ impl LogToStdout {
 /// The whole validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Bounds on client connections (read once at start; a reload keeps the running values).
+    pub server: ServerSettings,
     pub health_check_timeout: Duration,
     /// Devices whose memory corral places models on; empty turns memory placement off.
     pub devices: Vec<Device>,

@@ -1,0 +1,121 @@
+//! The connection cap (`maxConnections`).
+//!
+//! Past the file-descriptor limit, `accept` fails with EMFILE and nobody is served, not even
+//! `/health`. corral keeps its client connections under a cap below that limit instead. At the cap
+//! a new connection makes room by closing the connection that has been idle longest (no request
+//! in flight: a kept-alive one, or one that never sent a request), so a flood of silent sockets
+//! cannot lock real clients out; only when every connection has a request in flight is the new
+//! one refused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::idle::Activity;
+
+/// The open client connections, each with its activity.
+pub struct Admission {
+    max: usize,
+    open: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    next_id: u64,
+    connections: HashMap<u64, Arc<Activity>>,
+}
+
+/// One admitted connection; leaves the table when dropped.
+pub struct Admitted {
+    id: u64,
+    pub activity: Arc<Activity>,
+    admission: Arc<Admission>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.admission.table().connections.remove(&self.id);
+    }
+}
+
+impl Admission {
+    pub fn new(max: usize) -> Arc<Admission> {
+        Arc::new(Admission {
+            max: max.max(1),
+            open: Mutex::default(),
+        })
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admits a new connection, closing the longest-idle one at the cap; `None`: refuse it (every
+    /// connection has a request in flight).
+    pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
+        let mut table = self.table();
+        let evicting = table
+            .connections
+            .values()
+            .filter(|a| a.is_evicted())
+            .count();
+        if table.connections.len() - evicting >= self.max {
+            let longest_idle = table
+                .connections
+                .values()
+                .filter(|a| !a.is_evicted())
+                .filter_map(|a| Some((a.idle_since()?, a)))
+                .min_by_key(|(since, _)| *since)
+                .map(|(_, a)| a.clone())?;
+            longest_idle.evict();
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        let activity = Arc::new(Activity::default());
+        table.connections.insert(id, activity.clone());
+        Some(Admitted {
+            id,
+            activity,
+            admission: self.clone(),
+        })
+    }
+}
+
+/// The cap when `maxConnections` is not set: half of what the file-descriptor limit leaves after
+/// a reserve, since each client connection may hold an upstream connection to an engine too. The
+/// reserve (64 plus 1/16 of the limit) covers engines' pipes, the listener, logs and config files.
+pub fn default_max(fd_limit: u64) -> usize {
+    let reserve = 64 + fd_limit / 16;
+    (fd_limit.saturating_sub(reserve) / 2).max(1) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_leaves_a_reserve_and_room_for_upstream_connections() {
+        assert_eq!(default_max(200), 62);
+        assert_eq!(default_max(1024), 448);
+        assert_eq!(default_max(10), 1);
+    }
+
+    /// At the cap the longest-idle connection is evicted; busy ones never are, and when all are
+    /// busy a new connection is refused.
+    #[tokio::test]
+    async fn at_the_cap_the_longest_idle_connection_makes_room() {
+        let admission = Admission::new(2);
+        let oldest = admission.admit().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let newer = admission.admit().unwrap();
+        let third = admission.admit().unwrap();
+        assert!(oldest.activity.is_evicted());
+        assert!(!newer.activity.is_evicted());
+        drop(oldest);
+        let _busy = (newer.activity.begin(), third.activity.begin());
+        assert!(admission.admit().is_none());
+    }
+}

@@ -1,0 +1,278 @@
+//! Connections that sit without a request.
+//!
+//! hyper's header-read timer starts only once hyper-util's auto builder has told HTTP/1 from
+//! HTTP/2, which waits for the first bytes with no timer, and HTTP/2 has no idle timer at all: a
+//! socket that sends nothing (or half a preface, or opens no stream) would hold a file descriptor
+//! for ever. [`IdleDeadline`] closes a connection that has had no request in flight for a bound:
+//! the header-read timeout before its first request, the idle timeout after. The connection's
+//! [`Activity`] counts its requests in flight; the admission table reads it to pick an idle
+//! connection to close when the connection cap is reached.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// What one connection is doing, shared by its I/O, its requests and the admission table.
+#[derive(Debug)]
+pub struct Activity {
+    in_flight: AtomicUsize,
+    /// When the last request ended (or the connection was accepted).
+    idle_since: Mutex<Instant>,
+    /// Set by the first request: from then on the idle timeout applies instead of the head one.
+    served: AtomicBool,
+    /// Upgraded (a websocket): its bytes no longer pass through hyper, so it is never idle here.
+    upgraded: AtomicBool,
+    /// Set to close the connection to make room for a new one.
+    evicted: AtomicBool,
+    /// The connection's task, woken when the state above changes.
+    waker: AtomicWaker,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            served: AtomicBool::new(false),
+            upgraded: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Activity {
+    /// Counts a request in flight until the returned guard is dropped.
+    pub fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.served.store(true, Ordering::Release);
+        InFlight(self.clone())
+    }
+
+    /// Since when the connection has had no request in flight; `None` while it has one.
+    pub fn idle_since(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 || self.upgraded.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(*self.idle_since.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Closes the connection if it is idle (it is then no longer counted as idle).
+    pub fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    pub fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
+    }
+
+    /// Marks the connection as handed over to an upgrade (a websocket).
+    pub fn upgrade(&self) {
+        self.upgraded.store(true, Ordering::Release);
+    }
+}
+
+/// A request in flight on its connection; dropped with the response body.
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        *activity
+            .idle_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            activity.waker.wake();
+        }
+    }
+}
+
+/// An I/O stream whose reads fail once its connection has been idle too long or was evicted.
+pub struct IdleDeadline<T> {
+    inner: T,
+    activity: Arc<Activity>,
+    /// Before the first request: the header-read timeout.
+    first: Duration,
+    /// After it: the idle timeout.
+    idle: Duration,
+    timer: Option<(Instant, Pin<Box<Sleep>>)>,
+}
+
+impl<T> IdleDeadline<T> {
+    pub fn new(inner: T, activity: Arc<Activity>, first: Duration, idle: Duration) -> Self {
+        IdleDeadline {
+            inner,
+            activity,
+            first,
+            idle,
+            timer: None,
+        }
+    }
+
+    /// Why the connection must close now, if it must; otherwise arms the timer for when it will.
+    fn expired(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
+        self.activity.waker.register(cx.waker());
+        let Some(since) = self.activity.idle_since() else {
+            self.timer = None;
+            return None;
+        };
+        if self.activity.is_evicted() {
+            return Some(closed(
+                "closed an idle connection to make room for a new one",
+            ));
+        }
+        let served = self.activity.served.load(Ordering::Acquire);
+        let deadline = since + if served { self.idle } else { self.first };
+        let timer = match &mut self.timer {
+            Some((at, timer)) if *at == deadline => timer,
+            slot => {
+                let sleep = Box::pin(tokio::time::sleep_until(deadline));
+                &mut slot.insert((deadline, sleep)).1
+            }
+        };
+        if timer.as_mut().poll(cx).is_pending() {
+            return None;
+        }
+        Some(closed(if served {
+            "closed a connection idle for too long"
+        } else {
+            "closed a connection that sent no request in time"
+        }))
+    }
+}
+
+fn closed(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, why)
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleDeadline<T> {
+    /// Checks the deadline before reading, so bytes that keep coming (pings, a trickled head)
+    /// do not keep an idle connection open.
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(err) = self.expired(cx) {
+            return Poll::Ready(Err(err));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleDeadline<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const FIRST: Duration = Duration::from_millis(300);
+    const IDLE: Duration = Duration::from_millis(600);
+
+    fn pipe() -> (
+        tokio::io::DuplexStream,
+        IdleDeadline<tokio::io::DuplexStream>,
+        Arc<Activity>,
+    ) {
+        let (client, server) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let io = IdleDeadline::new(server, activity.clone(), FIRST, IDLE);
+        (client, io, activity)
+    }
+
+    /// Reads until the stream fails; returns how long that took.
+    async fn time_to_failure(io: &mut IdleDeadline<tokio::io::DuplexStream>) -> Duration {
+        let started = Instant::now();
+        let mut buf = [0; 8];
+        loop {
+            match io.read(&mut buf).await {
+                Ok(_) => continue,
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+                    return started.elapsed();
+                }
+            }
+        }
+    }
+
+    /// A peer with no request is cut off at the first deadline, even while it trickles bytes.
+    #[tokio::test]
+    async fn a_peer_with_no_request_is_cut_off_at_the_first_deadline() {
+        let (mut client, mut io, _activity) = pipe();
+        let trickle = tokio::spawn(async move {
+            while client.write_all(b"P").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let took = time_to_failure(&mut io).await;
+        assert!(took >= FIRST && took < IDLE, "{took:?}");
+        trickle.abort();
+    }
+
+    /// No deadline applies while a request is in flight; the idle one starts when it ends.
+    #[tokio::test]
+    async fn the_idle_deadline_starts_when_the_last_request_ends() {
+        let (_client, mut io, activity) = pipe();
+        let request = activity.begin();
+        let mut buf = [0; 8];
+        let read = tokio::time::timeout(IDLE * 2, io.read(&mut buf)).await;
+        assert!(
+            read.is_err(),
+            "nothing closes a connection with a request in flight"
+        );
+        drop(request);
+        let took = time_to_failure(&mut io).await;
+        assert!(took >= IDLE && took < IDLE * 2, "{took:?}");
+    }
+
+    /// Eviction closes an idle connection at once, and never one with a request in flight.
+    #[tokio::test]
+    async fn eviction_closes_only_idle_connections() {
+        let (_client, mut io, activity) = pipe();
+        let request = activity.begin();
+        activity.evict();
+        let mut buf = [0; 8];
+        let read = tokio::time::timeout(FIRST * 2, io.read(&mut buf)).await;
+        assert!(read.is_err(), "a connection with a request in flight stays");
+        drop(request);
+        assert!(time_to_failure(&mut io).await < FIRST);
+    }
+}
