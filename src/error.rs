@@ -27,6 +27,10 @@ pub enum Error {
     BodyTooLarge(u64),
     #[error("unauthorized: invalid or missing API key")]
     Unauthorized,
+    /// A valid key without the scope the route needs, or a cross-site request to a route that
+    /// changes state.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
@@ -63,6 +67,7 @@ impl Error {
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Busy { status, .. } => {
@@ -117,9 +122,11 @@ pub fn render(err: &Error, accept: Option<&HeaderValue>) -> Response<Body> {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         Error::Unauthorized => {
+            // Bearer, not llama-swap's Basic: a Basic challenge makes browsers prompt and then
+            // send the cached key with every request to this host, cross-site ones included.
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"llama-swap\""),
+                HeaderValue::from_static("Bearer realm=\"corral\""),
             );
         }
         Error::InsufficientMemory(_) => {
@@ -182,6 +189,7 @@ mod tests {
             (Error::UpstreamTimeout(1), 504, "gateway_timeout"),
             (Error::BodyTooLarge(1), 413, "payload_too_large"),
             (Error::Unauthorized, 401, "unauthorized"),
+            (Error::Forbidden("x".into()), 403, "forbidden"),
             (Error::Conflict("x".into()), 409, "conflict"),
         ];
         for (err, status, code) in cases {
