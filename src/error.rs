@@ -76,6 +76,24 @@ impl Error {
         }
     }
 
+    /// The same error with known secrets masked in the messages that carry a command line or an
+    /// engine's output (a failed start, and the backoff that repeats it).
+    pub fn redacted(self, redactor: &crate::config::Redactor) -> Error {
+        match self {
+            Error::StartFailed(m) => Error::StartFailed(redactor.text(&m).into_owned()),
+            Error::Busy {
+                status,
+                message,
+                retry_after,
+            } => Error::Busy {
+                status,
+                message: redactor.text(&message).into_owned(),
+                retry_after,
+            },
+            other => other,
+        }
+    }
+
     /// The `error.code` of the envelope: llama-swap's names by status.
     pub fn code(&self) -> &'static str {
         match self {

@@ -268,6 +268,30 @@ async fn secrets_are_masked_in_running_logs_and_events() {
     h.stop().await;
 }
 
+/// A command that cannot start fails the request with the command line in the message, secrets
+/// masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_does_not_show_the_secret() {
+    let h = Harness::start(&format!(
+        "apiKeys: [{{key: {INFERENCE}, scope: inference}}]\nmodels:\n  m:\n    cmd: /nonexistent/engine --port ${{PORT}} --api-key ${{env.ENGINE_SECRET}}\n"
+    ))
+    .await;
+    let r = send(
+        "POST",
+        &format!("{}/v1/chat/completions", h.url),
+        INFERENCE,
+        &[],
+        &chat("m").to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("/nonexistent/engine"), "{message}");
+    assert!(message.contains("--api-key ***"), "{message}");
+    assert!(!message.contains(ENGINE_SECRET), "{message}");
+    h.stop().await;
+}
+
 /// `/logs` once the engine's startup warnings have been captured.
 async fn loop_until_logged(h: &Harness) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -198,7 +198,7 @@ where
     let accept = req.headers().get(header::ACCEPT).cloned();
     let mut resp = match route(&app, req, remote).await {
         Ok(resp) => resp,
-        Err(err) => render(&err, accept.as_ref()),
+        Err(err) => render(&err.redacted(&app.config.redactor), accept.as_ref()),
     };
     if !resp.headers().contains_key(header::CONTENT_TYPE) && resp.status() == StatusCode::NO_CONTENT
     {
