@@ -7,7 +7,7 @@ use corral::config::Sources;
 
 pub const USAGE: &str =
     "usage: corral [--config FILE] [--config-dir DIR] [--listen ADDR] [--watch-config]
-       corral check --config FILE [--config-dir DIR]
+       corral check --config FILE [--config-dir DIR] [--show-secrets]
        corral estimate FILE.gguf [-c N] [-np N] [-ngl N] [-ctk T] [-ctv T]
        corral fake-engine --port N [...]   (a small llama-server imitation for demos and tests)
        corral --version
@@ -19,6 +19,8 @@ pub struct ServeOptions {
     pub sources: Sources,
     pub listen: SocketAddr,
     pub watch_config: bool,
+    /// `corral check` only: print keys and tokens in commands instead of `***`.
+    pub show_secrets: bool,
 }
 
 pub enum Command {
@@ -45,6 +47,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         sources: Sources::default(),
         listen: parse_listen(":8080")?,
         watch_config: false,
+        show_secrets: false,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -64,6 +67,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "config-dir" => opts.sources.dir = Some(PathBuf::from(value("config-dir")?)),
             "listen" => opts.listen = parse_listen(&value("listen")?)?,
             "watch-config" => opts.watch_config = true,
+            "show-secrets" if check => opts.show_secrets = true,
             "version" => return Ok(Command::Version),
             "help" | "h" => return Ok(Command::Help),
             _ => return Err(format!("unknown argument {arg:?}")),

@@ -30,6 +30,10 @@ pub enum Error {
     BodyTimeout(&'static str),
     #[error("unauthorized: invalid or missing API key")]
     Unauthorized,
+    /// A valid key without the scope the route needs, or a cross-site request to a route that
+    /// changes state.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
@@ -67,11 +71,30 @@ impl Error {
             Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Busy { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
             }
+        }
+    }
+
+    /// The same error with known secrets masked in the messages that carry a command line or an
+    /// engine's output (a failed start, and the backoff that repeats it).
+    pub fn redacted(self, redactor: &crate::config::Redactor) -> Error {
+        match self {
+            Error::StartFailed(m) => Error::StartFailed(redactor.text(&m).into_owned()),
+            Error::Busy {
+                status,
+                message,
+                retry_after,
+            } => Error::Busy {
+                status,
+                message: redactor.text(&message).into_owned(),
+                retry_after,
+            },
+            other => other,
         }
     }
 
@@ -122,9 +145,11 @@ pub fn render(err: &Error, accept: Option<&HeaderValue>) -> Response<Body> {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         Error::Unauthorized => {
+            // Bearer, not llama-swap's Basic: a Basic challenge makes browsers prompt and then
+            // send the cached key with every request to this host, cross-site ones included.
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"llama-swap\""),
+                HeaderValue::from_static("Bearer realm=\"corral\""),
             );
         }
         Error::InsufficientMemory(_) => {
@@ -188,6 +213,7 @@ mod tests {
             (Error::BodyTooLarge(1), 413, "payload_too_large"),
             (Error::BodyTimeout("x"), 408, "request_timeout"),
             (Error::Unauthorized, 401, "unauthorized"),
+            (Error::Forbidden("x".into()), 403, "forbidden"),
             (Error::Conflict("x".into()), 409, "conflict"),
         ];
         for (err, status, code) in cases {

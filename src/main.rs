@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         },
         cli::Command::Check(opts) => match load(&opts) {
             Ok(loaded) => {
-                print!("{}", plan::render(&loaded.config));
+                print!("{}", plan::render(&loaded.config, opts.show_secrets));
                 ExitCode::SUCCESS
             }
             Err(code) => code,

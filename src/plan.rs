@@ -4,7 +4,15 @@ use std::fmt::Write;
 
 use corral::config::Config;
 
-pub fn render(config: &Config) -> String {
+/// The plan as text; commands show `***` for secrets unless `show_secrets`.
+pub fn render(config: &Config, show_secrets: bool) -> String {
+    let shown = |argv: &[String]| {
+        if show_secrets {
+            shell_words(argv)
+        } else {
+            shell_words(&config.redactor.argv(argv))
+        }
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -15,9 +23,9 @@ pub fn render(config: &Config) -> String {
     for m in config.models.values() {
         let group = config.group_of(&m.id);
         let _ = writeln!(out, "\nmodel {}", m.id);
-        let _ = writeln!(out, "  argv:        {}", shell_words(&m.argv));
+        let _ = writeln!(out, "  argv:        {}", shown(&m.argv));
         if let Some(stop) = &m.cmd_stop {
-            let _ = writeln!(out, "  cmdStop:     {}", shell_words(stop));
+            let _ = writeln!(out, "  cmdStop:     {}", shown(stop));
         }
         let _ = writeln!(
             out,
@@ -76,9 +84,14 @@ pub fn render(config: &Config) -> String {
     out
 }
 
+/// The words quoted as a shell needs them; masked secrets (`***`) stay unquoted, as they are
+/// shown, not meant to be pasted.
 fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
+            if a.contains(corral::config::redact::MASK) {
+                return a.clone();
+            }
             shlex::try_quote(a)
                 .map(|q| q.into_owned())
                 .unwrap_or_else(|_| a.clone())

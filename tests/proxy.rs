@@ -176,7 +176,7 @@ async fn api_keys_guard_everything_but_health() {
     assert_eq!(denied.status, 401);
     assert_eq!(
         denied.header("www-authenticate"),
-        Some("Basic realm=\"llama-swap\"")
+        Some("Bearer realm=\"corral\"")
     );
     assert_eq!(denied.json()["error"]["type"], "authentication_error");
     let wrong = request(

@@ -119,7 +119,8 @@ where
                     .body(crate::body::empty())
                     .expect("valid"));
             }
-            Ok(plain_stream(Bytes::from(app.logs.combined.history()), None))
+            let history = Bytes::from(app.logs.combined.history());
+            Ok(plain_stream(app.config.redactor.bytes(history), None))
         }
         _ if get && (path == "/logs/stream" || path.starts_with("/logs/stream/")) => {
             let id = path
@@ -147,7 +148,7 @@ where
                 .unwrap_or("")
                 .split('&')
                 .any(|p| p == "no-history" || p.starts_with("no-history="));
-            Ok(log_stream(&ring, with_history, app.closing.clone()))
+            Ok(log_stream(&ring, with_history, app))
         }
         _ if *method == Method::POST && inflight_cancel_id(path).is_some() => {
             let id = inflight_cancel_id(path).unwrap_or_default();
@@ -204,48 +205,47 @@ fn inflight_cancel_id(path: &str) -> Option<&str> {
     (tail == "cancel").then_some(id)
 }
 
-fn log_stream(
-    ring: &Arc<LogRing>,
-    with_history: bool,
-    closing: tokio_util::sync::CancellationToken,
-) -> Response<Body> {
+fn log_stream(ring: &Arc<LogRing>, with_history: bool, app: &App) -> Response<Body> {
     let history = if with_history {
-        Some(Bytes::from(ring.history()))
+        Some(app.config.redactor.bytes(Bytes::from(ring.history())))
     } else {
         None
     };
-    plain_stream(
-        history.unwrap_or_default(),
-        Some((ring.subscribe(), closing)),
-    )
+    let live = LiveLog {
+        rx: ring.subscribe(),
+        closing: app.closing.clone(),
+        redactor: app.config.redactor.clone(),
+    };
+    plain_stream(history.unwrap_or_default(), Some(live))
 }
 
-/// A chunked text/plain body: `first`, then whatever the receiver brings, until the client leaves.
-fn plain_stream(
-    first: Bytes,
-    live: Option<(
-        tokio::sync::broadcast::Receiver<Bytes>,
-        tokio_util::sync::CancellationToken,
-    )>,
-) -> Response<Body> {
+/// A log's new writes, with this config's secrets masked, until shutdown.
+struct LiveLog {
+    rx: tokio::sync::broadcast::Receiver<Bytes>,
+    closing: tokio_util::sync::CancellationToken,
+    redactor: crate::config::Redactor,
+}
+
+/// A chunked text/plain body: `first`, then whatever the log brings, until the client leaves.
+fn plain_stream(first: Bytes, live: Option<LiveLog>) -> Response<Body> {
     use futures_util::stream;
     let first = stream::iter((!first.is_empty()).then(|| Ok(http_body::Frame::data(first))));
     let body: Body = match live {
         None => StreamBody::new(first).boxed(),
         Some(live) => {
-            let rest = stream::unfold(live, |(mut rx, closing)| async move {
+            let rest = stream::unfold(live, |mut live| async move {
                 let received = tokio::select! {
-                    r = rx.recv() => r,
-                    _ = closing.cancelled() => return None,
+                    r = live.rx.recv() => r,
+                    _ = live.closing.cancelled() => return None,
                 };
                 let data = match received {
-                    Ok(data) => data,
+                    Ok(data) => live.redactor.bytes(data),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         Bytes::from(format!("\n--- {n} messages dropped ---\n"))
                     }
                     Err(_) => return None,
                 };
-                Some((Ok(http_body::Frame::data(data)), (rx, closing)))
+                Some((Ok(http_body::Frame::data(data)), live))
             });
             StreamBody::new(futures_util::StreamExt::chain(first, rest)).boxed()
         }
@@ -268,7 +268,7 @@ fn running(app: &App) -> Response<Body> {
             // an instance a reload retired still runs until idle; the model may be gone from the config
             let m = app.config.models.get(&s.model)?;
             let spec = m.instances.iter().find(|i| i.id == s.instance).unwrap_or(&m.instances[0]);
-            Some(json!({"model": s.instance, "state": s.state.as_str(), "cmd": spec.argv.join(" "), "proxy": spec.proxy,
+            Some(json!({"model": s.instance, "state": s.state.as_str(), "cmd": app.config.redactor.command_line(&spec.argv), "proxy": spec.proxy,
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()), "name": m.name.clone().unwrap_or_default(),
                 "description": m.description.clone().unwrap_or_default(), "pool": s.pool,
                 "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open}))
@@ -277,8 +277,10 @@ fn running(app: &App) -> Response<Body> {
     json(StatusCode::OK, &json!({"running": list}))
 }
 
-/// Any OPTIONS request: permissive CORS, as llama-swap answers it.
-pub fn preflight(headers: &HeaderMap) -> Response<Body> {
+/// Any OPTIONS request: permissive CORS, as llama-swap answers it, except that without
+/// `any_origin` (management routes while keys are set) no origin is allowed, so no other site's
+/// page can call them with a key it got hold of.
+pub fn preflight(headers: &HeaderMap, any_origin: bool) -> Response<Body> {
     let requested = headers
         .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
         .and_then(|v| v.to_str().ok())
@@ -291,7 +293,7 @@ pub fn preflight(headers: &HeaderMap) -> Response<Body> {
         })
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "Content-Type, Authorization, Accept, X-Requested-With".into());
-    Response::builder()
+    let mut resp = Response::builder()
         .status(StatusCode::NO_CONTENT)
         .header(header::ACCESS_CONTROL_ALLOW_ORIGIN, "*")
         .header(
@@ -304,7 +306,12 @@ pub fn preflight(headers: &HeaderMap) -> Response<Body> {
         )
         .header(header::ACCESS_CONTROL_MAX_AGE, "86400")
         .body(crate::body::empty())
-        .expect("valid")
+        .expect("valid");
+    if !any_origin {
+        resp.headers_mut()
+            .remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
+    }
+    resp
 }
 
 fn is_token_byte(b: u8) -> bool {

@@ -1,18 +1,23 @@
-//! API keys: Basic password, Bearer token or `x-api-key`, compared in constant time.
+//! API keys: Basic password, Bearer token or `x-api-key`, compared in constant time, each with a
+//! scope that limits which routes it reaches.
 
 use base64::Engine;
-use http::{header, HeaderMap};
+use http::{header, HeaderMap, Method};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// Digests of the configured keys; comparing digests keeps the comparison length-independent.
-pub struct Keys(Vec<[u8; 32]>);
+use crate::config::{ApiKey, Scope};
+use crate::error::Error;
+
+/// Digests of the configured keys with their scopes; comparing digests keeps the comparison
+/// length-independent.
+pub struct Keys(Vec<([u8; 32], Scope)>);
 
 impl Keys {
-    pub fn new(keys: &[String]) -> Keys {
+    pub fn new(keys: &[ApiKey]) -> Keys {
         Keys(
             keys.iter()
-                .map(|k| Sha256::digest(k.as_bytes()).into())
+                .map(|k| (Sha256::digest(k.key.as_bytes()).into(), k.scope))
                 .collect(),
         )
     }
@@ -21,24 +26,134 @@ impl Keys {
         !self.0.is_empty()
     }
 
-    /// True when no key is configured or the request presents one of them.
-    pub fn allows(&self, headers: &HeaderMap) -> bool {
+    /// Ok when no key is configured, or the request presents a key whose scope reaches `needed`;
+    /// 401 for a missing or unknown key, 403 for a known key without the scope.
+    pub fn check(&self, headers: &HeaderMap, needed: Scope) -> Result<(), Error> {
         if self.0.is_empty() {
-            return true;
+            return Ok(());
         }
-        let Some(presented) = presented_key(headers) else {
-            return false;
-        };
+        // every key the request presents counts: a client may send corral's key in `x-api-key`
+        // and its engine's own key in `Authorization`
+        let (known, allowed) = presented_keys(headers)
+            .map(|presented| self.lookup(&presented, needed))
+            .fold((false, false), |(k, a), (k2, a2)| (k || k2, a || a2));
+        match (known, allowed) {
+            (_, true) => Ok(()),
+            (true, false) => Err(Error::Forbidden(format!(
+                "forbidden: this API key lacks the {} scope",
+                needed.name()
+            ))),
+            (false, _) => Err(Error::Unauthorized),
+        }
+    }
+
+    /// Whether `presented` is a configured key, and whether one of its entries reaches `needed`.
+    /// Every configured key is compared, so the time taken does not depend on which one matched.
+    fn lookup(&self, presented: &str, needed: Scope) -> (bool, bool) {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.0
-            .iter()
-            .fold(0u8, |found, k| found | k.ct_eq(&digest).unwrap_u8())
-            == 1
+        let (mut known, mut allowed) = (0u8, 0u8);
+        for (key, scope) in &self.0 {
+            let hit = key.ct_eq(&digest).unwrap_u8();
+            known |= hit;
+            allowed |= hit & u8::from(scope.allows(needed));
+        }
+        (known == 1, allowed == 1)
+    }
+
+    fn is_known(&self, presented: &str) -> bool {
+        self.lookup(presented, Scope::Admin).0
+    }
+
+    /// Removes corral's own key headers before a request goes on: `x-api-key`, and `Authorization`
+    /// when it carries a corral key (one meant for an engine's own `--api-key` passes). With no
+    /// keys configured nothing is removed, as llama-swap forwards them.
+    pub fn strip_own(&self, headers: &mut HeaderMap) {
+        if self.0.is_empty() {
+            return;
+        }
+        headers.remove("x-api-key");
+        let authorization_is_ours = authorization_key(headers).is_some_and(|k| self.is_known(&k));
+        if authorization_is_ours {
+            headers.remove(header::AUTHORIZATION);
+        }
     }
 }
 
-/// The key a request presents: Basic password, then Bearer token, then `x-api-key`.
-pub fn presented_key(headers: &HeaderMap) -> Option<String> {
+/// The scope a route needs: model routes and the model list are inference, `/metrics` is metrics,
+/// everything else (management, logs, events, unload, load) is admin.
+pub fn scope_for(path: &str) -> Scope {
+    if path == "/metrics" {
+        Scope::Metrics
+    } else if is_model_route(path) {
+        Scope::Inference
+    } else {
+        Scope::Admin
+    }
+}
+
+/// Model routes (any method) and the model list.
+fn is_model_route(path: &str) -> bool {
+    matches!(path, "/v1/models" | "/models")
+        || path.starts_with("/upstream/")
+        || super::model_route(path).is_some()
+        || super::query_route(path)
+}
+
+/// Routes that change state: a browser on another site must not reach them.
+pub fn changes_state(method: &Method, path: &str) -> bool {
+    match *method {
+        Method::GET | Method::HEAD => path == "/unload",
+        Method::POST => {
+            path == "/api/models/unload"
+                || path.starts_with("/api/models/unload/")
+                || path.starts_with("/api/models/load/")
+                || (path.starts_with("/api/inflight/") && path.ends_with("/cancel"))
+        }
+        Method::PUT => path == "/api/profiles/active",
+        _ => false,
+    }
+}
+
+/// True for a request a browser sent from another site: `Sec-Fetch-Site: cross-site`, or an
+/// `Origin` whose host is not the one the request was sent to (`Host`, or the HTTP/2 authority).
+/// Requests without either (curl, scripts, a same-origin GET) are not cross-site.
+pub fn cross_site(headers: &HeaderMap, uri: &http::Uri) -> bool {
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if fetch_site.is_some_and(|s| s.eq_ignore_ascii_case("cross-site")) {
+        return true;
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.parse::<http::Uri>().ok())
+        .and_then(|u| u.authority().cloned());
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<http::uri::Authority>().ok())
+        .or_else(|| uri.authority().cloned());
+    match (origin_host, host) {
+        // Authority compares the host part case-insensitively
+        (Some(o), Some(h)) => o != h,
+        _ => true,
+    }
+}
+
+/// The keys a request presents: the Basic password or Bearer token, and `x-api-key`.
+pub fn presented_keys(headers: &HeaderMap) -> impl Iterator<Item = String> {
+    let api_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty())
+        .map(String::from);
+    authorization_key(headers).into_iter().chain(api_key)
+}
+
+/// The key in `Authorization`: Basic password, else Bearer token.
+fn authorization_key(headers: &HeaderMap) -> Option<String> {
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -48,21 +163,12 @@ pub fn presented_key(headers: &HeaderMap) -> Option<String> {
             .decode(encoded.trim())
             .ok()?;
         let text = String::from_utf8(decoded).ok()?;
-        if let Some((_, password)) = text.split_once(':') {
-            if !password.is_empty() {
-                return Some(password.to_string());
-            }
-        }
+        let (_, password) = text.split_once(':')?;
+        return (!password.is_empty()).then(|| password.to_string());
     }
-    if let Some(token) = auth.strip_prefix("Bearer ") {
-        if !token.trim().is_empty() {
-            return Some(token.trim().to_string());
-        }
-    }
-    headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| !k.is_empty())
+    auth.strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
         .map(String::from)
 }
 
@@ -70,31 +176,152 @@ pub fn presented_key(headers: &HeaderMap) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn headers(name: &str, value: &str) -> HeaderMap {
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(
-            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            value.parse().unwrap(),
-        );
+        for (name, value) in pairs {
+            h.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
         h
+    }
+
+    fn admin(key: &str) -> Keys {
+        Keys::new(&[ApiKey {
+            key: key.into(),
+            scope: Scope::Admin,
+        }])
     }
 
     #[test]
     fn accepts_all_three_forms() {
-        let keys = Keys::new(&["sekrit".into()]);
-        assert!(keys.allows(&headers("authorization", "Bearer sekrit")));
-        assert!(keys.allows(&headers("x-api-key", "sekrit")));
-        let basic = base64::engine::general_purpose::STANDARD.encode("anyone:sekrit");
-        assert!(keys.allows(&headers("authorization", &format!("Basic {basic}"))));
+        let keys = admin("sekrit");
+        for form in [
+            ("authorization", "Bearer sekrit".to_string()),
+            ("x-api-key", "sekrit".to_string()),
+            (
+                "authorization",
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode("anyone:sekrit")
+                ),
+            ),
+        ] {
+            let h = headers(&[(form.0, &form.1)]);
+            assert!(keys.check(&h, Scope::Admin).is_ok(), "{form:?}");
+        }
     }
 
     #[test]
     fn rejects_near_misses() {
-        let keys = Keys::new(&["sekrit".into()]);
+        let keys = admin("sekrit");
         for wrong in ["Sekrit", "sekri", "sekrit2", "xekrit", ""] {
-            assert!(!keys.allows(&headers("x-api-key", wrong)), "{wrong}");
+            let h = headers(&[("x-api-key", wrong)]);
+            assert!(
+                matches!(keys.check(&h, Scope::Admin), Err(Error::Unauthorized)),
+                "{wrong}"
+            );
         }
-        assert!(!keys.allows(&HeaderMap::new()));
-        assert!(Keys::new(&[]).allows(&HeaderMap::new()));
+        assert!(keys.check(&HeaderMap::new(), Scope::Admin).is_err());
+        assert!(Keys::new(&[])
+            .check(&HeaderMap::new(), Scope::Admin)
+            .is_ok());
+    }
+
+    #[test]
+    fn a_key_in_either_header_counts() {
+        let keys = admin("ours");
+        let both = headers(&[
+            ("authorization", "Bearer engine-own"),
+            ("x-api-key", "ours"),
+        ]);
+        assert!(keys.check(&both, Scope::Admin).is_ok());
+        let neither = headers(&[("authorization", "Bearer engine-own"), ("x-api-key", "x")]);
+        assert!(keys.check(&neither, Scope::Admin).is_err());
+    }
+
+    #[test]
+    fn scopes_reach_only_their_routes() {
+        let keys = Keys::new(&[
+            ApiKey {
+                key: "inf".into(),
+                scope: Scope::Inference,
+            },
+            ApiKey {
+                key: "met".into(),
+                scope: Scope::Metrics,
+            },
+        ]);
+        let with = |k: &str| headers(&[("x-api-key", k)]);
+        assert!(keys.check(&with("inf"), Scope::Inference).is_ok());
+        assert!(matches!(
+            keys.check(&with("inf"), Scope::Admin),
+            Err(Error::Forbidden(m)) if m.contains("admin scope")
+        ));
+        assert!(keys.check(&with("met"), Scope::Metrics).is_ok());
+        assert!(matches!(
+            keys.check(&with("met"), Scope::Inference),
+            Err(Error::Forbidden(m)) if m.contains("inference scope")
+        ));
+    }
+
+    #[test]
+    fn route_scopes() {
+        assert_eq!(scope_for("/v1/chat/completions"), Scope::Inference);
+        assert_eq!(scope_for("/upstream/m/props"), Scope::Inference);
+        assert_eq!(scope_for("/v1/models"), Scope::Inference);
+        assert_eq!(scope_for("/props"), Scope::Inference);
+        assert_eq!(scope_for("/metrics"), Scope::Metrics);
+        for admin_route in ["/running", "/unload", "/logs", "/api/events", "/upstream"] {
+            assert_eq!(scope_for(admin_route), Scope::Admin, "{admin_route}");
+        }
+    }
+
+    #[test]
+    fn only_corral_keys_are_stripped() {
+        let keys = admin("ours");
+        let mut h = headers(&[
+            ("authorization", "Bearer engine-key"),
+            ("x-api-key", "ours"),
+        ]);
+        keys.strip_own(&mut h);
+        assert_eq!(h.get("authorization").unwrap(), "Bearer engine-key");
+        assert!(h.get("x-api-key").is_none());
+        let mut h = headers(&[("authorization", "Bearer ours")]);
+        keys.strip_own(&mut h);
+        assert!(h.is_empty());
+        let mut h = headers(&[("authorization", "Bearer ours"), ("x-api-key", "x")]);
+        Keys::new(&[]).strip_own(&mut h);
+        assert_eq!(h.len(), 2, "no keys configured: nothing is ours");
+    }
+
+    #[test]
+    fn cross_site_by_fetch_metadata_or_origin() {
+        let uri: http::Uri = "/unload".parse().unwrap();
+        let at = |pairs: &[(&str, &str)]| cross_site(&headers(pairs), &uri);
+        assert!(!at(&[("host", "corral:8080")]));
+        assert!(at(&[
+            ("host", "corral:8080"),
+            ("sec-fetch-site", "cross-site")
+        ]));
+        assert!(!at(&[
+            ("host", "corral:8080"),
+            ("sec-fetch-site", "same-origin")
+        ]));
+        assert!(!at(&[
+            ("host", "Corral:8080"),
+            ("origin", "http://corral:8080")
+        ]));
+        assert!(at(&[
+            ("host", "corral:8080"),
+            ("origin", "http://evil.example")
+        ]));
+        assert!(at(&[("host", "corral:8080"), ("origin", "null")]));
+        let h2: http::Uri = "http://corral:8080/unload".parse().unwrap();
+        assert!(!cross_site(
+            &headers(&[("origin", "http://corral:8080")]),
+            &h2
+        ));
     }
 }

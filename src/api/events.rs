@@ -37,6 +37,12 @@ pub fn model_status(app: &App) -> Value {
     Value::Array(out)
 }
 
+/// A `logData` payload, with the config's secrets masked.
+fn log_data(app: &App, source: &str, data: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(data);
+    json!({"source": source, "data": app.config.redactor.text(&text)})
+}
+
 pub fn stream(app: &Arc<App>) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
     let app = app.clone();
@@ -51,11 +57,11 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
         let first = [
             frame(
                 "logData",
-                &json!({"source": "proxy", "data": String::from_utf8_lossy(&app.logs.proxy.history())}),
+                &log_data(&app, "proxy", &app.logs.proxy.history()),
             ),
             frame(
                 "logData",
-                &json!({"source": "upstream", "data": String::from_utf8_lossy(&app.logs.upstream.history())}),
+                &log_data(&app, "upstream", &app.logs.upstream.history()),
             ),
             frame("modelStatus", &model_status(&app)),
             frame(
@@ -77,12 +83,12 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
                     Err(_) => return,
                 },
                 line = proxy_logs.recv() => match line {
-                    Ok(data) => frame("logData", &json!({"source": "proxy", "data": String::from_utf8_lossy(&data)})),
+                    Ok(data) => frame("logData", &log_data(&app, "proxy", &data)),
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 },
                 line = upstream_logs.recv() => match line {
-                    Ok(data) => frame("logData", &json!({"source": "upstream", "data": String::from_utf8_lossy(&data)})),
+                    Ok(data) => frame("logData", &log_data(&app, "upstream", &data)),
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 },

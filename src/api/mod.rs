@@ -24,7 +24,7 @@ use http_body_util::BodyExt;
 
 use crate::body::{full, Body, BoxError};
 use crate::catalog::Target;
-use crate::config::Config;
+use crate::config::{Config, Scope};
 use crate::error::{render, Error};
 use crate::fleet::Fleet;
 use crate::logs::Logs;
@@ -198,7 +198,7 @@ where
     let accept = req.headers().get(header::ACCEPT).cloned();
     let mut resp = match route(&app, req, remote).await {
         Ok(resp) => resp,
-        Err(err) => render(&err, accept.as_ref()),
+        Err(err) => render(&err.redacted(&app.config.redactor), accept.as_ref()),
     };
     if !resp.headers().contains_key(header::CONTENT_TYPE) && resp.status() == StatusCode::NO_CONTENT
     {
@@ -209,7 +209,7 @@ where
 
 async fn route<B>(
     app: &Arc<App>,
-    req: Request<B>,
+    mut req: Request<B>,
     remote: SocketAddr,
 ) -> Result<Response<Body>, Error>
 where
@@ -219,7 +219,8 @@ where
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     if method == Method::OPTIONS {
-        return Ok(admin::preflight(req.headers()));
+        let any_origin = !app.keys.required() || auth::scope_for(&path) == Scope::Inference;
+        return Ok(admin::preflight(req.headers(), any_origin));
     }
     match (method.as_str(), path.as_str()) {
         ("GET" | "HEAD", "/health" | "/wol-health") => return Ok(text(StatusCode::OK, "OK")),
@@ -227,9 +228,13 @@ where
         (_, "/upstream") => return Ok(redirect(StatusCode::FOUND, "/ui/models")),
         _ => {}
     }
-    if !app.keys.allows(req.headers()) {
-        return Err(Error::Unauthorized);
+    app.keys.check(req.headers(), auth::scope_for(&path))?;
+    if auth::changes_state(&method, &path) && auth::cross_site(req.headers(), req.uri()) {
+        return Err(Error::Forbidden(
+            "forbidden: cross-site requests may not change state".into(),
+        ));
     }
+    app.keys.strip_own(req.headers_mut());
     if let Some(rest) = path.strip_prefix("/upstream/") {
         let rest = rest.to_string();
         let (started, mut seen) = (std::time::Instant::now(), Seen::new(&method, &path, remote));

@@ -144,12 +144,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         return Err(top.err("unloadTimeout", "must be 0 or more"));
     }
     let unload = if unload == 0 { 10 } else { unload };
-    let api_keys = top.strings("apiKeys")?;
-    for key in &api_keys {
-        if key.is_empty() || key.contains(char::is_whitespace) {
-            return Err(top.err("apiKeys", "keys must be non-empty and contain no spaces"));
-        }
-    }
+    let api_keys = decode_api_keys(&top, warnings)?;
     let send_loading_state = top.boolean("sendLoadingState")?.unwrap_or(false);
 
     let models_node = top.child("models", &[], &mut Vec::new())?;
@@ -290,6 +285,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         global_ttl: secs(global_ttl),
         unload_timeout: secs(unload),
         api_keys,
+        redactor: Default::default(),
         models,
         groups,
         matrix,
@@ -889,6 +885,57 @@ fn decode_selectors(
         );
     }
     Ok(out)
+}
+
+/// `apiKeys`: plain strings (admin keys, as in llama-swap) or `{key: K, scope: admin|inference|metrics}`.
+fn decode_api_keys(
+    top: &MapReader<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<ApiKey>, ConfigError> {
+    let items = match top.get("apiKeys").map(|n| &n.value) {
+        None => return Ok(Vec::new()),
+        Some(Value::Seq(items)) => items,
+        Some(_) => return Err(top.err("apiKeys", "must be a list of keys")),
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| decode_api_key(item, &format!("apiKeys[{i}]"), warnings))
+        .collect()
+}
+
+fn decode_api_key(
+    item: &Node,
+    path: &str,
+    warnings: &mut Vec<String>,
+) -> Result<ApiKey, ConfigError> {
+    let at = |msg: &str| ConfigError::at(item.loc.clone(), Some(path.into()), msg.into());
+    let (key, scope) = match &item.value {
+        Value::Map(_) => {
+            let r = MapReader::new(item, path, &["key", "scope"], warnings)?;
+            let key = r
+                .string("key")?
+                .ok_or_else(|| r.err("key", "a scoped key needs `key`"))?;
+            let scope = match r.string("scope")? {
+                None => Scope::Admin,
+                Some(name) => Scope::parse(&name).ok_or_else(|| {
+                    r.err(
+                        "scope",
+                        format!("must be admin, inference or metrics, not {name:?}"),
+                    )
+                })?,
+            };
+            (key, scope)
+        }
+        Value::Seq(_) | Value::Null => {
+            return Err(at("must be a key, or {key: ..., scope: ...}"));
+        }
+        _ => (item.scalar_text().unwrap_or_default(), Scope::Admin),
+    };
+    if key.is_empty() || key.contains(char::is_whitespace) {
+        return Err(at("keys must be non-empty and contain no spaces"));
+    }
+    Ok(ApiKey { key, scope })
 }
 
 fn decode_peers(

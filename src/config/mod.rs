@@ -7,6 +7,7 @@ mod decode;
 mod expand;
 mod memory;
 mod read;
+pub mod redact;
 mod server;
 pub mod yaml;
 
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 pub use decode::slots_from_argv;
 pub use memory::{Device, MemorySpec};
+pub use redact::Redactor;
 pub use server::ServerSettings;
 pub use yaml::Loc;
 
@@ -145,10 +147,19 @@ pub fn load_texts(
     texts: &[(Arc<str>, String)],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ConfigError> {
-    let tree = expand::load_sources(texts, env)?;
+    let env_secrets = std::cell::RefCell::new(Vec::new());
+    let recording_env = |name: &str| {
+        let value = env(name);
+        if let Some(v) = value.as_ref().filter(|_| redact::is_secret_name(name)) {
+            env_secrets.borrow_mut().push(v.clone());
+        }
+        value
+    };
+    let tree = expand::load_sources(texts, &recording_env)?;
     let tree = expand::resolve(tree)?;
     let mut warnings = Vec::new();
-    let config = decode::decode(&tree, &mut warnings)?;
+    let mut config = decode::decode(&tree, &mut warnings)?;
+    config.redactor = config.redactor_with(env_secrets.into_inner());
     Ok(Loaded { config, warnings })
 }
 
@@ -206,7 +217,9 @@ pub struct Config {
     pub include_aliases_in_list: bool,
     pub global_ttl: Duration,
     pub unload_timeout: Duration,
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<ApiKey>,
+    /// Hides the secrets of this config wherever a command line or log text is shown.
+    pub redactor: Redactor,
     /// Models by id, sorted.
     pub models: BTreeMap<String, ModelConfig>,
     pub groups: Vec<Group>,
@@ -219,6 +232,45 @@ pub struct Config {
     pub ignore_paths: Vec<regex::Regex>,
     pub preload: Vec<String>,
     pub fifo_priority: BTreeMap<String, i64>,
+}
+
+/// One `apiKeys` entry: a plain string is an admin key, as in llama-swap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub key: String,
+    pub scope: Scope,
+}
+
+/// What a key may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything: model routes, management routes, metrics.
+    Admin,
+    /// Model routes (chat, completions, embeddings, ..., `/upstream/...`) and the model list.
+    Inference,
+    /// `/metrics` only, for a Prometheus scraper.
+    Metrics,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Admin => "admin",
+            Scope::Inference => "inference",
+            Scope::Metrics => "metrics",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scope> {
+        [Scope::Admin, Scope::Inference, Scope::Metrics]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+
+    /// True when a key of this scope may reach a route that needs `needed`.
+    pub fn allows(self, needed: Scope) -> bool {
+        self == Scope::Admin || self == needed
+    }
 }
 
 /// One process corral runs for a model: the model itself, or one of its replicas.
@@ -375,6 +427,26 @@ pub struct Peer {
 }
 
 impl Config {
+    /// A redactor for every secret this config holds: `extra` (values of secret-named `${env.X}`
+    /// substitutions), its API keys and peer keys, values of secret-named `env:` entries, and
+    /// values of secret flags in each command, so they are masked wherever they turn up, engine output included.
+    pub fn redactor_with(&self, extra: Vec<String>) -> Redactor {
+        let mut values = extra;
+        values.extend(self.api_keys.iter().map(|k| k.key.clone()));
+        values.extend(self.peers.values().filter_map(|p| p.api_key.clone()));
+        for m in self.models.values() {
+            let secret_env = m.env.iter().filter(|(k, _)| redact::is_secret_name(k));
+            values.extend(secret_env.map(|(_, v)| v.clone()));
+            for inst in &m.instances {
+                values.extend(redact::secret_flag_values(&inst.argv));
+                if let Some(stop) = &inst.cmd_stop {
+                    values.extend(redact::secret_flag_values(stop));
+                }
+            }
+        }
+        Redactor::new(values)
+    }
+
     /// The model id a requested name means: an exact id first, then an alias.
     pub fn real_model_name(&self, name: &str) -> Option<&str> {
         if let Some((id, _)) = self.models.get_key_value(name) {

@@ -19,6 +19,10 @@ fn load_err(yaml: &str) -> String {
     load_str("t.yaml", yaml, &|_| None).unwrap_err().to_string()
 }
 
+fn key_strings(c: &Config) -> Vec<&str> {
+    c.api_keys.iter().map(|k| k.key.as_str()).collect()
+}
+
 #[test]
 fn ports_go_in_sorted_id_order_only_to_models_whose_cmd_uses_them() {
     let c = load(
@@ -103,7 +107,7 @@ fn env_substitution_happens_first_and_ignores_comments() {
     let env = env_of(&[("KEY", "k1"), ("BIN", "/bin/srv")]);
     let yaml = "# ${env.UNSET} in a comment is fine\napiKeys: [${env.KEY}]\nmodels:\n  m: {cmd: '${env.BIN} --x', proxy: 'http://h:1'} # ${env.ALSO_UNSET}\n";
     let c = load_str("t.yaml", yaml, &env).unwrap().config;
-    assert_eq!(c.api_keys, ["k1"]);
+    assert_eq!(key_strings(&c), ["k1"]);
     assert_eq!(c.models["m"].argv[0], "/bin/srv");
     let err = load_str("t.yaml", "apiKeys: [${env.NOPE}]\n", &env)
         .unwrap_err()
@@ -136,7 +140,7 @@ fn several_files_merge_with_llama_swap_rules() {
         (Arc::from("b.yaml"), b.to_string()),
     ];
     let c = load_texts(&texts, &|_| None).unwrap().config;
-    assert_eq!(c.api_keys, ["a", "b"]);
+    assert_eq!(key_strings(&c), ["a", "b"]);
     assert_eq!(c.models.len(), 2);
     let dup = vec![
         (Arc::from("a.yaml"), a.to_string()),
@@ -303,4 +307,59 @@ fn stream_idle_limit_defaults_to_ten_minutes_and_zero_turns_it_off() {
 fn peer_urls_with_credentials_are_refused() {
     let err = load_err("peers:\n  p:\n    proxy: http://user:pw@host:9000\n    models: [m]\n");
     assert!(err.contains("apiKey"), "{err}");
+}
+
+#[test]
+fn api_keys_are_plain_admin_keys_or_scoped() {
+    let c = load(
+        "apiKeys:\n  - plain\n  - {key: inf, scope: inference}\n  - {key: met, scope: metrics}\n  - {key: adm, scope: admin}\n  - {key: dflt}\n",
+    );
+    let scopes: Vec<(&str, Scope)> = c
+        .api_keys
+        .iter()
+        .map(|k| (k.key.as_str(), k.scope))
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            ("plain", Scope::Admin),
+            ("inf", Scope::Inference),
+            ("met", Scope::Metrics),
+            ("adm", Scope::Admin),
+            ("dflt", Scope::Admin),
+        ]
+    );
+}
+
+#[test]
+fn api_key_errors_name_the_entry() {
+    let bad_scope = load_err("apiKeys:\n  - ok\n  - {key: k, scope: root}\n");
+    assert_eq!(
+        bad_scope,
+        "t.yaml:3:21: apiKeys[1].scope: must be admin, inference or metrics, not \"root\""
+    );
+    let no_key = load_err("apiKeys:\n  - {scope: metrics}\n");
+    assert!(
+        no_key.starts_with("t.yaml:2:5: apiKeys[0].key:"),
+        "{no_key}"
+    );
+    assert!(no_key.contains("needs `key`"), "{no_key}");
+    let spaced = load_err("apiKeys:\n  - {key: 'a b', scope: inference}\n");
+    assert!(
+        spaced.contains("apiKeys[0]: keys must be non-empty"),
+        "{spaced}"
+    );
+}
+
+#[test]
+fn secret_env_substitutions_and_flags_are_known_to_the_redactor() {
+    let env = env_of(&[("ENGINE_SECRET", "sub-s3cret"), ("MODEL_DIR", "/models")]);
+    let yaml = "models:\n  m:\n    cmd: srv --auth ${env.ENGINE_SECRET} --hf-token=hf_literal -m ${env.MODEL_DIR}/x.gguf\n    proxy: 'http://h:1'\n    env: [\"DB_PASSWORD=pw-value\", \"THREADS=8\"]\n";
+    let c = load_str("t.yaml", yaml, &env).unwrap().config;
+    let shown = c.redactor.command_line(&c.models["m"].argv);
+    assert_eq!(shown, "srv --auth *** --hf-token=*** -m /models/x.gguf");
+    assert_eq!(
+        c.redactor.text("engine says pw-value and hf_literal and 8"),
+        "engine says *** and *** and 8"
+    );
 }

@@ -427,7 +427,8 @@ impl Fleet {
             upstream_to_stdout: st.config.log_to_stdout.upstream(),
         };
         let poll = inst.pool.as_ref().and(inst.model.pool.slots_poll);
-        tracing::info!(instance = id, "starting: {}", inst.spec.argv.join(" "));
+        let shown = st.config.redactor.command_line(&inst.spec.argv);
+        tracing::info!(instance = id, "starting: {shown}");
         // supervision runs on the control runtime, whichever thread's request started it
         self.inner.runtime.spawn(instance::run(
             self.inner.clone(),

@@ -202,6 +202,9 @@ pub fn free_port_range(n: u16) -> u16 {
     }
 }
 
+/// What `${env.ENGINE_SECRET}` expands to in test configs: a secret corral must never show.
+pub const ENGINE_SECRET: &str = "engine-s3cret-value";
+
 pub fn env_for(dir: &Path, marker: &str) -> impl Fn(&str) -> Option<String> {
     let dir = dir.display().to_string();
     let marker = marker.to_string();
@@ -210,6 +213,7 @@ pub fn env_for(dir: &Path, marker: &str) -> impl Fn(&str) -> Option<String> {
         "DIR" => Some(dir.clone()),
         "MARKER" => Some(marker.clone()),
         "CORRAL_EXE" => Some(CORRAL.to_string()),
+        "ENGINE_SECRET" => Some(ENGINE_SECRET.to_string()),
         other => std::env::var(other).ok(),
     }
 }
