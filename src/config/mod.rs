@@ -7,6 +7,7 @@ mod decode;
 mod expand;
 mod memory;
 mod read;
+pub mod reload_guard;
 pub mod yaml;
 
 use std::collections::BTreeMap;
