@@ -399,3 +399,27 @@ fn aliases_of_a_template_still_load() {
         serde_json::json!({"c": "d"})
     );
 }
+
+/// Ten macros, each using the one before ten times: 10^10 bytes unless substitution is bounded.
+fn macro_bomb(use_in: &str) -> String {
+    let mut yaml = String::from("macros:\n  m0: xxxxxxxxxx\n");
+    for i in 1..10 {
+        let refs = format!("${{m{}}}", i - 1).repeat(10);
+        yaml.push_str(&format!("  m{i}: '{refs}'\n"));
+    }
+    yaml.push_str(&format!("models:\n  m:\n    proxy: 'http://h:1'\n{use_in}"));
+    yaml
+}
+
+#[test]
+fn macro_expansion_is_bounded_and_names_where_it_went_over() {
+    let err = load_err(&macro_bomb("    cmd: 'srv ${m9}'\n"));
+    assert_eq!(err, "t.yaml:15:10: macros expand to more than 16 MiB");
+    let err = load_err(&macro_bomb(
+        "    cmd: srv\n    filters:\n      setParamsByID:\n        '${m9}': {a: 1}\n",
+    ));
+    assert!(
+        err.starts_with("t.yaml:18:") && err.contains("more than 16 MiB"),
+        "{err}"
+    );
+}
