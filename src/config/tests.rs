@@ -423,3 +423,30 @@ fn macro_expansion_is_bounded_and_names_where_it_went_over() {
         "{err}"
     );
 }
+
+/// At the nesting limit, the whole pipeline (macros, decoding, metadata to JSON, dropping) fits in a
+/// quarter of the 2 MiB stack a reload runs on.
+#[test]
+fn a_config_at_the_nesting_limit_loads_on_a_small_stack() {
+    let depth = yaml::MAX_DEPTH - 4; // root, models, m, metadata
+    let (open, close) = ("[".repeat(depth), "]".repeat(depth));
+    let yaml = format!(
+        "macros:\n  x: y\nmodels:\n  m:\n    cmd: 'srv ${{x}}'\n    proxy: 'http://h:1'\n    metadata:\n      deep: {open}'${{x}}'{close}\n"
+    );
+    let deepest = std::thread::Builder::new()
+        .stack_size(512 * 1024)
+        .spawn(move || {
+            let config = load(&yaml);
+            let mut value = &config.models["m"].metadata["deep"];
+            let mut levels = 0;
+            while let Some(inner) = value.get(0) {
+                value = inner;
+                levels += 1;
+            }
+            (levels, value.clone())
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(deepest, (depth, serde_json::json!("y")));
+}
