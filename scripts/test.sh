@@ -58,6 +58,6 @@ fi
 scripts/check-leftovers.sh
 
 if [[ "${CORRAL_FUZZ_SECONDS:-60}" != 0 ]]; then
-    log "fuzzing the GGUF header reader for ${CORRAL_FUZZ_SECONDS:-60}s"
+    log "fuzzing the parsers (GGUF header, config, request bodies, token meter) for ${CORRAL_FUZZ_SECONDS:-60}s"
     fuzz/run.sh "${CORRAL_FUZZ_SECONDS:-60}"
 fi

@@ -107,7 +107,8 @@ pub async fn run_with_reloads(
             _ = shutdown.cancelled() => break,
             _ = abort.cancelled() => break,
             Some(reload) = reloads.recv() => {
-                match reload {
+                let running = fleet.config();
+                match reload.and_then(|next| crate::config::reload_guard::check(&running, next)) {
                     Ok(config) => {
                         fleet.reconfigure(Arc::new(config));
                         let next = Arc::new(current.read().unwrap_or_else(|e| e.into_inner()).reloaded());

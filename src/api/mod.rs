@@ -8,7 +8,7 @@ pub mod extract;
 mod filters;
 pub mod inflight;
 mod loading;
-mod meter;
+pub mod meter;
 mod models;
 mod peers;
 pub mod rfc3339;

@@ -251,34 +251,87 @@ fn read_macros(node: Option<&Node>, scope: &str) -> Result<Macros, ConfigError> 
     Ok(out)
 }
 
+/// The most bytes macro substitution may add to the config, all substitutions together. A macro
+/// may use the ones declared before it, so ten lines that each use the previous macro ten times
+/// would otherwise expand to gigabytes; real configs add kilobytes.
+pub const MAX_MACRO_GROWTH: usize = 16 << 20;
+
+/// What macro substitution has added so far, and where it first went over [`MAX_MACRO_GROWTH`].
+#[derive(Default)]
+struct Growth {
+    added: usize,
+    over: Option<Loc>,
+}
+
+impl Growth {
+    /// `text` with every `pattern` replaced, or `None` once the budget is spent.
+    fn replace(&mut self, text: &str, pattern: &str, with: &str, loc: &Loc) -> Option<String> {
+        if self.over.is_some() {
+            return None;
+        }
+        let count = text.matches(pattern).count();
+        self.added = self
+            .added
+            .saturating_add(count.saturating_mul(with.len().saturating_sub(pattern.len())));
+        if self.added > MAX_MACRO_GROWTH {
+            self.over = Some(loc.clone());
+            return None;
+        }
+        Some(text.replace(pattern, with))
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        match &self.over {
+            None => Ok(()),
+            Some(loc) => Err(ConfigError::at(
+                loc.clone(),
+                None,
+                format!("macros expand to more than {} MiB", MAX_MACRO_GROWTH >> 20),
+            )),
+        }
+    }
+}
+
 /// Replaces `${name}` in every string of `node`; a string that is exactly `${name}` takes the macro's type.
-fn substitute(node: &mut Node, name: &str, value: &Node) {
+fn substitute(
+    node: &mut Node,
+    name: &str,
+    value: &Node,
+    growth: &mut Growth,
+) -> Result<(), ConfigError> {
     let pattern = format!("${{{name}}}");
     let text = value.scalar_text().unwrap_or_default();
     node.visit_strings_mut(&mut |n| {
         if let Value::Str(s) = &n.value {
             if *s == pattern {
-                n.value = value.value.clone();
+                if growth.replace(s, &pattern, &text, &n.loc).is_some() {
+                    n.value = value.value.clone();
+                }
             } else if s.contains(&pattern) {
-                n.value = Value::Str(s.replace(&pattern, &text));
+                if let Some(replaced) = growth.replace(s, &pattern, &text, &n.loc) {
+                    n.value = Value::Str(replaced);
+                }
             }
         }
     });
+    growth.check()
 }
 
-fn apply_macros(node: &mut Node, macros: &Macros) {
+fn apply_macros(node: &mut Node, macros: &Macros, growth: &mut Growth) -> Result<(), ConfigError> {
     for (name, value) in macros.iter().rev() {
-        substitute(node, name, value);
+        substitute(node, name, value, growth)?;
     }
+    Ok(())
 }
 
 /// Resolves macros and `${PORT}` over the merged tree (§1.1 steps 3-5).
 pub fn resolve(mut root: Node) -> Result<Node, ConfigError> {
     let globals = read_macros(root.get("macros"), "macros")?;
+    let mut growth = Growth::default();
     if let Value::Map(entries) = &mut root.value {
         for (key, value) in entries.iter_mut() {
             if key != "models" && key != "macros" {
-                apply_macros(value, &globals);
+                apply_macros(value, &globals, &mut growth)?;
             }
         }
     }
@@ -302,7 +355,7 @@ pub fn resolve(mut root: Node) -> Result<Node, ConfigError> {
             order.sort_by(|&a, &b| entries[a].0.cmp(&entries[b].0));
             for i in order {
                 let (id, model) = &mut entries[i];
-                resolve_model(id, model, &globals, &mut next_port)?;
+                resolve_model(id, model, &globals, &mut next_port, &mut growth)?;
             }
         }
     }
@@ -318,6 +371,7 @@ fn resolve_model(
     model: &mut Node,
     globals: &Macros,
     next_port: &mut i64,
+    growth: &mut Growth,
 ) -> Result<(), ConfigError> {
     let scope = format!("models.{id}");
     if !matches!(model.value, Value::Map(_)) {
@@ -364,8 +418,8 @@ fn resolve_model(
     if let Value::Map(entries) = &mut model.value {
         entries.retain(|(k, _)| k != "macros");
     }
-    apply_macros(model, &list);
-    substitute_by_id_keys(model, &list)?;
+    apply_macros(model, &list, growth)?;
+    substitute_by_id_keys(model, &list, growth)?;
 
     let cmd_uses_port = matches!(model.get("cmd"), Some(Node { value: Value::Str(s), .. }) if s.contains("${PORT}"));
     let replicas = match model.get("replicas").map(|n| &n.value) {
@@ -399,19 +453,19 @@ fn resolve_model(
         }
         if replicas > 1 {
             let instances = (0..replicas)
-                .map(|i| {
+                .map(|i| -> Result<Node, ConfigError> {
                     let port = Node::new(Value::Int(*next_port + i), model.loc.clone());
                     let mut entries = vec![("port".to_string(), port.clone())];
                     for key in ["cmd", "cmdStop", "proxy", "checkEndpoint"] {
                         if let Some(n) = model.get(key) {
                             let mut n = n.clone();
-                            substitute(&mut n, "PORT", &port);
+                            substitute(&mut n, "PORT", &port, growth)?;
                             entries.push((key.to_string(), n));
                         }
                     }
-                    Node::new(Value::Map(entries), model.loc.clone())
+                    Ok(Node::new(Value::Map(entries), model.loc.clone()))
                 })
-                .collect();
+                .collect::<Result<_, _>>()?;
             if let Value::Map(e) = &mut model.value {
                 e.push((
                     REPLICAS_KEY.into(),
@@ -421,8 +475,8 @@ fn resolve_model(
         }
         let port = Node::new(Value::Int(*next_port), model.loc.clone());
         *next_port += replicas;
-        substitute(model, "PORT", &port);
-        substitute_by_id_keys(model, &[("PORT".into(), port)])?;
+        substitute(model, "PORT", &port, growth)?;
+        substitute_by_id_keys(model, &[("PORT".into(), port)], growth)?;
     } else if let Some(proxy) = model.get("proxy") {
         if matches!(&proxy.value, Value::Str(s) if s.contains("${PORT}")) {
             return Err(ConfigError::at(
@@ -436,7 +490,11 @@ fn resolve_model(
 }
 
 /// `filters.setParamsByID` is the one map whose keys take macros.
-fn substitute_by_id_keys(model: &mut Node, macros: &[(String, Node)]) -> Result<(), ConfigError> {
+fn substitute_by_id_keys(
+    model: &mut Node,
+    macros: &[(String, Node)],
+    growth: &mut Growth,
+) -> Result<(), ConfigError> {
     let Some(by_id) = model
         .get_mut("filters")
         .and_then(|f| f.get_mut("setParamsByID"))
@@ -449,10 +507,12 @@ fn substitute_by_id_keys(model: &mut Node, macros: &[(String, Node)]) -> Result<
     let mut seen = BTreeMap::new();
     for (key, value) in entries.iter_mut() {
         for (name, m) in macros.iter().rev() {
-            *key = key.replace(
-                &format!("${{{name}}}"),
-                &m.scalar_text().unwrap_or_default(),
-            );
+            let pattern = format!("${{{name}}}");
+            let text = m.scalar_text().unwrap_or_default();
+            match growth.replace(key, &pattern, &text, &value.loc) {
+                Some(replaced) => *key = replaced,
+                None => return growth.check(),
+            }
         }
         if let Some(prev) = seen.insert(key.clone(), value.loc.clone()) {
             return Err(ConfigError::at(

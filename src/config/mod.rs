@@ -8,6 +8,7 @@ mod expand;
 mod memory;
 mod read;
 pub mod redact;
+pub mod reload_guard;
 mod server;
 pub mod yaml;
 

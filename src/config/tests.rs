@@ -363,3 +363,149 @@ fn secret_env_substitutions_and_flags_are_known_to_the_redactor() {
         "engine says *** and *** and 8"
     );
 }
+
+fn nested_list(depth: usize) -> String {
+    format!("{}x\n", "- ".repeat(depth))
+}
+
+#[test]
+fn nesting_up_to_the_limit_parses_and_deeper_is_a_located_error() {
+    let file: Arc<str> = Arc::from("t.yaml");
+    assert!(yaml::parse(&nested_list(yaml::MAX_DEPTH), &file).is_ok());
+    let err = yaml::parse(&nested_list(yaml::MAX_DEPTH + 1), &file)
+        .unwrap_err()
+        .to_string();
+    let col = 2 * yaml::MAX_DEPTH + 1;
+    assert_eq!(
+        err,
+        format!("t.yaml:1:{col}: lists and mappings nest deeper than 128 levels")
+    );
+}
+
+/// 20,000 levels once overflowed the stack; now the first level too many stops the parse.
+#[test]
+fn very_deep_nesting_is_refused_without_overflowing_the_stack() {
+    let block = load_err(&format!(
+        "models:\n  m:\n    metadata:\n      {}",
+        nested_list(20_000)
+    ));
+    assert!(
+        block.starts_with("t.yaml:4:") && block.contains("deeper than 128"),
+        "{block}"
+    );
+    let flow = format!("a: {}{}\n", "[".repeat(20_000), "]".repeat(20_000));
+    let flow = load_err(&flow);
+    // yaml-rust2's scanner reads flow brackets ahead of the parser and has its own limit.
+    assert!(
+        flow.starts_with("t.yaml:1:") && flow.contains("recursion limit exceeded"),
+        "{flow}"
+    );
+    let maps = format!(
+        "a:\n{}",
+        (1..1_000)
+            .map(|i| format!("{}k:\n", " ".repeat(i)))
+            .collect::<String>()
+    );
+    let maps = load_err(&maps);
+    assert!(maps.contains("deeper than 128"), "{maps}");
+}
+
+/// "Billion laughs": each line nine aliases of the one before, 10^9 values from 400 bytes.
+#[test]
+fn alias_bombs_stop_at_the_alias_that_passes_the_budget() {
+    let mut yaml = String::from("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+    {
+        let refs = vec![format!("*{prev}"); 9].join(", ");
+        yaml.push_str(&format!("{name}: &{name} [{refs}]\n"));
+    }
+    let err = load_err(&yaml);
+    assert_eq!(
+        err, "t.yaml:6:8: aliases expand to more than 100000 values",
+        "the first *e on line f takes the copies past the budget"
+    );
+}
+
+/// An alias may not nest its anchor deeper than the limit either.
+#[test]
+fn an_alias_cannot_carry_nesting_past_the_limit() {
+    let deep = nested_list(100);
+    let yaml = format!("a: &deep\n  {deep}b:\n{}*deep\n", "  - ".repeat(40));
+    let err = load_err(&yaml);
+    assert!(err.contains("deeper than 128 levels"), "{err}");
+}
+
+/// Sharing a template between models, the way aliases are meant to be used, stays well inside.
+#[test]
+fn aliases_of_a_template_still_load() {
+    let mut yaml = String::from("models:\n");
+    for i in 0..200 {
+        yaml.push_str(&format!(
+            "  m{i}:\n    cmd: srv --port ${{PORT}}\n    metadata: {}\n",
+            if i == 0 {
+                "&meta {a: [1, 2, 3], b: {c: d}}"
+            } else {
+                "*meta"
+            }
+        ));
+    }
+    let c = load(&yaml);
+    assert_eq!(c.models.len(), 200);
+    assert_eq!(
+        c.models["m199"].metadata["b"],
+        serde_json::json!({"c": "d"})
+    );
+}
+
+/// Ten macros, each using the one before ten times: 10^10 bytes unless substitution is bounded.
+fn macro_bomb(use_in: &str) -> String {
+    let mut yaml = String::from("macros:\n  m0: xxxxxxxxxx\n");
+    for i in 1..10 {
+        let refs = format!("${{m{}}}", i - 1).repeat(10);
+        yaml.push_str(&format!("  m{i}: '{refs}'\n"));
+    }
+    yaml.push_str(&format!("models:\n  m:\n    proxy: 'http://h:1'\n{use_in}"));
+    yaml
+}
+
+#[test]
+fn macro_expansion_is_bounded_and_names_where_it_went_over() {
+    let err = load_err(&macro_bomb("    cmd: 'srv ${m9}'\n"));
+    assert_eq!(err, "t.yaml:15:10: macros expand to more than 16 MiB");
+    let err = load_err(&macro_bomb(
+        "    cmd: srv\n    filters:\n      setParamsByID:\n        '${m9}': {a: 1}\n",
+    ));
+    assert!(
+        err.starts_with("t.yaml:18:") && err.contains("more than 16 MiB"),
+        "{err}"
+    );
+}
+
+/// At the nesting limit, the whole pipeline (macros, decoding, metadata to JSON, dropping) fits in a
+/// quarter of the 2 MiB stack a reload runs on.
+#[test]
+fn a_config_at_the_nesting_limit_loads_on_a_small_stack() {
+    let depth = yaml::MAX_DEPTH - 4; // root, models, m, metadata
+    let (open, close) = ("[".repeat(depth), "]".repeat(depth));
+    let yaml = format!(
+        "macros:\n  x: y\nmodels:\n  m:\n    cmd: 'srv ${{x}}'\n    proxy: 'http://h:1'\n    metadata:\n      deep: {open}'${{x}}'{close}\n"
+    );
+    let deepest = std::thread::Builder::new()
+        .stack_size(512 * 1024)
+        .spawn(move || {
+            let config = load(&yaml);
+            let mut value = &config.models["m"].metadata["deep"];
+            let mut levels = 0;
+            while let Some(inner) = value.get(0) {
+                value = inner;
+                levels += 1;
+            }
+            (levels, value.clone())
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(deepest, (depth, serde_json::json!("y")));
+}

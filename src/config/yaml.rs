@@ -3,11 +3,12 @@
 //! llama-swap resolves macros on an untyped tree before decoding it, and corral must name file, line and
 //! column in every config error, so the tree keeps a location on every node.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
-use yaml_rust2::scanner::{Marker, TScalarStyle};
+use yaml_rust2::parser::{Event, Parser};
+use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
 
 use super::ConfigError;
 
@@ -131,33 +132,43 @@ impl Node {
     }
 }
 
+/// The deepest nesting of lists and mappings a config may have. Real configs stay under ten levels;
+/// the bound keeps every recursive walk of the tree (merging, macros, decoding, dropping) far from
+/// the end of a thread's stack, whatever the input.
+pub const MAX_DEPTH: usize = 128;
+
+/// The most nodes aliases may add to the tree, all aliases together. An alias copies its anchor's
+/// subtree, so a few hundred bytes of aliases of aliases ("billion laughs") would otherwise
+/// expand to gigabytes; real configs that share a template between models stay far below this.
+pub const MAX_ALIAS_NODES: usize = 100_000;
+
 /// Parses one YAML document. An empty document gives `Null`.
+///
+/// The parser is driven event by event (yaml-rust2's own loader recurses once per level of
+/// nesting), and the nesting and alias limits are checked as the tree grows, so no input can
+/// exhaust the stack or the memory.
 pub fn parse(text: &str, file: &Arc<str>) -> Result<Node, ConfigError> {
     let mut builder = Builder {
         file: file.clone(),
         stack: Vec::new(),
-        anchors: Vec::new(),
+        anchors: HashMap::new(),
+        alias_nodes: 0,
         root: None,
         error: None,
     };
     let mut parser = Parser::new_from_str(text);
-    if let Err(e) = parser.load(&mut builder, false) {
-        let m = e.marker();
-        let loc = Loc {
-            file: file.clone(),
-            line: m.line(),
-            col: m.col() + 1,
-        };
-        return Err(ConfigError::at(
-            loc,
-            None,
-            format!("invalid YAML: {}", e.info()),
-        ));
+    loop {
+        let (event, mark) = parser.next_token().map_err(|e| syntax_error(&e, file))?;
+        match event {
+            // Only the first document counts, as with llama-swap.
+            Event::DocumentEnd | Event::StreamEnd => break,
+            event => builder.on_event(event, mark)?,
+        }
     }
     if let Some(err) = builder.error {
         return Err(err);
     }
-    Ok(builder.root.unwrap_or_else(|| {
+    Ok(builder.root.map(|b| b.node).unwrap_or_else(|| {
         Node::null(Loc {
             file: file.clone(),
             line: 1,
@@ -166,16 +177,83 @@ pub fn parse(text: &str, file: &Arc<str>) -> Result<Node, ConfigError> {
     }))
 }
 
-enum Frame {
-    Seq(Node, Vec<Node>, usize),
-    Map(Node, Vec<(String, Node)>, Option<Node>, usize),
+fn syntax_error(e: &ScanError, file: &Arc<str>) -> ConfigError {
+    let m = e.marker();
+    let loc = Loc {
+        file: file.clone(),
+        line: m.line(),
+        col: m.col() + 1,
+    };
+    ConfigError::at(loc, None, format!("invalid YAML: {}", e.info()))
+}
+
+/// A finished node with what the limits need: its node count and its height (0 for a scalar).
+#[derive(Clone)]
+struct Built {
+    node: Node,
+    size: usize,
+    height: usize,
+}
+
+impl Built {
+    fn leaf(node: Node) -> Self {
+        Built {
+            node,
+            size: 1,
+            height: 0,
+        }
+    }
+}
+
+/// A list or mapping still being read.
+struct Frame {
+    loc: Loc,
+    anchor: usize,
+    body: Body,
+    size: usize,
+    height: usize,
+}
+
+enum Body {
+    Seq(Vec<Node>),
+    /// The entries so far and a key waiting for its value.
+    Map(Vec<(String, Node)>, Option<Node>),
+}
+
+impl Frame {
+    fn open(loc: Loc, anchor: usize, body: Body) -> Self {
+        Frame {
+            loc,
+            anchor,
+            body,
+            size: 1,
+            height: 1,
+        }
+    }
+
+    fn close(self) -> (Built, usize) {
+        let value = match self.body {
+            Body::Seq(items) => Value::Seq(items),
+            Body::Map(entries, _) => Value::Map(entries),
+        };
+        let built = Built {
+            node: Node::new(value, self.loc),
+            size: self.size,
+            height: self.height,
+        };
+        (built, self.anchor)
+    }
 }
 
 struct Builder {
     file: Arc<str>,
     stack: Vec<Frame>,
-    anchors: Vec<(usize, Node)>,
-    root: Option<Node>,
+    /// Anchored nodes by the parser's anchor id (a new id for each definition).
+    anchors: HashMap<usize, Built>,
+    /// Nodes added by aliases so far.
+    alias_nodes: usize,
+    root: Option<Built>,
+    /// The first duplicate key, reported once the document has parsed (a syntax error wins).
     error: Option<ConfigError>,
 }
 
@@ -188,33 +266,7 @@ impl Builder {
         }
     }
 
-    fn push_value(&mut self, node: Node, anchor: usize) {
-        if anchor > 0 {
-            self.anchors.push((anchor, node.clone()));
-        }
-        match self.stack.last_mut() {
-            None => self.root = Some(node),
-            Some(Frame::Seq(_, items, _)) => items.push(node),
-            Some(Frame::Map(_, entries, pending, _)) => match pending.take() {
-                None => *pending = Some(node),
-                Some(key) => {
-                    let name = key.scalar_text().unwrap_or_default();
-                    if entries.iter().any(|(k, _)| *k == name) && self.error.is_none() {
-                        self.error = Some(ConfigError::at(
-                            key.loc,
-                            Some(name.clone()),
-                            "duplicate key".into(),
-                        ));
-                    }
-                    entries.push((name, node));
-                }
-            },
-        }
-    }
-}
-
-impl MarkedEventReceiver for Builder {
-    fn on_event(&mut self, ev: Event, mark: Marker) {
+    fn on_event(&mut self, ev: Event, mark: Marker) -> Result<(), ConfigError> {
         let loc = self.loc(&mark);
         match ev {
             Event::Scalar(text, style, anchor, _tag) => {
@@ -223,38 +275,91 @@ impl MarkedEventReceiver for Builder {
                 } else {
                     Value::Str(text)
                 };
-                self.push_value(Node::new(value, loc), anchor);
+                self.push_value(Built::leaf(Node::new(value, loc)), anchor);
             }
             Event::SequenceStart(anchor, _) => {
-                self.stack
-                    .push(Frame::Seq(Node::null(loc), Vec::new(), anchor))
+                self.open(Frame::open(loc, anchor, Body::Seq(Vec::new())))?
             }
             Event::MappingStart(anchor, _) => {
-                self.stack
-                    .push(Frame::Map(Node::null(loc), Vec::new(), None, anchor))
+                self.open(Frame::open(loc, anchor, Body::Map(Vec::new(), None)))?
             }
-            Event::SequenceEnd => {
-                if let Some(Frame::Seq(start, items, anchor)) = self.stack.pop() {
-                    self.push_value(Node::new(Value::Seq(items), start.loc), anchor);
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some(frame) = self.stack.pop() {
+                    let (built, anchor) = frame.close();
+                    self.push_value(built, anchor);
                 }
             }
-            Event::MappingEnd => {
-                if let Some(Frame::Map(start, entries, _, anchor)) = self.stack.pop() {
-                    self.push_value(Node::new(Value::Map(entries), start.loc), anchor);
-                }
-            }
-            Event::Alias(id) => {
-                let node = self
-                    .anchors
-                    .iter()
-                    .rev()
-                    .find(|(a, _)| *a == id)
-                    .map(|(_, n)| n.clone());
-                self.push_value(node.unwrap_or_else(|| Node::null(loc)), 0);
-            }
+            Event::Alias(id) => self.alias(id, loc)?,
             _ => {}
         }
+        Ok(())
     }
+
+    fn open(&mut self, frame: Frame) -> Result<(), ConfigError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(too_deep(frame.loc));
+        }
+        self.stack.push(frame);
+        Ok(())
+    }
+
+    /// Copies the anchored node, within the depth and alias limits.
+    fn alias(&mut self, id: usize, loc: Loc) -> Result<(), ConfigError> {
+        let Some(built) = self.anchors.get(&id) else {
+            self.push_value(Built::leaf(Node::null(loc)), 0);
+            return Ok(());
+        };
+        if self.stack.len() + built.height > MAX_DEPTH {
+            return Err(too_deep(loc));
+        }
+        self.alias_nodes += built.size;
+        if self.alias_nodes > MAX_ALIAS_NODES {
+            return Err(ConfigError::at(
+                loc,
+                None,
+                format!("aliases expand to more than {MAX_ALIAS_NODES} values"),
+            ));
+        }
+        let built = built.clone();
+        self.push_value(built, 0);
+        Ok(())
+    }
+
+    fn push_value(&mut self, built: Built, anchor: usize) {
+        if anchor > 0 {
+            self.anchors.insert(anchor, built.clone());
+        }
+        let Some(frame) = self.stack.last_mut() else {
+            self.root = Some(built);
+            return;
+        };
+        frame.size += built.size;
+        frame.height = frame.height.max(built.height + 1);
+        match &mut frame.body {
+            Body::Seq(items) => items.push(built.node),
+            Body::Map(_, pending @ None) => *pending = Some(built.node),
+            Body::Map(entries, pending @ Some(_)) => {
+                let key = pending.take().expect("a pending key");
+                let name = key.scalar_text().unwrap_or_default();
+                if entries.iter().any(|(k, _)| *k == name) && self.error.is_none() {
+                    self.error = Some(ConfigError::at(
+                        key.loc,
+                        Some(name.clone()),
+                        "duplicate key".into(),
+                    ));
+                }
+                entries.push((name, built.node));
+            }
+        }
+    }
+}
+
+fn too_deep(loc: Loc) -> ConfigError {
+    ConfigError::at(
+        loc,
+        None,
+        format!("lists and mappings nest deeper than {MAX_DEPTH} levels"),
+    )
 }
 
 /// Resolves a plain scalar with YAML 1.2 core schema rules (what Go's yaml.v3 does).
