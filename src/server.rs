@@ -86,7 +86,11 @@ pub async fn run_with_reloads(
         state_file,
     );
     metrics.register_instances(&fleet.snapshot());
-    let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), opts.limits));
+    let mut limits = opts.limits;
+    if let Some(n) = settings.max_buffered_bodies {
+        limits.buffered_bytes = n;
+    }
+    let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), limits));
     let current = Arc::new(RwLock::new(app.clone()));
     let ttl = tokio::spawn(fleet.clone().run_ttl());
     let reaper =

@@ -270,6 +270,16 @@ fn slow_body_response(
     resp
 }
 
+/// A connection counted in its serving thread's load, given back however the connection ends: a
+/// panic in its task unwinds through this too, so the least-busy pick never drifts.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// One serving thread's loop: serves each connection it is handed until the channel closes, then
 /// drains them.
 async fn serve(
@@ -301,8 +311,8 @@ async fn serve(
         else {
             break;
         };
+        let counted = Counted(load.clone());
         let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
-            load.fetch_sub(1, Ordering::Relaxed);
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -319,11 +329,9 @@ async fn serve(
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
         let conn = graceful.watch(conn);
-        let load = load.clone();
         tokio::spawn(async move {
             let _ = conn.await;
-            load.fetch_sub(1, Ordering::Relaxed);
-            drop((open, admitted));
+            drop((open, admitted, counted));
         });
     }
     tokio::select! {
@@ -351,5 +359,22 @@ async fn heartbeat() {
     loop {
         tick.tick().await;
         crate::upstream::sweep_this_thread();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_connection_gives_its_count_back() {
+        let load = Arc::new(AtomicUsize::new(1));
+        let counted = Counted(load.clone());
+        let task = tokio::spawn(async move {
+            let _held = counted;
+            panic!("a handler bug");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        assert_eq!(load.load(Ordering::Relaxed), 0);
     }
 }

@@ -20,7 +20,8 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let (parts, body) = req.into_parts();
-    let bytes = super::extract::read_body(&parts.headers, body, 64 * 1024).await?;
+    let (bytes, _charge) =
+        super::extract::read_body(&parts.headers, body, 64 * 1024, &app.budget).await?;
     let v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))?;
     let name = match v.get("name") {

@@ -1,13 +1,21 @@
 //! Finding the requested model in a request, and rewriting it on the way upstream.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
 
+use super::budget::{BodyBudget, Charge};
 use crate::error::Error;
 
-/// Reads a whole request body, refusing more than `limit` bytes (413).
-pub async fn read_body<B>(headers: &HeaderMap, body: B, limit: u64) -> Result<Bytes, Error>
+/// Reads a whole request body, refusing more than `limit` bytes (413) and more than the shared
+/// budget has room for (503). A declared length is charged before a byte is read; a chunked body
+/// is charged frame by frame. The charge goes back when the returned [`Charge`] is dropped.
+pub async fn read_body<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: u64,
+    budget: &BodyBudget,
+) -> Result<(Bytes, Charge), Error>
 where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -19,13 +27,22 @@ where
     if declared.is_some_and(|n| n > limit) {
         return Err(Error::BodyTooLarge(limit));
     }
-    match Limited::new(body, limit as usize).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Error::BodyTooLarge(limit)),
-        Err(e) => Err(Error::BadRequest(format!(
-            "could not read the request body: {e}"
-        ))),
+    let mut charge = Charge::none();
+    budget.charge(&mut charge, declared.unwrap_or(0))?;
+    let mut body = std::pin::pin!(Limited::new(body, limit as usize));
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| match e.is::<http_body_util::LengthLimitError>() {
+            true => Error::BodyTooLarge(limit),
+            false => Error::BadRequest(format!("could not read the request body: {e}")),
+        })?;
+        if let Ok(data) = frame.into_data() {
+            let uncharged = ((buf.len() + data.len()) as u64).saturating_sub(charge.bytes());
+            budget.charge(&mut charge, uncharged)?;
+            buf.extend_from_slice(&data);
+        }
     }
+    Ok((buf.freeze(), charge))
 }
 
 /// How the body carries the model id.

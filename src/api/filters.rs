@@ -10,15 +10,39 @@ use serde_json::{Map, Value};
 
 use crate::config::ModelConfig;
 
-/// A JSON object whose top-level values are kept as their raw text until a rule touches one.
-pub struct JsonBody(IndexMap<String, Box<RawValue>>);
+/// A JSON object whose top-level values stay slices of the request's bytes until a rule replaces
+/// one: parsing copies nothing but the keys, so a rewrite holds the body and its new encoding.
+pub struct JsonBody<'a>(IndexMap<String, Slot<'a>>);
 
-impl JsonBody {
+/// A top-level value: as the client sent it, or set by a rule.
+enum Slot<'a> {
+    Sent(&'a RawValue),
+    Set(Box<RawValue>),
+}
+
+impl Slot<'_> {
+    fn raw(&self) -> &RawValue {
+        match self {
+            Slot::Sent(r) => r,
+            Slot::Set(r) => r,
+        }
+    }
+}
+
+impl serde::Serialize for Slot<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.raw().serialize(s)
+    }
+}
+
+impl<'a> JsonBody<'a> {
     /// Parses the top level of a JSON object.
-    pub fn parse(bytes: &[u8]) -> Result<JsonBody, String> {
-        serde_json::from_slice(bytes)
-            .map(JsonBody)
-            .map_err(|e| format!("invalid JSON body: {e}"))
+    pub fn parse(bytes: &'a [u8]) -> Result<JsonBody<'a>, String> {
+        let map: IndexMap<String, &'a RawValue> =
+            serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON body: {e}"))?;
+        Ok(JsonBody(
+            map.into_iter().map(|(k, v)| (k, Slot::Sent(v))).collect(),
+        ))
     }
 
     pub fn to_bytes(&self) -> Bytes {
@@ -27,7 +51,7 @@ impl JsonBody {
 
     /// A top-level value, parsed.
     pub fn get(&self, key: &str) -> Option<Value> {
-        serde_json::from_str(self.0.get(key)?.get()).ok()
+        serde_json::from_str(self.0.get(key)?.raw().get()).ok()
     }
 
     /// Sets a top-level key; true when that changed the body.
@@ -72,8 +96,8 @@ impl JsonBody {
     }
 }
 
-fn raw(value: &Value) -> Box<RawValue> {
-    serde_json::value::to_raw_value(value).expect("a JSON value encodes")
+fn raw<'a>(value: &Value) -> Slot<'a> {
+    Slot::Set(serde_json::value::to_raw_value(value).expect("a JSON value encodes"))
 }
 
 /// True when the model has a rule that could change a request sent as `requested`: only then is
@@ -153,8 +177,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn body(v: Value) -> JsonBody {
-        JsonBody::parse(v.to_string().as_bytes()).unwrap()
+    fn body(v: &[u8]) -> JsonBody<'_> {
+        JsonBody::parse(v).unwrap()
     }
 
     fn value(b: &JsonBody) -> Value {
@@ -173,13 +197,15 @@ mod tests {
     #[test]
     fn strip_then_set_then_set_by_id() {
         let m = model("    filters:\n      stripParams: 'top_k, temperature, model'\n      setParams: {temperature: 0.2, chat_template_kwargs.enable_thinking: false, model: evil}\n      setParamsByID:\n        'm:hot': {temperature: 1.5}\n");
-        let mut b = body(json!({"model": "m", "temperature": 0.9, "top_k": 5, "messages": []}));
+        let text =
+            json!({"model": "m", "temperature": 0.9, "top_k": 5, "messages": []}).to_string();
+        let mut b = body(text.as_bytes());
         assert!(apply(&m, "m", &mut b));
         assert_eq!(
             value(&b),
             json!({"model": "m", "temperature": 0.2, "messages": [], "chat_template_kwargs": {"enable_thinking": false}})
         );
-        let mut hot = body(json!({"model": "m:hot"}));
+        let mut hot = body(br#"{"model": "m:hot"}"#);
         apply(&m, "m:hot", &mut hot);
         assert_eq!(value(&hot)["temperature"], 1.5);
         assert_eq!(
@@ -192,14 +218,14 @@ mod tests {
     #[test]
     fn nothing_applies_nothing_changes() {
         let m = model("");
-        let mut b = body(json!({"model": "m", "x": 1}));
+        let mut b = body(br#"{"model": "m", "x": 1}"#);
         assert!(!apply(&m, "m", &mut b));
     }
 
     #[test]
     fn use_model_name_rewrites_the_model() {
         let m = model("    useModelName: real-name\n");
-        let mut b = body(json!({"model": "m"}));
+        let mut b = body(br#"{"model": "m"}"#);
         assert!(apply(&m, "m", &mut b));
         assert_eq!(value(&b)["model"], "real-name");
     }

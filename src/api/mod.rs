@@ -3,6 +3,7 @@
 pub mod activity;
 mod admin;
 pub mod auth;
+pub mod budget;
 mod events;
 pub mod extract;
 mod filters;
@@ -37,12 +38,15 @@ use extract::BodyKind;
 pub struct Limits {
     /// Largest request body that is read to find the model (JSON with base64 images, audio uploads).
     pub body_bytes: u64,
+    /// Request body bytes buffered at once across all requests (`maxBufferedBodies`).
+    pub buffered_bytes: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             body_bytes: 128 * 1024 * 1024,
+            buffered_bytes: budget::BodyBudget::default_total(),
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct App {
     pub config: Arc<Config>,
     pub logs: Arc<Logs>,
     pub limits: Limits,
+    /// Shared by every App a reload builds, like the requests in flight.
+    pub budget: budget::BodyBudget,
     keys: auth::Keys,
     clients: BTreeMap<String, Arc<Upstream>>,
 }
@@ -79,6 +85,7 @@ impl App {
             self.limits,
         );
         next.inflight = self.inflight.clone();
+        next.budget = self.budget.clone();
         next.activity = self.activity.clone();
         next.closing = self.closing.clone();
         next
@@ -135,6 +142,7 @@ impl App {
             metrics,
             logs,
             limits,
+            budget: budget::BodyBudget::new(limits.buffered_bytes),
             clients,
         }
     }
@@ -413,13 +421,17 @@ where
     let (mut parts, body) = req.into_parts();
     let query = parts.uri.query().map(String::from);
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
+    // charged to the body budget while this request holds the bytes (to its answer's head)
+    let mut charge = budget::Charge::none();
     let (sent, bytes, kind, streaming) = if get {
         let name = query
             .as_deref()
             .and_then(|q| extract::query_param(q, "model"));
         (name, Bytes::new(), BodyKind::Other, false)
     } else {
-        let bytes = extract::read_body(&parts.headers, body, app.limits.body_bytes).await?;
+        let (bytes, held) =
+            extract::read_body(&parts.headers, body, app.limits.body_bytes, &app.budget).await?;
+        charge = held;
         let kind = extract::classify(&parts.headers, &bytes);
         let (name, streaming) = extract::model_from_body(&kind, &bytes);
         (name, bytes, kind, streaming)
@@ -466,11 +478,10 @@ where
                     if renamed {
                         body.set("model", &serde_json::Value::String(chosen.clone()));
                     }
-                    if filters::apply(model, &chosen, &mut body) || renamed {
-                        body.to_bytes()
-                    } else {
-                        bytes
-                    }
+                    let changed = filters::apply(model, &chosen, &mut body) || renamed;
+                    let rewritten = changed.then(|| body.to_bytes());
+                    drop(body);
+                    rewritten.unwrap_or(bytes)
                 }
                 BodyKind::Multipart(boundary) => match &model.use_model_name {
                     Some(upstream_name) => {
@@ -490,6 +501,7 @@ where
                 && streaming
                 && path_and_query.starts_with("/v1/chat/completions");
             if loading_state && !app.fleet.is_ready(&target) {
+                seen.hold(Box::new(charge)); // the loading stream holds the body until it sends it
                 return Ok(loading::stream(
                     app.clone(),
                     model.id.clone(),

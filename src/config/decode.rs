@@ -40,6 +40,7 @@ const TOP_KEYS: &[&str] = &[
     "loadBandwidth",
     "loadStallTimeout",
     "maxConnections",
+    "maxBufferedBodies",
     "clientTimeouts",
 ];
 

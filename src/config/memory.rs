@@ -37,7 +37,7 @@ pub struct MemorySpec {
     pub devices: Vec<String>,
 }
 
-fn bytes_value(r: &MapReader<'_>, key: &str) -> Result<Option<u64>, ConfigError> {
+pub(super) fn bytes_value(r: &MapReader<'_>, key: &str) -> Result<Option<u64>, ConfigError> {
     match r.get(key).map(|n| &n.value) {
         None => Ok(None),
         Some(Value::Int(i)) if *i >= 0 => Ok(Some(*i as u64)),

@@ -1,4 +1,5 @@
-//! corral's own keys for client connections: `maxConnections` and `clientTimeouts`.
+//! corral's own keys for client connections: `maxConnections`, `maxBufferedBodies` and
+//! `clientTimeouts`.
 //!
 //! llama-swap has neither key (it decodes unknown keys silently), so a config that sets them still
 //! loads there.
@@ -23,6 +24,8 @@ pub const CLIENT_TIMEOUT_KEYS: &[&str] = &[
 pub struct ServerSettings {
     /// Open client connections at most; `None`: derived from the file-descriptor limit at start.
     pub max_connections: Option<usize>,
+    /// Request body bytes buffered at once across all requests; `None`: a quarter of the RAM.
+    pub max_buffered_bodies: Option<u64>,
     /// From accepting a connection (or the end of the previous response) to a complete request
     /// head; before the first request this also bounds HTTP/1-or-2 detection and the h2 preface.
     pub request_header: Duration,
@@ -42,6 +45,7 @@ impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             max_connections: None,
+            max_buffered_bodies: None,
             request_header: Duration::from_secs(30),
             request_body: Duration::from_secs(30),
             request_body_min_rate: 1024,
@@ -64,6 +68,10 @@ pub fn decode(
         Some(n) if n > 0 => Some(n as usize),
         Some(_) => return Err(top.err("maxConnections", "must be 0 (automatic) or more")),
     };
+    let max_buffered_bodies = match super::memory::bytes_value(top, "maxBufferedBodies")? {
+        Some(0) => return Err(top.err("maxBufferedBodies", "must be a size above 0, such as 4GiB")),
+        n => n,
+    };
     let t = top.child("clientTimeouts", CLIENT_TIMEOUT_KEYS, warnings)?;
     let secs = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
         Ok(super::memory::seconds(&t, key)?.unwrap_or(default))
@@ -75,6 +83,7 @@ pub fn decode(
     };
     Ok(ServerSettings {
         max_connections,
+        max_buffered_bodies,
         request_header: secs("requestHeader", defaults.request_header)?,
         request_body: secs("requestBody", defaults.request_body)?,
         request_body_min_rate: min_rate,
@@ -103,10 +112,11 @@ mod tests {
     #[test]
     fn every_key_is_read() {
         let s = load(
-            "maxConnections: 500\nclientTimeouts:\n  requestHeader: 5\n  requestBody: 6\n  requestBodyMinRate: 0\n  idle: 7\n  write: 8\n  http2PingInterval: 9\n  http2PingTimeout: 10\n",
+            "maxConnections: 500\nmaxBufferedBodies: 2GiB\nclientTimeouts:\n  requestHeader: 5\n  requestBody: 6\n  requestBodyMinRate: 0\n  idle: 7\n  write: 8\n  http2PingInterval: 9\n  http2PingTimeout: 10\n",
         )
         .unwrap();
         assert_eq!(s.max_connections, Some(500));
+        assert_eq!(s.max_buffered_bodies, Some(2 << 30));
         assert_eq!(s.request_header, Duration::from_secs(5));
         assert_eq!(s.request_body, Duration::from_secs(6));
         assert_eq!(s.request_body_min_rate, 0);
@@ -124,6 +134,11 @@ mod tests {
         let err = load("maxConnections: -1\n").unwrap_err();
         assert!(err.starts_with("t.yaml:1:"), "{err}");
         assert!(err.contains("maxConnections"), "{err}");
+        let err = load("maxBufferedBodies: lots\n").unwrap_err();
+        assert!(
+            err.starts_with("t.yaml:1:") && err.contains("maxBufferedBodies"),
+            "{err}"
+        );
         let err = load("clientTimeouts:\n  requestBodyMinRate: fast\n").unwrap_err();
         assert!(err.contains("clientTimeouts.requestBodyMinRate"), "{err}");
     }
