@@ -273,7 +273,7 @@ async fn secrets_are_masked_in_running_logs_and_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_start_does_not_show_the_secret() {
     let h = Harness::start(&format!(
-        "apiKeys: [{{key: {INFERENCE}, scope: inference}}]\nmodels:\n  m:\n    cmd: /nonexistent/engine --port ${{PORT}} --api-key ${{env.ENGINE_SECRET}}\n"
+        "apiKeys: [{ADMIN}, {{key: {INFERENCE}, scope: inference}}]\nmodels:\n  m:\n    cmd: /nonexistent/engine --port ${{PORT}} --api-key ${{env.ENGINE_SECRET}}\n"
     ))
     .await;
     let r = send(
@@ -289,6 +289,11 @@ async fn a_failed_start_does_not_show_the_secret() {
     assert!(message.contains("/nonexistent/engine"), "{message}");
     assert!(message.contains("--api-key ***"), "{message}");
     assert!(!message.contains(ENGINE_SECRET), "{message}");
+    // the activity log keeps the same error, masked the same way
+    let url = format!("{}/api/metrics/activity", h.url);
+    let activity = send("GET", &url, ADMIN, &[], "").await.text();
+    assert!(activity.contains("--api-key ***"), "{activity}");
+    assert!(!activity.contains(ENGINE_SECRET), "{activity}");
     h.stop().await;
 }
 

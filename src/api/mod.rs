@@ -373,7 +373,7 @@ fn metered(
                 content_type: "application/json".into(),
                 tokens: None,
                 duration_ms: started.elapsed().as_millis() as u64,
-                error: Some(e.to_string()),
+                error: Some(app.config.redactor.text(&e.to_string()).into_owned()),
             });
             Err(e)
         }
