@@ -247,23 +247,6 @@ async fn a_flood_of_silent_sockets_under_a_low_fd_limit_leaves_health_answering(
     }
 }
 
-/// `CORRAL_PYTHON` (the venv of scripts/setup-python.sh, with `h2`), or `None` after a loud
-/// skip line; unset under CI fails.
-fn python() -> Option<String> {
-    match std::env::var("CORRAL_PYTHON") {
-        Ok(v) if !v.trim().is_empty() => Some(v),
-        _ if std::env::var_os("CI").is_some() => panic!("CORRAL_PYTHON is not set"),
-        _ => {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n*** SKIPPED: CORRAL_PYTHON is not set; run scripts/setup-python.sh ***\n"
-            );
-            None
-        }
-    }
-}
-
 /// Resident memory of a process, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -388,3 +388,20 @@ pub async fn stream_frames(url: &str, body: &Value) -> (Resp, Vec<(Duration, Byt
         frames,
     )
 }
+
+/// `CORRAL_PYTHON` (the venv of scripts/setup-python.sh), or `None` after a loud skip line;
+/// unset under CI fails.
+pub fn python() -> Option<String> {
+    match std::env::var("CORRAL_PYTHON") {
+        Ok(v) if !v.trim().is_empty() => Some(v),
+        _ if std::env::var_os("CI").is_some() => panic!("CORRAL_PYTHON is not set"),
+        _ => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED: CORRAL_PYTHON is not set; run scripts/setup-python.sh ***\n"
+            );
+            None
+        }
+    }
+}
