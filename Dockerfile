@@ -4,7 +4,7 @@
 #   docker build --target llama -t corral-llama .   corral with a CPU llama-server beside it
 # The binary is built from this checkout with the same locked dependencies CI builds with.
 
-FROM rust:1.85-bookworm AS build
+FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin corral \
@@ -12,7 +12,7 @@ RUN cargo build --release --locked --bin corral \
 
 # llama-server, built by the same script the test suite uses (CPU only; a CUDA build belongs in an
 # image made from nvidia/cuda with -DGGML_CUDA=ON).
-FROM rust:1.85-bookworm AS llama-build
+FROM rust:1-bookworm AS llama-build
 WORKDIR /src
 COPY scripts/install-llama-server.sh scripts/
 RUN CORRAL_CACHE=/cache scripts/install-llama-server.sh \
