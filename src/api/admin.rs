@@ -103,6 +103,7 @@ where
             app.fleet.unload(None).await;
             Ok(json(StatusCode::OK, &json!({"msg": "ok"})))
         }
+        "/api/load" if get => Ok(json(StatusCode::OK, &load_report(app))),
         "/api/version" if get => Ok(json(
             StatusCode::OK,
             &json!({"version": env!("CARGO_PKG_VERSION"), "commit": option_env!("CORRAL_COMMIT").unwrap_or("unknown"), "build_date": option_env!("CORRAL_BUILD_DATE").unwrap_or("unknown")}),
@@ -257,6 +258,30 @@ fn plain_stream(first: Bytes, live: Option<LiveLog>) -> Response<Body> {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body)
         .expect("valid")
+}
+
+/// `GET /api/load`: requests running and waiting per model and pool, for a corral that has this one
+/// as a peer (see `peer_load.rs`).
+fn load_report(app: &App) -> serde_json::Value {
+    let mut models: std::collections::BTreeMap<String, (usize, usize)> = app
+        .config
+        .models
+        .keys()
+        .map(|id| (id.clone(), (0, 0)))
+        .collect();
+    for s in app.fleet.snapshot() {
+        for id in std::iter::once(&s.model).chain(s.pool.as_ref()) {
+            models.entry(id.clone()).or_default().0 += s.in_flight;
+        }
+    }
+    for (pool, waiting) in app.fleet.queue_depths() {
+        models.entry(pool).or_default().1 += waiting;
+    }
+    let models: serde_json::Map<String, serde_json::Value> = models
+        .into_iter()
+        .map(|(id, (running, waiting))| (id, json!({"running": running, "waiting": waiting})))
+        .collect();
+    json!({"models": models})
 }
 
 fn running(app: &App) -> Response<Body> {

@@ -91,9 +91,9 @@ pub fn scope_for(path: &str) -> Scope {
     }
 }
 
-/// Model routes (any method) and the model list.
+/// Model routes (any method), the model list, and the load report peers read.
 fn is_model_route(path: &str) -> bool {
-    matches!(path, "/v1/models" | "/models")
+    matches!(path, "/v1/models" | "/models" | "/api/load")
         || path.starts_with("/upstream/")
         || super::model_route(path).is_some()
         || super::query_route(path)

@@ -11,6 +11,7 @@ pub mod inflight;
 mod loading;
 pub mod meter;
 mod models;
+mod peer_load;
 mod peers;
 pub mod rfc3339;
 pub mod routing;
@@ -61,6 +62,8 @@ pub struct App {
     pub profiles: routing::Profiles,
     pub spillover: routing::Spillover,
     peer_clients: BTreeMap<String, Arc<Upstream>>,
+    /// What the peers report of their load, where several serve one model.
+    peer_loads: peer_load::PeerLoads,
     pub inflight: Arc<inflight::Inflight>,
     pub activity: Arc<activity::Activity>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -128,7 +131,9 @@ impl App {
                 )
             })
             .collect();
+        let peer_loads = peer_load::PeerLoads::start(&config, &peer_clients);
         App {
+            peer_loads,
             catalog: fleet.catalog(),
             closing: Default::default(),
             profiles: Default::default(),
@@ -468,6 +473,12 @@ where
             let bytes = rewrite_for_peer(app, &peer, &model, kind, bytes)?;
             peers::forward(app, &peer, parts, bytes, path_and_query, remote).await
         }
+        routing::Route::Peers { owners, model } => {
+            let ranked = app.peer_loads.rank(&owners, &model);
+            seen.found(app, &format!("{}/{model}", ranked[0]));
+            let request = (parts, kind, bytes, path_and_query, remote);
+            forward_to_least_loaded(app, &ranked, &model, request).await
+        }
         routing::Route::Local { target, model } => {
             let model = app.config.models.get(&model).ok_or(Error::UnknownModel)?;
             seen.found(app, &model.id);
@@ -566,6 +577,37 @@ pub(crate) async fn forward_local(
     }
 }
 
+/// Tries the peers that serve `model`, least loaded first: one that fails before answering (it
+/// could not be reached, or broke before its response head) is held out, and the next one gets the
+/// request, since nothing has reached the client yet.
+async fn forward_to_least_loaded(
+    app: &Arc<App>,
+    ranked: &[String],
+    model: &str,
+    (parts, kind, bytes, path_and_query, remote): (
+        http::request::Parts,
+        BodyKind,
+        Bytes,
+        String,
+        SocketAddr,
+    ),
+) -> Result<Response<Body>, Error> {
+    let mut last = Error::UnknownModel;
+    for peer in ranked {
+        let body = rewrite_for_peer(app, peer, model, kind.clone(), bytes.clone())?;
+        let parts = clone_parts(&parts);
+        match peers::forward(app, peer, parts, body, path_and_query.clone(), remote).await {
+            Err(Error::Upstream(e)) => {
+                tracing::warn!(peer = %peer, "trying another peer for {model} after: {e}");
+                app.peer_loads.failed(peer);
+                last = Error::Upstream(e);
+            }
+            answer => return answer,
+        }
+    }
+    Err(last)
+}
+
 /// A peer gets the bare model id and its own filters.
 fn rewrite_for_peer(
     app: &App,
@@ -633,9 +675,17 @@ where
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
-    let (target, model_id) = match route {
-        routing::Route::Local { target, model } => (target, model),
-        routing::Route::Peer { peer, model } => {
+    let local = match route {
+        routing::Route::Local { target, model } => Ok((target, model)),
+        routing::Route::Peer { peer, model } => Err((peer, model)),
+        // a streamed body cannot be sent twice: the least loaded peer gets it, no retry
+        routing::Route::Peers { owners, model } => {
+            Err((app.peer_loads.rank(&owners, &model).swap_remove(0), model))
+        }
+    };
+    let (target, model_id) = match local {
+        Ok(found) => found,
+        Err((peer, model)) => {
             seen.found(app, &format!("{peer}/{model}"));
             if n == segments.len() {
                 return Ok(slash_redirect(req.method(), &rest, &query));

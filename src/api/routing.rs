@@ -13,8 +13,19 @@ use crate::fleet::{Fleet, Phase};
 /// Where a request goes.
 #[derive(Debug, Clone)]
 pub enum Route {
-    Local { target: Target, model: String },
-    Peer { peer: String, model: String },
+    Local {
+        target: Target,
+        model: String,
+    },
+    Peer {
+        peer: String,
+        model: String,
+    },
+    /// A bare model id that several peers serve: the least loaded one gets it.
+    Peers {
+        owners: Vec<String>,
+        model: String,
+    },
 }
 
 /// The active profile: none at start and after every reload.
@@ -121,13 +132,17 @@ pub fn resolve_plain(config: &Config, catalog: &Catalog, name: &str) -> Result<R
         .filter(|(_, p)| p.models.iter().any(|m| m == name))
         .map(|(id, _)| id)
         .collect();
-    if let [peer] = owners.as_slice() {
-        return Ok(Route::Peer {
+    match owners.as_slice() {
+        [] => Err(Error::UnknownModel),
+        [peer] => Ok(Route::Peer {
             peer: (*peer).clone(),
             model: name.into(),
-        });
+        }),
+        _ => Ok(Route::Peers {
+            owners: owners.into_iter().cloned().collect(),
+            model: name.into(),
+        }),
     }
-    Err(Error::UnknownModel)
 }
 
 fn phase_of(fleet: &Fleet, config: &Config, target: &str) -> Option<Phase> {

@@ -1,0 +1,255 @@
+//! Load-aware peers. When several peers serve a model, a request goes to the one with the least
+//! work: each corral serves `GET /api/load` (requests running and waiting per model), and corral
+//! reads it from every peer that shares a model with another, about once a second. Between two
+//! readings, each pick counts as one more request on that peer, so a burst spreads out instead of
+//! all landing on the peer that was idlest a moment ago. A peer that fails a request before
+//! answering, or fails its reading, is held out for a few seconds (a circuit per peer) unless every
+//! candidate is.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::upstream::Upstream;
+
+/// How often each peer's load is read.
+const POLL_EVERY: Duration = Duration::from_secs(1);
+/// How long a peer that failed is held out.
+const HOLD_OUT: Duration = Duration::from_secs(5);
+
+/// What is known of one peer.
+#[derive(Debug, Default, Clone)]
+struct PeerState {
+    /// Requests running plus waiting, per model, from the last reading.
+    load: BTreeMap<String, u64>,
+    /// Picks of this peer since that reading.
+    picked: u64,
+    held_out_until: Option<Instant>,
+}
+
+impl PeerState {
+    fn held_out(&self, now: Instant) -> bool {
+        self.held_out_until.is_some_and(|t| t > now)
+    }
+
+    fn score(&self, model: &str) -> u64 {
+        self.load.get(model).copied().unwrap_or(0) + self.picked
+    }
+}
+
+/// The peers' loads, read in the background while this value lives.
+pub struct PeerLoads {
+    state: Arc<Mutex<BTreeMap<String, PeerState>>>,
+    pollers: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for PeerLoads {
+    fn drop(&mut self) {
+        for p in &self.pollers {
+            p.abort();
+        }
+    }
+}
+
+impl PeerLoads {
+    /// Starts reading the load of every peer that shares a model with another peer.
+    pub fn start(config: &Config, clients: &BTreeMap<String, Arc<Upstream>>) -> PeerLoads {
+        let state: Arc<Mutex<BTreeMap<String, PeerState>>> = Default::default();
+        let pollers = shared_peers(config)
+            .into_iter()
+            .filter_map(|id| {
+                let peer = config.peers.get(&id)?;
+                let reading = Reading {
+                    base: peer.proxy.trim_end_matches('/').into(),
+                    key: peer.api_key.clone(),
+                    client: clients.get(&id)?.clone(),
+                };
+                let task = tokio::spawn(poll(id, reading, state.clone()));
+                Some(task.abort_handle())
+            })
+            .collect();
+        PeerLoads { state, pollers }
+    }
+
+    /// The candidates in the order to try them: peers not held out first, least work first (ties
+    /// keep the config's order); the first one counts as picked.
+    pub fn rank(&self, candidates: &[String], model: &str) -> Vec<String> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let mut ranked: Vec<(bool, u64, usize, &String)> = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let s = state.get(id).cloned().unwrap_or_default();
+                (s.held_out(now), s.score(model), i, id)
+            })
+            .collect();
+        ranked.sort();
+        let order: Vec<String> = ranked.into_iter().map(|(_, _, _, id)| id.clone()).collect();
+        if let Some(first) = order.first() {
+            state.entry(first.clone()).or_default().picked += 1;
+        }
+        order
+    }
+
+    /// A request to `peer` failed before any answer: hold it out for a while.
+    pub fn failed(&self, peer: &str) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.entry(peer.to_string()).or_default().held_out_until = Some(Instant::now() + HOLD_OUT);
+    }
+}
+
+/// Peers that serve a model some other peer serves too: only their load decides anything.
+fn shared_peers(config: &Config) -> Vec<String> {
+    let mut owners: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
+    for (id, peer) in &config.peers {
+        for m in &peer.models {
+            owners.entry(m).or_default().push(id);
+        }
+    }
+    let mut shared: Vec<String> = owners
+        .values()
+        .filter(|ids| ids.len() > 1)
+        .flatten()
+        .map(|id| id.to_string())
+        .collect();
+    shared.sort();
+    shared.dedup();
+    shared
+}
+
+struct Reading {
+    /// The peer's base URL (a path prefix included).
+    base: Arc<str>,
+    key: Option<String>,
+    client: Arc<Upstream>,
+}
+
+async fn poll(id: String, reading: Reading, state: Arc<Mutex<BTreeMap<String, PeerState>>>) {
+    let mut tick = tokio::time::interval(POLL_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let load = tokio::time::timeout(POLL_EVERY, read(&reading)).await;
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = state.entry(id.clone()).or_default();
+        match load {
+            Ok(Ok(load)) => {
+                s.load = load;
+                s.picked = 0;
+                s.held_out_until = None;
+            }
+            Ok(Err(Unreachable)) | Err(_) => s.held_out_until = Some(Instant::now() + HOLD_OUT),
+        }
+    }
+}
+
+/// The peer could not be reached (a peer that answers without a load report is not this).
+struct Unreachable;
+
+async fn read(reading: &Reading) -> Result<BTreeMap<String, u64>, Unreachable> {
+    let mut req = http::Request::get("/api/load");
+    if let Some(key) = &reading.key {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+    }
+    let (parts, ()) = req.body(()).map_err(|_| Unreachable)?.into_parts();
+    let out = crate::proxy::Outgoing {
+        base: reading.base.clone(),
+        path_and_query: "/api/load",
+        parts,
+        body: crate::body::empty(),
+        client_addr: None,
+    };
+    let resp = crate::proxy::forward(&reading.client, out, Some(POLL_EVERY), ())
+        .await
+        .map_err(|_| Unreachable)?;
+    if !resp.status().is_success() {
+        return Ok(BTreeMap::new()); // not a corral, or too old to report: no load known
+    }
+    let body = resp.into_body().collect().await.map_err(|_| Unreachable)?;
+    Ok(parse_report(&body.to_bytes()))
+}
+
+/// `{"models": {"m": {"running": 1, "waiting": 2}}}` as work per model.
+fn parse_report(body: &[u8]) -> BTreeMap<String, u64> {
+    let Ok(Value::Object(report)) = serde_json::from_slice::<Value>(body) else {
+        return BTreeMap::new();
+    };
+    let Some(Value::Object(models)) = report.get("models") else {
+        return BTreeMap::new();
+    };
+    let work = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    models
+        .iter()
+        .map(|(m, v)| (m.clone(), work(v, "running") + work(v, "waiting")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loads(entries: &[(&str, u64)]) -> PeerLoads {
+        let state = entries
+            .iter()
+            .map(|(id, n)| {
+                let load = BTreeMap::from([("m".to_string(), *n)]);
+                (
+                    id.to_string(),
+                    PeerState {
+                        load,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        PeerLoads {
+            state: Arc::new(Mutex::new(state)),
+            pollers: Vec::new(),
+        }
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_least_loaded_peer_comes_first_and_picks_count_until_the_next_reading() {
+        let l = loads(&[("a", 3), ("b", 1)]);
+        let c = ids(&["a", "b"]);
+        assert_eq!(l.rank(&c, "m"), ids(&["b", "a"]));
+        assert_eq!(l.rank(&c, "m"), ids(&["b", "a"]), "b at 2, a at 3");
+        assert_eq!(
+            l.rank(&c, "m"),
+            ids(&["a", "b"]),
+            "b at 3: the config order breaks the tie"
+        );
+    }
+
+    #[test]
+    fn a_failed_peer_is_tried_last() {
+        let l = loads(&[("a", 0), ("b", 5)]);
+        l.failed("a");
+        assert_eq!(l.rank(&ids(&["a", "b"]), "m"), ids(&["b", "a"]));
+    }
+
+    #[test]
+    fn reports_parse() {
+        let r = parse_report(br#"{"models":{"m":{"running":2,"waiting":3},"n":{}}}"#);
+        assert_eq!(r, BTreeMap::from([("m".into(), 5), ("n".into(), 0)]));
+        assert!(parse_report(b"not json").is_empty());
+    }
+
+    #[test]
+    fn only_peers_that_share_a_model_are_read() {
+        let yaml = "peers:\n  a: {proxy: 'http://127.0.0.1:1', models: [m, x]}\n  b: {proxy: 'http://127.0.0.1:2', models: [m]}\n  c: {proxy: 'http://127.0.0.1:3', models: [y]}\n";
+        let config = crate::config::load_str("t.yaml", yaml, &|_| None)
+            .unwrap()
+            .config;
+        assert_eq!(shared_peers(&config), ids(&["a", "b"]));
+    }
+}

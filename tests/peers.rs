@@ -1,0 +1,88 @@
+//! Load-aware peers: several corrals serve one model; the front sends each request to the least
+//! loaded one, and past one that is down.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+/// A corral serving `m` on the fake engine, to be a peer.
+async fn peer() -> Harness {
+    Harness::start(&format!("models:\n{}", fake_model("m", "", ""))).await
+}
+
+fn front_config(a: &Harness, b: &Harness) -> String {
+    format!(
+        "peers:\n  a: {{proxy: '{}', models: [m]}}\n  b: {{proxy: '{}', models: [m]}}\n",
+        a.url, b.url
+    )
+}
+
+fn long(chunks: u32) -> serde_json::Value {
+    json!({"model": "m", "stream": true, "messages": [],
+           "fakellm": {"chunks": chunks, "interval_ms": 100}})
+}
+
+/// Requests that reached a peer's engine.
+fn served(h: &Harness) -> usize {
+    h.count_requests("m", "/v1/chat/completions")
+}
+
+/// Each corral reports what runs and waits per model; the front reads it and sends new work to
+/// the peer with less of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_loaded_peer_gets_the_request() {
+    let (a, b) = (peer().await, peer().await);
+    let front = Harness::start(&front_config(&a, &b)).await;
+    let a_chat = format!("{}/v1/chat/completions", a.url);
+    assert_eq!(post_json(&a_chat, &chat("m")).await.status, 200, "warm a");
+
+    // two long streams keep a busy, sent to it directly
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let url = a_chat.clone();
+            tokio::spawn(async move { stream_frames(&url, &long(40)).await })
+        })
+        .collect();
+    eventually(Duration::from_secs(5), "a reports its two streams", || {
+        served(&a) == 3
+    })
+    .await;
+    let report = get(&format!("{}/api/load", a.url)).await.json();
+    assert_eq!(report["models"]["m"]["running"], 2, "{report}");
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the front reads it
+
+    let front_chat = format!("{}/v1/chat/completions", front.url);
+    for _ in 0..2 {
+        let r = post_json(&front_chat, &chat("m")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(served(&b), 2, "both went to the idle peer");
+    assert_eq!(served(&a), 3);
+    for s in busy {
+        s.abort();
+    }
+    front.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A peer that is down costs no request: one that fails before answering is retried on the
+/// other, and the failed peer is held out after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_is_down_loses_no_request() {
+    let (a, b) = (peer().await, peer().await);
+    let front = Harness::start(&front_config(&a, &b)).await;
+    let front_chat = format!("{}/v1/chat/completions", front.url);
+    assert_eq!(post_json(&front_chat, &chat("m")).await.status, 200);
+    a.stop().await;
+    for i in 0..6 {
+        let r = post_json(&front_chat, &chat("m")).await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+    }
+    assert!(served(&b) >= 6, "b served {}", served(&b));
+    front.stop().await;
+    b.stop().await;
+}
