@@ -512,6 +512,10 @@ async fn a_stream_the_engine_breaks_off_ends_with_an_error_event() {
         .collect();
     let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["error"]["type"], "server_error", "{text}");
+    assert_eq!(
+        last["error"]["code"], 502,
+        "a number, as llama.cpp sends: {text}"
+    );
     assert!(last["error"]["message"]
         .as_str()
         .unwrap()
