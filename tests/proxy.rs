@@ -274,7 +274,7 @@ async fn client_disconnect_reaches_the_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn size_limits_give_413_and_431() {
     let opts = corral::Options {
-        limits: corral::api::Limits { body_bytes: 1024 },
+        limits: corral::Limits { body_bytes: 1024 },
         ..Default::default()
     };
     let h = Harness::start_with(&one_model(""), opts).await;

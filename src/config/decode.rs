@@ -288,7 +288,6 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         redactor: Default::default(),
         models,
         groups,
-        matrix,
         profiles,
         selectors,
         peers,
