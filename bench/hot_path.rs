@@ -6,8 +6,8 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use http::{header, HeaderMap, HeaderValue};
 
-use corral::api::extract::{classify, model_from_body};
 use corral::config::{load_str, Config};
+use corral::{classify, model_from_body};
 
 /// A typical ~2 KB chat request: a system prompt, a few turns, sampling parameters.
 fn chat_json() -> Vec<u8> {

@@ -6,6 +6,11 @@ use http::{header, HeaderValue, Response, StatusCode};
 use crate::body::{full, Body};
 
 #[derive(Debug, Clone, thiserror::Error)]
+#[cfg_attr(
+    test,
+    derive(strum::EnumDiscriminants),
+    strum_discriminants(derive(strum::EnumIter))
+)]
 pub enum Error {
     #[error("no model id could be identified")]
     NoModel,
@@ -98,6 +103,11 @@ impl Error {
         }
     }
 
+    /// This error as the last event of an event stream (see [`sse_error_event`]).
+    pub fn sse_event(&self) -> Bytes {
+        sse_error_event(self.status(), &self.to_string())
+    }
+
     /// The `error.code` of the envelope: llama-swap's names by status.
     pub fn code(&self) -> &'static str {
         match self {
@@ -134,6 +144,19 @@ fn error_type(status: StatusCode) -> &'static str {
         _ if status.is_client_error() => "invalid_request_error",
         _ => "server_error",
     }
+}
+
+/// An error told inside an event stream whose 200 status has already gone out: the shape
+/// llama.cpp's server sends, `{"error": {"code": 500, "message": ..., "type": "server_error"}}`,
+/// with the status as a number. OpenAI SDKs raise an event carrying `error` as an API error with
+/// `error.message`. No `[DONE]` follows it.
+pub fn sse_error_event(status: StatusCode, message: &str) -> Bytes {
+    let event = serde_json::json!({"error": {
+        "code": status.as_u16(),
+        "message": message,
+        "type": error_type(status),
+    }});
+    Bytes::from(format!("data: {event}\n\n"))
 }
 
 /// Renders an error as llama-swap does: plain text, HTML or the JSON envelope, by `Accept`.
@@ -201,24 +224,221 @@ pub fn render_message(
 mod tests {
     use super::*;
 
+    use futures_util::FutureExt;
+    use http_body_util::BodyExt;
+    use strum::IntoEnumIterator;
+
+    /// What a client sees of one error: status, the envelope's `code` and `type`, the message,
+    /// and the one extra header some errors carry.
+    struct Seen {
+        status: u16,
+        code: &'static str,
+        kind: &'static str,
+        message: &'static str,
+        header: Option<(&'static str, &'static str)>,
+    }
+
+    fn seen(status: u16, code: &'static str, kind: &'static str, message: &'static str) -> Seen {
+        Seen {
+            status,
+            code,
+            kind,
+            message,
+            header: None,
+        }
+    }
+
+    fn every_variant() -> Vec<(Error, Seen)> {
+        let busy = |status| Error::Busy {
+            status,
+            message: "busy".into(),
+            retry_after: 7,
+        };
+        vec![
+            (
+                Error::NoModel,
+                seen(
+                    404,
+                    "not_found",
+                    "invalid_request_error",
+                    "no model id could be identified",
+                ),
+            ),
+            (
+                Error::UnknownModel,
+                seen(
+                    404,
+                    "not_found",
+                    "invalid_request_error",
+                    "no router for requested model",
+                ),
+            ),
+            (
+                Error::ConcurrencyLimit,
+                Seen {
+                    header: Some(("retry-after", "1")),
+                    ..seen(
+                        429,
+                        "concurrency_limit",
+                        "rate_limit_error",
+                        "Too many requests",
+                    )
+                },
+            ),
+            (
+                Error::StartFailed("x".into()),
+                seen(500, "internal_error", "server_error", "unspecific error: x"),
+            ),
+            (
+                Error::Unloaded,
+                seen(
+                    500,
+                    "internal_error",
+                    "server_error",
+                    "unspecific error: group: model unloaded",
+                ),
+            ),
+            (
+                Error::ShuttingDown("m".into()),
+                seen(500, "internal_error", "server_error", "m is shutting down"),
+            ),
+            (
+                Error::Upstream("x".into()),
+                seen(502, "bad_gateway", "server_error", "upstream error: x"),
+            ),
+            (
+                Error::UpstreamTimeout(3),
+                seen(
+                    504,
+                    "gateway_timeout",
+                    "server_error",
+                    "upstream did not send response headers within 3s",
+                ),
+            ),
+            (
+                Error::BodyTooLarge(9),
+                seen(
+                    413,
+                    "payload_too_large",
+                    "invalid_request_error",
+                    "request body is larger than the limit of 9 bytes",
+                ),
+            ),
+            (
+                Error::BodyTimeout("x"),
+                seen(
+                    408,
+                    "request_timeout",
+                    "invalid_request_error",
+                    "request body too slow: x",
+                ),
+            ),
+            (
+                Error::Unauthorized,
+                Seen {
+                    header: Some(("www-authenticate", "Bearer realm=\"corral\"")),
+                    ..seen(
+                        401,
+                        "unauthorized",
+                        "authentication_error",
+                        "unauthorized: invalid or missing API key",
+                    )
+                },
+            ),
+            (
+                Error::Forbidden("x".into()),
+                seen(403, "forbidden", "invalid_request_error", "x"),
+            ),
+            (
+                Error::BadRequest("x".into()),
+                seen(400, "bad_request", "invalid_request_error", "x"),
+            ),
+            (
+                Error::NotFound("x".into()),
+                seen(404, "not_found", "invalid_request_error", "x"),
+            ),
+            (
+                Error::Conflict("x".into()),
+                seen(409, "conflict", "invalid_request_error", "x"),
+            ),
+            (
+                Error::Internal("x".into()),
+                seen(500, "internal_error", "server_error", "x"),
+            ),
+            (
+                Error::Cancelled,
+                seen(
+                    503,
+                    "service_unavailable",
+                    "server_error",
+                    "request cancelled",
+                ),
+            ),
+            (
+                Error::InsufficientMemory("x".into()),
+                Seen {
+                    header: Some(("retry-after", "5")),
+                    ..seen(503, "insufficient_memory", "server_error", "x")
+                },
+            ),
+            (
+                busy(429),
+                Seen {
+                    header: Some(("retry-after", "7")),
+                    ..seen(429, "rate_limit_exceeded", "rate_limit_error", "busy")
+                },
+            ),
+            (
+                busy(503),
+                Seen {
+                    header: Some(("retry-after", "7")),
+                    ..seen(503, "service_unavailable", "server_error", "busy")
+                },
+            ),
+        ]
+    }
+
+    /// Every variant's status, `code`, `type`, message and headers, as the JSON envelope and as
+    /// an event-stream error. A new variant fails here until it has a row.
     #[test]
-    fn each_error_maps_to_its_status_and_code() {
-        let cases = [
-            (Error::NoModel, 404, "not_found"),
-            (Error::UnknownModel, 404, "not_found"),
-            (Error::ConcurrencyLimit, 429, "concurrency_limit"),
-            (Error::StartFailed("x".into()), 500, "internal_error"),
-            (Error::Upstream("x".into()), 502, "bad_gateway"),
-            (Error::UpstreamTimeout(1), 504, "gateway_timeout"),
-            (Error::BodyTooLarge(1), 413, "payload_too_large"),
-            (Error::BodyTimeout("x"), 408, "request_timeout"),
-            (Error::Unauthorized, 401, "unauthorized"),
-            (Error::Forbidden("x".into()), 403, "forbidden"),
-            (Error::Conflict("x".into()), 409, "conflict"),
-        ];
-        for (err, status, code) in cases {
-            assert_eq!(err.status().as_u16(), status, "{err:?}");
-            assert_eq!(err.code(), code, "{err:?}");
+    fn every_error_renders_its_status_code_type_and_message() {
+        let cases = every_variant();
+        for variant in ErrorDiscriminants::iter() {
+            assert!(
+                cases
+                    .iter()
+                    .any(|(e, _)| ErrorDiscriminants::from(e) == variant),
+                "{variant:?} has no row"
+            );
+        }
+        for (err, want) in cases {
+            let resp = render(&err, None);
+            assert_eq!(resp.status().as_u16(), want.status, "{err:?}");
+            assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+            for name in ["retry-after", "www-authenticate"] {
+                let expected = want.header.filter(|(n, _)| *n == name).map(|(_, v)| v);
+                let got = resp.headers().get(name).map(|v| v.to_str().unwrap());
+                assert_eq!(got, expected, "{name} of {err:?}");
+            }
+            let body = resp.into_body().collect().now_or_never().unwrap().unwrap();
+            let envelope: serde_json::Value = serde_json::from_slice(&body.to_bytes()).unwrap();
+            assert_eq!(
+                envelope,
+                serde_json::json!({"src": "corral", "error": {
+                    "message": want.message, "type": want.kind, "param": null, "code": want.code}}),
+                "{err:?}"
+            );
+            let event = String::from_utf8(err.sse_event().to_vec()).unwrap();
+            let data = event
+                .strip_prefix("data: ")
+                .and_then(|e| e.strip_suffix("\n\n"));
+            let data: serde_json::Value = serde_json::from_str(data.unwrap()).unwrap();
+            assert_eq!(
+                data,
+                serde_json::json!({"error": {
+                    "code": want.status, "message": want.message, "type": want.kind}}),
+                "{err:?}"
+            );
         }
     }
 

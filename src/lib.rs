@@ -1,26 +1,42 @@
 //! corral: a drop-in llama-swap compatible proxy in front of local LLM servers.
+//!
+//! Only `config`, `logging` and `fdlimit` are public modules; everything else is private to the
+//! crate, so the compiler reports what nothing uses. What the binary, the tests, the benches and the
+//! fuzz targets need is re-exported below, by name.
 #![deny(unsafe_code)]
 mod admission;
-pub mod api;
-pub mod body;
-pub mod catalog;
+mod api;
+mod body;
+mod catalog;
 pub mod config;
-pub mod error;
+mod error;
 pub mod fdlimit;
-pub mod fleet;
+mod fleet;
 mod idle;
-pub mod logs;
-pub mod matrix;
-pub mod memory;
-pub mod metrics;
-pub mod proxy;
-pub mod server;
+pub mod logging;
+mod logs;
+mod matrix;
+mod memory;
+mod metrics;
+mod proxy;
+mod server;
 mod slow_body;
 mod stall;
-pub mod supervisor;
+mod supervisor;
 mod trim;
-pub mod upstream;
+mod upstream;
 mod workers;
 
+pub use api::activity::Activity;
+pub use api::extract::{classify, model_from_body, query_param, rewrite_multipart_model, BodyKind};
+pub use api::meter::{Labels, Metered};
+pub use api::Limits;
+pub use body::BoxError;
+pub use fleet::ledger::need_of;
+pub use logs::Logs;
+pub use memory::{
+    estimate_command, estimate_llama, format_bytes, load_deadline, parse_buffer_report,
+    parse_llama_args, Estimate,
+};
+pub use metrics::Metrics;
 pub use server::{run, run_with_reloads, Options, Reload};
-pub mod logging;

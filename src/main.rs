@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use corral::config::{self, Sources};
-use corral::logs::Logs;
+use corral::Logs;
 use tokio_util::sync::CancellationToken;
 
 mod cli;
@@ -34,7 +34,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         cli::Command::FakeEngine(args) => ExitCode::from(fakellm::main_with_args(args) as u8),
-        cli::Command::Estimate(args) => match corral::memory::estimate_command(&args) {
+        cli::Command::Estimate(args) => match corral::estimate_command(&args) {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS

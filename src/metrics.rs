@@ -10,7 +10,10 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use crate::fleet::{Phase, Snapshot, StopReason};
+use strum::IntoEnumIterator;
+
+use crate::fleet::counters::{stop_labels, FleetCounters};
+use crate::fleet::{Phase, Snapshot};
 
 /// Buckets for LLM latencies: milliseconds to ten minutes.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -29,12 +32,9 @@ pub struct Metrics {
     pub time_to_first_byte: HistogramVec,
     pub prompt_tokens: IntCounterVec,
     pub completion_tokens: IntCounterVec,
-    pub starts: IntCounterVec,
-    pub load_duration: HistogramVec,
-    pub stops: IntCounterVec,
-    pub restarts: IntCounterVec,
+    /// The counters the fleet updates itself.
+    pub fleet: FleetCounters,
     pub retries: IntCounterVec,
-    pub ejections: IntCounterVec,
     pub config_reloads: IntCounterVec,
     in_flight: IntGaugeVec,
     slots_total: IntGaugeVec,
@@ -82,6 +82,43 @@ fn histogram(
     h
 }
 
+fn fleet_counters(r: &Registry) -> FleetCounters {
+    let stops_help = format!("Instance stops, by reason ({}).", stop_labels().join(", "));
+    FleetCounters {
+        starts: counter(
+            r,
+            "corral_instance_starts_total",
+            "Instance starts, by result (ready, failed, aborted).",
+            &["model", "instance", "result"],
+        ),
+        load_duration: histogram(
+            r,
+            "corral_load_duration_seconds",
+            "Time from spawn to ready.",
+            &["model"],
+            LOAD_BUCKETS,
+        ),
+        stops: counter(
+            r,
+            "corral_instance_stops_total",
+            &stops_help,
+            &["model", "instance", "reason"],
+        ),
+        restarts: counter(
+            r,
+            "corral_instance_restarts_total",
+            "Starts of an instance that had run before.",
+            &["model", "instance"],
+        ),
+        ejections: counter(
+            r,
+            "corral_ejections_total",
+            "Pool members taken out after answering server errors in a row.",
+            &["model", "instance"],
+        ),
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -124,12 +161,8 @@ impl Metrics {
             time_to_first_byte: histogram(&r, "corral_time_to_first_byte_seconds", "Time from request to the first byte of the response body, waiting and loading included.", &["model", "route"], LATENCY_BUCKETS),
             prompt_tokens: counter(&r, "corral_prompt_tokens_total", "Prompt tokens, from the responses' usage or timings.", &["model"]),
             completion_tokens: counter(&r, "corral_completion_tokens_total", "Completion tokens, from the responses' usage or timings.", &["model"]),
-            starts: counter(&r, "corral_instance_starts_total", "Instance starts, by result (ready, failed, aborted).", &["model", "instance", "result"]),
-            load_duration: histogram(&r, "corral_load_duration_seconds", "Time from spawn to ready.", &["model"], LOAD_BUCKETS),
-            stops: counter(&r, "corral_instance_stops_total", "Instance stops, by reason (ttl, swap, memory, unload, crash, shutdown, unreachable).", &["model", "instance", "reason"]),
-            restarts: counter(&r, "corral_instance_restarts_total", "Starts of an instance that had run before.", &["model", "instance"]),
+            fleet: fleet_counters(&r),
             retries: counter(&r, "corral_retries_total", "Requests retried on another replica after one could not be reached.", &["model"]),
-            ejections: counter(&r, "corral_ejections_total", "Pool members taken out after answering server errors in a row.", &["model", "instance"]),
             config_reloads: counter(&r, "corral_config_reloads_total", "Config reloads, by result.", &["result"]),
             in_flight: gauge(&r, "corral_in_flight_requests", "Requests in flight, by instance.", &["model", "instance"]),
             slots_total: gauge(&r, "corral_slots", "Parallel slots of an instance.", &["model", "instance"]),
@@ -157,19 +190,6 @@ impl Metrics {
             let l = [s.model.as_str(), s.instance.as_str()];
             self.in_flight.with_label_values(&l);
             self.slots_total.with_label_values(&l).set(s.slots as i64);
-        }
-    }
-
-    pub fn stop_reason(reason: Option<StopReason>) -> &'static str {
-        match reason {
-            None => "crash",
-            Some(StopReason::Ttl) => "ttl",
-            Some(StopReason::Swap) => "swap",
-            Some(StopReason::Memory) => "memory",
-            Some(StopReason::Unload) => "unload",
-            Some(StopReason::Shutdown) => "shutdown",
-            Some(StopReason::Broken) => "unreachable",
-            Some(StopReason::Reload) => "reload",
         }
     }
 
@@ -216,12 +236,7 @@ impl Metrics {
             self.slots_total.with_label_values(&l).set(s.slots as i64);
             let free = if s.state == Phase::Ready { s.free } else { 0 };
             self.slots_free.with_label_values(&l).set(free as i64);
-            for phase in [
-                Phase::Stopped,
-                Phase::Starting,
-                Phase::Ready,
-                Phase::Stopping,
-            ] {
+            for phase in Phase::iter() {
                 self.state
                     .with_label_values(&[l[0], l[1], phase.as_str()])
                     .set((s.state == phase) as i64);
@@ -423,6 +438,50 @@ mod tests {
         assert_eq!(
             Tokens::from_slice(anthropic.as_bytes()).unwrap().cache,
             Some(2)
+        );
+    }
+
+    /// The stop reasons are pinned here, and the README's metrics table lists exactly these: a new
+    /// reason fails this test until the README documents it.
+    #[test]
+    fn every_stop_reason_is_pinned_and_documented() {
+        let labels = stop_labels();
+        assert_eq!(
+            labels,
+            [
+                "ttl",
+                "swap",
+                "memory",
+                "unload",
+                "reload",
+                "shutdown",
+                "unreachable",
+                "ejected",
+                "crash"
+            ]
+        );
+        let readme = include_str!("../README.md");
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with("| `corral_instance_stops_total` |"))
+            .expect("the README documents corral_instance_stops_total");
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let documented: std::collections::BTreeSet<&str> = cells[3].split(", ").collect();
+        let existing: std::collections::BTreeSet<&str> = labels.into_iter().collect();
+        assert_eq!(
+            documented, existing,
+            "the README row lists every reason and no other"
+        );
+        let metrics = Metrics::new();
+        metrics
+            .fleet
+            .stops
+            .with_label_values(&["a", "a", "ttl"])
+            .inc();
+        let text = metrics.render(&[], &Default::default(), &[]);
+        assert!(
+            text.contains(&format!("by reason ({}).", cells[3])),
+            "{text}"
         );
     }
 

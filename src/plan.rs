@@ -59,8 +59,8 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
         );
         let _ = writeln!(out, "  concurrency: {}", m.concurrency_limit);
         for inst in &m.instances {
-            let need = corral::fleet::ledger::need_of(m, inst);
-            let deadline = corral::memory::load_deadline(
+            let need = corral::need_of(m, inst);
+            let deadline = corral::load_deadline(
                 config.health_check_timeout,
                 need.weights,
                 config.load_bandwidth,
@@ -75,8 +75,8 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
                 out,
                 "{label:<14}deadline {}s (weights {}), memory {} ({})",
                 deadline.as_secs(),
-                corral::memory::format_bytes(need.weights),
-                corral::memory::format_bytes(need.bytes),
+                corral::format_bytes(need.weights),
+                corral::format_bytes(need.bytes),
                 need.source
             );
         }

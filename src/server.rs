@@ -82,7 +82,7 @@ pub async fn run_with_reloads(
         Arc::new(config),
         spawner,
         logs.clone(),
-        metrics.clone(),
+        metrics.fleet.clone(),
         state_file,
     );
     metrics.register_instances(&fleet.snapshot());

@@ -1,4 +1,4 @@
-//! Checks `corral::memory`'s estimate against what a real llama-server
+//! Checks corral's memory estimate against what a real llama-server
 //! allocates for a tiny model: it logs every buffer
 //! (`load_tensors: CPU_Mapped model buffer size = ...`, `KV`, `compute`) at
 //! verbosity 4 (`-lv 4`; the default 3 hides them). The binary here is a CPU
@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use corral::memory::{estimate_llama, parse_buffer_report, parse_llama_args, Estimate};
+use corral::{estimate_llama, parse_buffer_report, parse_llama_args, Estimate};
 
 fn llama_server() -> Option<String> {
     match std::env::var("CORRAL_LLAMA_SERVER") {

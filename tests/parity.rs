@@ -384,6 +384,39 @@ async fn audioapi_prefix_is_stripped() {
     h.stop().await;
 }
 
+/// With sendLoadingState, a load that fails ends the already started stream with an error event in
+/// the shape a broken upstream stream gets: llama.cpp's, with the status as a number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_state_ends_a_failed_load_with_an_error_event() {
+    let yaml = format!(
+        "sendLoadingState: true\nmodels:\n{}",
+        fake_model("a", "--loading-ms 5000 --exit-after-ms 50", "")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let body = json!({"model": "a", "stream": true, "messages": []});
+    let (resp, frames) = stream_frames(&url, &body).await;
+    assert_eq!(resp.status, 200);
+    let text = frames_text(&frames);
+    let last = text
+        .split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data:"))
+        .last()
+        .expect("events");
+    let last: serde_json::Value = serde_json::from_str(last.trim()).unwrap();
+    assert_eq!(last["error"]["code"], 500, "{text}");
+    assert_eq!(last["error"]["type"], "server_error", "{text}");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited prematurely"),
+        "{text}"
+    );
+    assert!(!text.contains("[DONE]"));
+    h.stop().await;
+}
+
 /// With sendLoadingState, a streaming chat to a cold model gets loading progress as
 /// reasoning_content at once, then the real stream in the same response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -274,7 +274,7 @@ async fn client_disconnect_reaches_the_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn size_limits_give_413_and_431() {
     let opts = corral::Options {
-        limits: corral::api::Limits {
+        limits: corral::Limits {
             body_bytes: 1024,
             ..Default::default()
         },
@@ -515,6 +515,10 @@ async fn a_stream_the_engine_breaks_off_ends_with_an_error_event() {
         .collect();
     let last: serde_json::Value = serde_json::from_str(events.last().unwrap()).unwrap();
     assert_eq!(last["error"]["type"], "server_error", "{text}");
+    assert_eq!(
+        last["error"]["code"], 502,
+        "a number, as llama.cpp sends: {text}"
+    );
     assert!(last["error"]["message"]
         .as_str()
         .unwrap()

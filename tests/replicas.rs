@@ -3,13 +3,29 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
 
 fn long(model: &str, chunks: u32) -> serde_json::Value {
     json!({"model": model, "stream": true, "messages": [], "fakellm": {"chunks": chunks, "interval_ms": 100}})
+}
+
+/// Waits until `/metrics` counts one stop of `instance` for `reason`.
+async fn wait_for_stop(h: &Harness, instance: &str, reason: &str) {
+    let series = format!(
+        r#"corral_instance_stops_total{{instance="{instance}",model="{instance}",reason="{reason}"}} 1"#
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = get(&format!("{}/metrics", h.url)).await.text();
+        if text.lines().any(|l| l == series) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {series} in\n{text}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }
 
 /// Requests that reached each replica (by the port the fake engine answers from).
@@ -269,6 +285,7 @@ async fn a_refusing_replica_is_skipped_with_one_retry() {
         assert_eq!(resp.status, 200, "{}", resp.text());
     }
     assert_eq!(h.count_requests("r-1", "/v1/chat/completions"), 4);
+    wait_for_stop(&h, "r-0", "unreachable").await;
     h.stop().await;
 }
 
@@ -454,6 +471,7 @@ async fn a_member_answering_server_errors_is_taken_out() {
         metrics.contains(r#"corral_ejections_total{instance="chat-1",model="chat-1"} 1"#),
         "{metrics}"
     );
+    wait_for_stop(&h, "chat-1", "ejected").await;
     h.stop().await;
 }
 

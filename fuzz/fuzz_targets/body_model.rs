@@ -2,9 +2,7 @@
 //! multipart body's model field. The first byte picks the content type, the rest is the body.
 #![no_main]
 
-use corral::api::extract::{
-    classify, model_from_body, query_param, rewrite_multipart_model, BodyKind,
-};
+use corral::{classify, model_from_body, query_param, rewrite_multipart_model, BodyKind};
 use http::{header, HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 

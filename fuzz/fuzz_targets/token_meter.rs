@@ -7,9 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use bytes::Bytes;
-use corral::api::activity::Activity;
-use corral::api::meter::{Labels, Metered};
-use corral::metrics::Metrics;
+use corral::{Activity, Labels, Metered, Metrics};
 use http_body_util::{BodyExt, StreamBody};
 use libfuzzer_sys::fuzz_target;
 
@@ -46,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
     let frames = futures_util::stream::iter(
         chunks
             .into_iter()
-            .map(|c| Ok::<_, corral::body::BoxError>(http_body::Frame::data(c))),
+            .map(|c| Ok::<_, corral::BoxError>(http_body::Frame::data(c))),
     );
     let labels = Labels {
         model: "m".into(),

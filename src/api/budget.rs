@@ -38,10 +38,6 @@ impl BodyBudget {
         physical_memory().map_or(FLOOR, |m| (m / 4).max(FLOOR))
     }
 
-    pub fn total(&self) -> u64 {
-        self.total
-    }
-
     /// Charges `n` more bytes to `charge`, or refuses when the budget has no room for them now.
     pub fn charge(&self, charge: &mut Charge, n: u64) -> Result<(), Error> {
         if n == 0 {

@@ -72,8 +72,7 @@ pub fn stream(
                 }
             }
             Err(e) => {
-                let event = json!({"error": {"message": e.to_string(), "type": "server_error", "code": e.code()}});
-                let _ = tx.send(Bytes::from(format!("data: {event}\n\n"))).await;
+                let _ = tx.send(e.sse_event()).await;
             }
         }
     });

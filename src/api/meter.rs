@@ -366,14 +366,12 @@ fn error_message(body: &[u8]) -> Option<String> {
         .or_else(|| v.get("detail").and_then(text))
 }
 
-/// The last event of a stream the upstream broke off: OpenAI's error shape, no `[DONE]` after it.
+/// The last event of a stream the upstream broke off.
 fn stream_error_event(why: &str) -> Bytes {
-    let error = serde_json::json!({"error": {
-        "message": format!("the upstream stream ended early: {why}"),
-        "type": "server_error",
-        "code": 502,
-    }});
-    Bytes::from(format!("data: {error}\n\n"))
+    crate::error::sse_error_event(
+        http::StatusCode::BAD_GATEWAY,
+        &format!("the upstream stream ended early: {why}"),
+    )
 }
 
 impl Drop for Metered {

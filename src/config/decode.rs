@@ -289,7 +289,6 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         redactor: Default::default(),
         models,
         groups,
-        matrix,
         profiles,
         selectors,
         peers,
@@ -338,12 +337,8 @@ fn decode_model(
             _ => Err(m.err("env", format!("{e:?} is not NAME=value"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let check_endpoint = match m.string("checkEndpoint")?.as_deref().map(str::trim) {
-        None | Some("") => Some("/health".to_string()),
-        Some("none") => None,
-        Some(p) if p.starts_with('/') => Some(p.to_string()),
-        Some(p) => Some(format!("/{p}")),
-    };
+    m.string("checkEndpoint")?; // a mapping or a list is an error
+    let check_endpoint = decode_check_endpoint(m.get("checkEndpoint"));
     let ttl = match m.int("ttl")?.unwrap_or(-1) {
         -1 => d.global_ttl,
         t if t < 0 => {
@@ -436,6 +431,21 @@ fn decode_model(
     })
 }
 
+/// `checkEndpoint` read as llama-swap reads it, for a model and for each of its replicas alike:
+/// absent (or null) is `/health`; `none` turns the check off (ready at spawn); anything else is
+/// trimmed and joined onto the proxy URL, so an empty value checks the proxy's root `/`.
+fn decode_check_endpoint(node: Option<&Node>) -> Option<String> {
+    let text = node
+        .filter(|n| !matches!(n.value, Value::Null))
+        .and_then(Node::scalar_text);
+    match text.as_deref().map(str::trim) {
+        None => Some("/health".into()),
+        Some("none") => None,
+        Some(path) if path.starts_with('/') => Some(path.into()),
+        Some(path) => Some(format!("/{path}")),
+    }
+}
+
 /// The instances a model runs: one, or `replicas` of them with their own ports.
 fn decode_instances(
     id: &str,
@@ -472,17 +482,7 @@ fn decode_instances(
         };
         let proxy = text("proxy").unwrap_or_default();
         let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
-        let check_endpoint = check_endpoint.as_ref().map(|_| {
-            text("checkEndpoint")
-                .map(|p| {
-                    if p.starts_with('/') {
-                        p
-                    } else {
-                        format!("/{p}")
-                    }
-                })
-                .unwrap_or_else(|| "/health".into())
-        });
+        let check_endpoint = decode_check_endpoint(item.get("checkEndpoint"));
         let slots = slots_from_argv(&argv);
         out.push(InstanceSpec {
             id: format!("{id}-{i}"),

@@ -8,9 +8,9 @@ mod expand;
 mod memory;
 mod read;
 pub mod redact;
-pub mod reload_guard;
+pub(crate) mod reload_guard;
 mod server;
-pub mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use decode::slots_from_argv;
 pub use memory::{Device, MemorySpec};
 pub use redact::Redactor;
 pub use server::ServerSettings;
@@ -224,7 +223,6 @@ pub struct Config {
     /// Models by id, sorted.
     pub models: BTreeMap<String, ModelConfig>,
     pub groups: Vec<Group>,
-    pub matrix: Option<Matrix>,
     /// The compiled matrix router, when `routing.router.use` is `matrix`.
     pub router: Option<Arc<crate::matrix::Matrix>>,
     pub profiles: BTreeMap<String, Profile>,

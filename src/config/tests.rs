@@ -509,3 +509,38 @@ fn a_config_at_the_nesting_limit_loads_on_a_small_stack() {
         .unwrap();
     assert_eq!(deepest, (depth, serde_json::json!("y")));
 }
+
+/// `checkEndpoint` means the same for a model and for each of its replicas, as llama-swap reads
+/// it: absent or null is `/health`, `none` is no check, an empty value is the proxy's root.
+#[test]
+fn check_endpoint_means_the_same_for_a_model_and_its_replicas() {
+    let cases = [
+        (None, Some("/health")),
+        (Some("~"), Some("/health")),
+        (Some("''"), Some("/")),
+        (Some("'  '"), Some("/")),
+        (Some("none"), None),
+        (Some("' none '"), None),
+        (Some("status"), Some("/status")),
+        (Some("/v1/models"), Some("/v1/models")),
+    ];
+    for (value, expected) in cases {
+        let key = value.map_or(String::new(), |v| format!("    checkEndpoint: {v}\n"));
+        let c = load(&format!(
+            "models:\n  one:\n    cmd: srv --port ${{PORT}}\n{key}  pool:\n    cmd: srv --port ${{PORT}}\n    replicas: 2\n{key}"
+        ));
+        let one = &c.models["one"];
+        let pool = &c.models["pool"];
+        assert_eq!(one.check_endpoint.as_deref(), expected, "{value:?}");
+        assert_eq!(pool.check_endpoint.as_deref(), expected, "{value:?}");
+        assert_eq!(pool.instances.len(), 2);
+        for spec in one.instances.iter().chain(&pool.instances) {
+            assert_eq!(
+                spec.check_endpoint.as_deref(),
+                expected,
+                "{value:?} {}",
+                spec.id
+            );
+        }
+    }
+}

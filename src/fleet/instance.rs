@@ -9,10 +9,9 @@ use tokio::sync::watch;
 use super::Inner;
 use crate::config::ModelConfig;
 use crate::logs::LogRing;
-use crate::metrics::Metrics;
 use crate::supervisor::{Process, ProcessSpec, Sinks, StartError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumIter)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Stopped,
@@ -22,6 +21,7 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The name clients see in `/running` and events, and the `state` label of the metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Stopped => "stopped",
@@ -33,15 +33,40 @@ impl Phase {
 }
 
 /// Why an instance is told to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter)]
 pub enum StopReason {
     Ttl,
     Swap,
-    Unload,
-    Shutdown,
-    Broken,
     Memory,
+    Unload,
     Reload,
+    Shutdown,
+    /// A pool member that could not be reached.
+    Unreachable,
+    /// A pool member taken out after answering server errors in a row.
+    Ejected,
+}
+
+impl StopReason {
+    /// The `reason` label of `corral_instance_stops_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            StopReason::Ttl => "ttl",
+            StopReason::Swap => "swap",
+            StopReason::Memory => "memory",
+            StopReason::Unload => "unload",
+            StopReason::Reload => "reload",
+            StopReason::Shutdown => "shutdown",
+            StopReason::Unreachable => "unreachable",
+            StopReason::Ejected => "ejected",
+        }
+    }
+
+    /// A stop that counts as a failure towards the backoff, as a crash does: the instance was
+    /// taken out because it was broken.
+    fn is_failure(self) -> bool {
+        matches!(self, StopReason::Unreachable | StopReason::Ejected)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -155,7 +180,7 @@ pub(crate) async fn run(
     let started = Instant::now();
     if generation > 1 {
         inner
-            .metrics
+            .counters
             .restarts
             .with_label_values(&[&model, &id])
             .inc();
@@ -164,7 +189,7 @@ pub(crate) async fn run(
         tracing::warn!(instance = %id, "start failed: {err}");
         let result = if counts { "failed" } else { "aborted" };
         inner
-            .metrics
+            .counters
             .starts
             .with_label_values(&[&model, &id, result])
             .inc();
@@ -203,12 +228,12 @@ pub(crate) async fn run(
     let ready_at = Instant::now();
     tracing::info!(instance = %id, "ready in {:.2}s", started.elapsed().as_secs_f64());
     inner
-        .metrics
+        .counters
         .starts
         .with_label_values(&[&model, &id, "ready"])
         .inc();
     inner
-        .metrics
+        .counters
         .load_duration
         .with_label_values(&[&model])
         .observe(started.elapsed().as_secs_f64());
@@ -263,9 +288,9 @@ pub(crate) async fn run(
         p.abort();
     }
     inner
-        .metrics
+        .counters
         .stops
-        .with_label_values(&[&model, &id, Metrics::stop_reason(reason)])
+        .with_label_values(&[&model, &id, super::counters::stop_label(reason)])
         .inc();
     inner.update(&id, |i| {
         i.phase = Phase::Stopped;
@@ -273,7 +298,8 @@ pub(crate) async fn run(
         i.stop = None;
         i.external_busy = 0;
         match reason {
-            None | Some(StopReason::Broken) => i.record_failure(uptime),
+            None => i.record_failure(uptime),
+            Some(r) if r.is_failure() => i.record_failure(uptime),
             Some(_) if uptime.is_some_and(|u| u >= STABLE_UPTIME) => i.failures = 0,
             Some(_) => {}
         }

@@ -12,6 +12,7 @@
 //! position is below the number of free slots, so slots go out in arrival order.
 
 mod build;
+pub mod counters;
 pub mod instance;
 mod lease;
 pub mod ledger;
@@ -30,6 +31,7 @@ use serde::Serialize;
 use tokio::sync::{watch, Notify};
 
 pub use build::Retire;
+pub use counters::FleetCounters;
 pub use instance::{Phase, StopReason};
 pub use lease::Lease;
 
@@ -37,7 +39,6 @@ use crate::catalog::{Catalog, Target};
 use crate::config::{Config, PoolSettings};
 use crate::error::Error;
 use crate::logs::{LogRing, Logs};
-use crate::metrics::Metrics;
 use crate::supervisor::sweep::StateFile;
 use crate::supervisor::{HealthClient, Sinks, Spawner, StartError};
 use build::{build_instances, build_pools, same_process};
@@ -94,7 +95,7 @@ pub(crate) struct Inner {
     spawner: Spawner,
     health: HealthClient,
     logs: Arc<Logs>,
-    metrics: Arc<Metrics>,
+    counters: FleetCounters,
     state_file: StateFile,
     shutting_down: AtomicBool,
     /// The control runtime (the one the fleet was made on), where instances are supervised.
@@ -112,7 +113,7 @@ impl Fleet {
         config: Arc<Config>,
         spawner: Spawner,
         logs: Arc<Logs>,
-        metrics: Arc<Metrics>,
+        counters: FleetCounters,
         state_file: StateFile,
     ) -> Fleet {
         let catalog = Arc::new(Catalog::new(&config));
@@ -134,7 +135,7 @@ impl Fleet {
             spawner,
             health: HealthClient::default(),
             logs,
-            metrics,
+            counters,
             state_file,
             shutting_down: AtomicBool::new(false),
             runtime: tokio::runtime::Handle::current(),
@@ -447,7 +448,7 @@ impl Fleet {
         let mut st = self.inner.lock();
         if let Some(inst) = st.instances.get_mut(id) {
             tracing::warn!(instance = id, "unreachable; taking it out of its pool");
-            inst.order_stop(Duration::from_secs(1), StopReason::Broken);
+            inst.order_stop(Duration::from_secs(1), StopReason::Unreachable);
         }
         drop(st);
         self.inner.touch();
@@ -492,11 +493,11 @@ impl Fleet {
             instance = id,
             "answered {EJECT_AFTER_SERVER_ERRORS} server errors in a row; taking it out of its pool"
         );
-        inst.order_stop(Duration::from_secs(1), StopReason::Broken);
+        inst.order_stop(Duration::from_secs(1), StopReason::Ejected);
         let model = inst.model.id.clone();
         drop(st);
         self.inner
-            .metrics
+            .counters
             .ejections
             .with_label_values(&[&model, id])
             .inc();

@@ -8,11 +8,8 @@ mod params;
 
 use std::time::Duration;
 
-pub use estimate::{
-    compute_bytes, estimate_llama, parse_llama_args, Estimate, LlamaArgs, NglSetting,
-    AUTO_PARALLEL, CACHE_TYPES, DEFAULT_UBATCH,
-};
-pub use params::{estimate_params, parse_bytes, parse_params, QUANTS};
+pub use estimate::{estimate_llama, parse_llama_args, Estimate};
+pub use params::{estimate_params, parse_bytes, parse_params};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

@@ -288,11 +288,6 @@ impl Process {
         signal_group(self.pid, Signal::SIGKILL);
         self.exited().await;
     }
-
-    /// Kills the group at once (a second shutdown signal).
-    pub fn kill_now(&self) {
-        signal_group(self.pid, Signal::SIGKILL);
-    }
 }
 
 /// Readiness probes: every 5 ms for the first two seconds (small models are ready in that time, and

@@ -78,7 +78,7 @@ impl Harness {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (shutdown, abort) = (CancellationToken::new(), CancellationToken::new());
         opts.state_key = format!("test-{}", marker.replace('=', "-"));
-        let logs = Arc::new(corral::logs::Logs::default());
+        let logs = Arc::new(corral::Logs::default());
         let task = tokio::spawn(corral::run(
             loaded.config,
             listener,
