@@ -18,6 +18,7 @@ mod logs;
 mod matrix;
 mod memory;
 mod metrics;
+mod model_server;
 mod proxy;
 mod server;
 mod slow_body;

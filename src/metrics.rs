@@ -50,6 +50,8 @@ pub struct Metrics {
     pub instance_measured: IntGaugeVec,
     system_memory: IntGaugeVec,
     load_average: prometheus::GaugeVec,
+    /// What an inference gateway's endpoint picker reads.
+    model_server: crate::model_server::Gauges,
     uptime: prometheus::Gauge,
     started: std::time::Instant,
 }
@@ -155,6 +157,7 @@ impl Metrics {
         r.register(Box::new(uptime.clone()))
             .expect("registered once");
         Metrics {
+            model_server: crate::model_server::Gauges::new(&r),
             requests: counter(&r, "corral_requests_total", "Requests answered, by model, route and status class.", &["model", "route", "status"]),
             unknown_model_requests: unknown,
             request_duration: histogram(&r, "corral_request_duration_seconds", "Time from request to the last byte of the response.", &["model", "route"], LATENCY_BUCKETS),
@@ -199,7 +202,9 @@ impl Metrics {
         snapshot: &[Snapshot],
         queues: &std::collections::BTreeMap<String, usize>,
         devices: &[crate::config::Device],
+        vllm_names: bool,
     ) -> String {
+        self.model_server.update(snapshot, queues);
         for d in devices {
             let running = snapshot
                 .iter()
@@ -254,7 +259,11 @@ impl Metrics {
         self.read_system();
         self.uptime.set(self.started.elapsed().as_secs_f64());
         let mut out = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        let mut families = self.registry.gather();
+        if vllm_names {
+            families.extend(self.model_server.vllm_families());
+        }
+        let _ = TextEncoder::new().encode(&families, &mut out);
         String::from_utf8(out).unwrap_or_default()
     }
 
@@ -478,7 +487,7 @@ mod tests {
             .stops
             .with_label_values(&["a", "a", "ttl"])
             .inc();
-        let text = metrics.render(&[], &Default::default(), &[]);
+        let text = metrics.render(&[], &Default::default(), &[], false);
         assert!(
             text.contains(&format!("by reason ({}).", cells[3])),
             "{text}"
@@ -488,7 +497,7 @@ mod tests {
     #[test]
     fn render_includes_build_info() {
         let m = Metrics::new();
-        let text = m.render(&[], &Default::default(), &[]);
+        let text = m.render(&[], &Default::default(), &[], false);
         assert!(text.contains("corral_build_info{version="));
     }
 }

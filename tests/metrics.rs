@@ -318,3 +318,70 @@ async fn a_real_prometheus_scrapes_corral() {
     assert_eq!(found["data"]["result"][0]["metric"]["job"], "corral");
     h.stop().await;
 }
+
+/// The gauges an inference gateway's endpoint picker reads: with a pool of two one-slot replicas
+/// serving two streams and two more requests queued, corral reports 2 running, 2 waiting and a full
+/// KV cache, for the pod and for the pool, and the same under vLLM's names when asked to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_pickers_gauges_follow_queued_and_running_work() {
+    let yaml = format!(
+        "vllmMetricNames: true\nmodels:\n{}",
+        fake_model("p", "", "replicas: 2\nstartReplicas: all")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("p")).await.status, 200, "warm up");
+    h.wait_ready(&["p-0", "p-1"], Duration::from_secs(15)).await;
+    let long = json!({"model": "p", "stream": true, "messages": [], "fakellm": {"chunks": 20, "interval_ms": 100}});
+    let streams: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, body) = (url.clone(), long.clone());
+            tokio::spawn(async move { stream_frames(&url, &body).await })
+        })
+        .collect();
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = scrape(&h).await;
+        if value(&text, "corral_requests_waiting") == 2.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (name, want) in [
+        ("corral_requests_waiting", 2.0),
+        ("corral_requests_running", 2.0),
+        ("corral_kv_cache_usage_ratio", 1.0),
+        (r#"corral_model_requests_waiting{model="p"}"#, 2.0),
+        (r#"corral_model_requests_running{model="p"}"#, 2.0),
+        (r#"corral_model_kv_cache_usage_ratio{model="p"}"#, 1.0),
+        ("vllm:num_requests_waiting", 2.0),
+        ("vllm:num_requests_running", 2.0),
+        ("vllm:kv_cache_usage_perc", 1.0),
+    ] {
+        assert_eq!(value(&text, name), want, "{name} in:\n{text}");
+    }
+    for family in [
+        "corral_requests_waiting",
+        "corral_kv_cache_usage_ratio",
+        "vllm:num_requests_waiting",
+    ] {
+        assert!(text.contains(&format!("# TYPE {family} gauge")), "{family}");
+    }
+    for s in streams {
+        s.await.unwrap();
+    }
+    let idle = scrape(&h).await;
+    assert_eq!(value(&idle, "corral_requests_running"), 0.0);
+    assert_eq!(value(&idle, "corral_kv_cache_usage_ratio"), 0.0);
+    h.stop().await;
+}
+
+/// Without `vllmMetricNames`, nothing appears under vLLM's names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_names_only_when_asked_for() {
+    let h = Harness::start(&two_models()).await;
+    let text = scrape(&h).await;
+    assert!(text.contains("corral_requests_waiting"), "{text}");
+    assert!(!text.contains("vllm:"), "{text}");
+    h.stop().await;
+}

@@ -86,6 +86,7 @@ where
                 &app.fleet.snapshot(),
                 &app.fleet.queue_depths(),
                 &app.config.devices,
+                app.config.vllm_metric_names,
             );
             Ok(Response::builder()
                 .header(

@@ -41,6 +41,7 @@ const TOP_KEYS: &[&str] = &[
     "loadStallTimeout",
     "maxConnections",
     "maxBufferedBodies",
+    "vllmMetricNames",
     "clientTimeouts",
 ];
 
@@ -275,6 +276,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
             .int("metricsMaxInMemory")?
             .filter(|v| *v > 0)
             .unwrap_or(1000) as u64,
+        vllm_metric_names: top.boolean("vllmMetricNames")?.unwrap_or(false),
         capture_buffer_mb: top.int("captureBuffer")?.unwrap_or(5).max(0) as u64,
         store_path: store.string("path")?,
         ui_session_headers: session_headers,

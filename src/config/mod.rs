@@ -207,6 +207,8 @@ pub struct Config {
     pub log_time_format: String,
     pub log_to_stdout: LogToStdout,
     pub metrics_max_in_memory: u64,
+    /// Also publish the endpoint picker's gauges under vLLM's names (`vllmMetricNames`).
+    pub vllm_metric_names: bool,
     pub capture_buffer_mb: u64,
     pub store_path: Option<String>,
     pub ui_session_headers: Vec<String>,

@@ -70,6 +70,9 @@ pub struct Snapshot {
     pub pool: Option<String>,
     pub state: Phase,
     pub in_flight: usize,
+    /// Requests admitted for this instance by its own id that are not in flight yet (waiting for
+    /// its load, or for a swap); a pool's waiting requests are in its queue.
+    pub waiting: usize,
     pub slots: usize,
     /// Slots a request could take now: neither corral's nor the engine's other clients' work.
     pub free: usize,
@@ -612,6 +615,7 @@ impl Fleet {
                 pool: i.pool.clone(),
                 state: i.phase,
                 in_flight: i.in_flight,
+                waiting: i.reserved.saturating_sub(i.in_flight),
                 slots: i.slots,
                 free: i.free_slots(),
                 pid: i.pid,
