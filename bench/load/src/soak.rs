@@ -703,13 +703,12 @@ async fn run_in(opts: &Opts, work: &Path) -> Result<bool, BoxError> {
     let mut checks = Vec::new();
     let (mut reloads, mut pool_moved) = (0u32, Vec::new());
     let mut next_sample = start;
-    let mut next_reload = start + opts.reload_every;
     while next_sample <= until {
-        if next_reload <= next_sample && next_reload < until {
-            tokio::time::sleep_until(next_reload.into()).await;
+        let (done, sample_at) = (reloads, next_sample - start);
+        for at in reloads_due(done, sample_at, opts.duration, opts.reload_every) {
+            tokio::time::sleep_until((start + at).into()).await;
             reloads += 1;
             reload(&corral, &config_path, &exe, start_port, reloads)?;
-            next_reload += opts.reload_every;
         }
         tokio::time::sleep_until(next_sample.into()).await;
         let at = start.elapsed().as_secs_f64();
@@ -792,6 +791,15 @@ async fn run_in(opts: &Opts, work: &Path) -> Result<bool, BoxError> {
     let pass = checks.iter().all(|c| c.ok);
     println!("{}", if pass { "PASS" } else { "FAIL" });
     Ok(pass)
+}
+
+/// When the reloads after the first `done` fall, from the start of the run: those due by the
+/// sample at `sample_at` (a reload due with a sample goes first), none at or past the end.
+fn reloads_due(done: u32, sample_at: Duration, run: Duration, every: Duration) -> Vec<Duration> {
+    (done + 1..)
+        .map(|n| every * n)
+        .take_while(|at| *at <= sample_at && *at < run)
+        .collect()
 }
 
 /// Nothing lost: no failure among the requests that must succeed, and some of every kind answered.
@@ -979,6 +987,19 @@ mod tests {
     fn warm_up_is_a_quarter_up_to_two_minutes() {
         assert_eq!(warm_up(Duration::from_secs(120)), Duration::from_secs(30));
         assert_eq!(warm_up(Duration::from_secs(1800)), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn reloads_keep_their_own_pace_between_samples() {
+        let s = Duration::from_secs;
+        // every 5 s, sampled every 10 s: two before each sample, the second with it
+        assert_eq!(reloads_due(0, s(10), s(120), s(5)), [s(5), s(10)]);
+        assert_eq!(reloads_due(2, s(20), s(120), s(5)), [s(15), s(20)]);
+        // every minute: none until the sample at 60 s
+        assert!(reloads_due(0, s(50), s(120), s(60)).is_empty());
+        assert_eq!(reloads_due(0, s(60), s(120), s(60)), [s(60)]);
+        // none at the end of the run
+        assert!(reloads_due(1, s(120), s(120), s(60)).is_empty());
     }
 
     #[test]
