@@ -4,11 +4,13 @@
 //!   corral-load suite [--corral PATH] [--nginx PATH | --no-nginx] [--out DIR] [--criterion DIR] [--quick] [--keep]
 //!   corral-load http URL [-c N] [-n N | -d SECS] [--body JSON]
 //!   corral-load sse URL [-c N] [--chunks N] [--interval-ms MS] [--model M]
+//!   corral-load soak [--corral PATH] [--minutes N] [--out DIR] [--keep]
 //!
 //! `http` and `sse` print JSON; `suite` runs every scenario and prints the markdown table.
 
 mod http;
 mod procfs;
+mod soak;
 mod sse;
 mod stats;
 mod suite;
@@ -26,11 +28,15 @@ const USAGE: &str = "usage:
                     [--corral-env NAME=VALUE]... [--corral-rev TEXT]
   corral-load http URL [-c N] [-n N | -d SECS] [--body JSON]
   corral-load sse URL [-c N] [--chunks N] [--interval-ms MS] [--model M]
+  corral-load soak [--corral PATH] [--minutes N] [--out DIR] [--keep]
+                   [--sample-secs S] [--reload-secs S]
 
 suite    runs all scenarios against the fake engine directly, through corral and through nginx,
          and prints a markdown table (also written to DIR/latest.md, default bench/results)
 http     closed-loop load on one URL over N keep-alive connections (POST when --body is given)
 sse      N concurrent SSE streams; per-chunk lateness and coalescing
+soak     N minutes (default 30) of mixed traffic through one corral, sampling its RSS, fds and
+         threads every 10 s (also written to DIR/soak-latest.csv); exits 1 when the verdict fails
 
 --client-threads N (any command) runs the load generator on N threads (default 1).";
 
@@ -124,6 +130,7 @@ fn main() -> ExitCode {
         "suite" => rt.block_on(suite_cmd(args)),
         "http" => rt.block_on(http_cmd(args)),
         "sse" => rt.block_on(sse_cmd(args)),
+        "soak" => rt.block_on(soak_cmd(args)),
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
     match r {
@@ -179,6 +186,45 @@ async fn suite_cmd(mut a: Args) -> Result<(), String> {
         corral_rev,
     };
     suite::run(opts).await.map_err(|e| e.to_string())
+}
+
+async fn soak_cmd(mut a: Args) -> Result<(), String> {
+    let corral = a
+        .value(&["--corral"])?
+        .map(PathBuf::from)
+        .unwrap_or_else(|| sibling("corral"));
+    let minutes: f64 = a.num(&["--minutes"], 30.0)?;
+    let out = a
+        .value(&["--out"])?
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("bench/results"));
+    let sample_secs: u64 = a.num(&["--sample-secs"], 10)?;
+    let reload_secs: u64 = a.num(&["--reload-secs"], 60)?;
+    let keep = a.flag(&["--keep"]);
+    a.finish()?;
+    if !(minutes > 0.0 && minutes <= 24.0 * 60.0) || sample_secs == 0 || reload_secs == 0 {
+        return Err("soak: --minutes in (0, 1440], --sample-secs and --reload-secs above 0".into());
+    }
+    let opts = soak::Opts {
+        corral,
+        duration: Duration::from_secs_f64(minutes * 60.0),
+        out,
+        sample_every: Duration::from_secs(sample_secs),
+        reload_every: Duration::from_secs(reload_secs),
+        keep,
+    };
+    match soak::run(opts).await.map_err(|e| e.to_string())? {
+        true => Ok(()),
+        false => Err("soak: the verdict failed".into()),
+    }
+}
+
+/// A binary next to this one (the release build puts corral and corral-load side by side).
+fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
 }
 
 async fn http_cmd(mut a: Args) -> Result<(), String> {

@@ -83,6 +83,20 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The thread count (`Threads:` in /proc/PID/status).
+pub fn threads(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// How many file descriptors a process holds open (entries of /proc/PID/fd).
+pub fn fd_count(pid: u32) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
+}
+
 pub fn rss_sum_kib(pids: &[u32]) -> u64 {
     pids.iter().filter_map(|p| rss_kib(*p)).sum()
 }
@@ -311,6 +325,9 @@ mod tests {
         assert!(cpu_ticks(me).is_some());
         assert!(rss_kib(me).unwrap() > 0);
         assert!(!cmdline(me).is_empty());
+        assert!(threads(me).unwrap() >= 1);
+        // stdin, stdout, stderr and the directory being read, at least.
+        assert!(fd_count(me).unwrap() >= 4);
     }
 
     #[test]

@@ -50,13 +50,13 @@ const READY_REPS: usize = 10;
 // ---------------------------------------------------------------------------------------------
 // processes
 
-struct Proc {
-    name: &'static str,
-    child: Child,
+pub(crate) struct Proc {
+    pub(crate) name: &'static str,
+    pub(crate) child: Child,
 }
 
 impl Proc {
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -87,7 +87,7 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -96,7 +96,7 @@ fn free_port() -> u16 {
 
 /// `n` consecutive free ports (corral hands out `${PORT}` from `startPort` upwards), below the
 /// kernel's ephemeral range (32768 and up), where outgoing connections would take them.
-fn free_port_run(n: u16) -> u16 {
+pub(crate) fn free_port_run(n: u16) -> u16 {
     let mut base = 20000 + (std::process::id() as u16 % 12000);
     loop {
         let held: Vec<_> = (0..n)
@@ -112,11 +112,15 @@ fn free_port_run(n: u16) -> u16 {
     }
 }
 
-fn addr(port: u16) -> SocketAddr {
+pub(crate) fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-async fn wait_until_up(a: SocketAddr, path: &str, within: Duration) -> Result<(), BoxError> {
+pub(crate) async fn wait_until_up(
+    a: SocketAddr,
+    path: &str,
+    within: Duration,
+) -> Result<(), BoxError> {
     let until = Instant::now() + within;
     let load = get_load(a, path);
     loop {
@@ -170,7 +174,7 @@ fn stream_body(model: &str, chunks: u64, interval_ms: u64) -> String {
 }
 
 /// The engine `corral` started for a model: found among corral's children by its `--alias`.
-fn engine_of(corral_pid: u32, alias: &str) -> Option<(u32, u16)> {
+pub(crate) fn engine_of(corral_pid: u32, alias: &str) -> Option<(u32, u16)> {
     for pid in procfs::children(corral_pid) {
         let args = procfs::cmdline(pid);
         let has = |flag: &str, v: &str| args.windows(2).any(|w| w[0] == flag && w[1] == v);
