@@ -8,13 +8,58 @@ use super::yaml::{Node, Value};
 use super::ConfigError;
 use crate::memory::{parse_bytes, parse_params, DEFAULT_LOAD_BANDWIDTH};
 
-/// A GPU (or any device) memory budget.
+/// A GPU (or any device) memory budget, and how an engine is told to use it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Device {
     pub name: String,
     pub capacity: u64,
     /// Kept free for the driver, other programs and fragmentation.
     pub reserve: u64,
+    /// Whose device selection variable pins an engine to it (none: it is not pinned).
+    pub vendor: Vendor,
+    /// What that variable names it by: its UUID where known (so renumbering cannot move an
+    /// engine), else its index.
+    pub select_as: Option<String>,
+}
+
+/// GPU makers, by the variable their runtimes read to choose devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Vendor {
+    /// `CUDA_VISIBLE_DEVICES`
+    Nvidia,
+    /// `HIP_VISIBLE_DEVICES` and `ROCR_VISIBLE_DEVICES`
+    Amd,
+    /// `ONEAPI_DEVICE_SELECTOR` (level_zero)
+    Intel,
+    /// `GGML_VK_VISIBLE_DEVICES`
+    Vulkan,
+    /// Not pinned: corral only budgets its memory.
+    None,
+}
+
+impl Vendor {
+    fn parse(s: &str) -> Option<Vendor> {
+        Some(match s {
+            "nvidia" | "cuda" => Vendor::Nvidia,
+            "amd" | "rocm" | "hip" => Vendor::Amd,
+            "intel" | "sycl" | "oneapi" => Vendor::Intel,
+            "vulkan" => Vendor::Vulkan,
+            "none" => Vendor::None,
+            _ => return None,
+        })
+    }
+
+    /// The vendor a device name suggests (`cuda0`, `rocm1`, `vulkan0`), for configs without one.
+    fn from_name(name: &str) -> Vendor {
+        let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit());
+        Vendor::parse(prefix).unwrap_or(Vendor::None)
+    }
+}
+
+/// The number a device name ends with (`cuda1` is 1).
+fn trailing_index(name: &str) -> Option<String> {
+    let digits = &name[name.trim_end_matches(|c: char| c.is_ascii_digit()).len()..];
+    (!digits.is_empty()).then(|| digits.to_string())
 }
 
 impl Device {
@@ -67,7 +112,7 @@ pub fn devices(
         let d = MapReader::new(
             item,
             &format!("devices[{i}]"),
-            &["name", "capacity", "reserve"],
+            &["name", "capacity", "reserve", "vendor", "index", "uuid"],
             warnings,
         )?;
         let name = d.string("name")?.unwrap_or_else(|| format!("gpu{i}"));
@@ -80,10 +125,35 @@ pub fn devices(
         if reserve >= capacity {
             return Err(d.err("reserve", "must be less than the capacity"));
         }
+        let index = match d.int("index")? {
+            Some(i) if i >= 0 => Some(i.to_string()),
+            Some(_) => return Err(d.err("index", "must be 0 or more")),
+            None => trailing_index(&name),
+        };
+        let select_as = d.string("uuid")?.or(index);
+        let vendor = match d.string("vendor")? {
+            // a name like cuda0 says both; one without a number is only budgeted
+            None if select_as.is_some() => Vendor::from_name(&name),
+            None => Vendor::None,
+            Some(v) => Vendor::parse(&v).ok_or_else(|| {
+                d.err(
+                    "vendor",
+                    format!("must be nvidia, amd, intel, vulkan or none, not {v:?}"),
+                )
+            })?,
+        };
+        if vendor != Vendor::None && select_as.is_none() {
+            return Err(d.err(
+                "index",
+                format!("{name} needs an index or a uuid to be pinned"),
+            ));
+        }
         out.push(Device {
             name,
             capacity,
             reserve,
+            vendor,
+            select_as,
         });
     }
     Ok(out)
@@ -91,9 +161,11 @@ pub fn devices(
 
 /// `devices: auto`: every GPU that nvidia-smi lists, with 5% kept in reserve.
 fn detect_nvidia(warnings: &mut Vec<String>) -> Vec<Device> {
-    let out = std::process::Command::new("nvidia-smi")
+    // CORRAL_NVIDIA_SMI points elsewhere (tests use a fake that lists GPUs this machine lacks)
+    let smi = std::env::var("CORRAL_NVIDIA_SMI").unwrap_or_else(|_| "nvidia-smi".into());
+    let out = std::process::Command::new(smi)
         .args([
-            "--query-gpu=index,memory.total",
+            "--query-gpu=index,uuid,memory.total",
             "--format=csv,noheader,nounits",
         ])
         .output();
@@ -104,17 +176,28 @@ fn detect_nvidia(warnings: &mut Vec<String>) -> Vec<Device> {
             return Vec::new();
         }
     };
-    text.lines()
-        .filter_map(|l| {
-            let (index, mib) = l.split_once(',')?;
-            let capacity = mib.trim().parse::<u64>().ok()? * 1024 * 1024;
-            Some(Device {
-                name: format!("cuda{}", index.trim()),
-                capacity,
-                reserve: capacity / 20,
-            })
-        })
-        .collect()
+    text.lines().filter_map(nvidia_smi_row).collect()
+}
+
+/// One `index, uuid, memory.total` row of nvidia-smi.
+fn nvidia_smi_row(line: &str) -> Option<Device> {
+    let mut fields = line.split(',').map(str::trim);
+    let (index, uuid, mib) = (fields.next()?, fields.next()?, fields.next()?);
+    let capacity = mib.parse::<u64>().ok()? * 1024 * 1024;
+    Some(Device {
+        name: format!("cuda{index}"),
+        capacity,
+        reserve: capacity / 20,
+        vendor: Vendor::Nvidia,
+        select_as: Some(
+            if uuid.starts_with("GPU-") {
+                uuid
+            } else {
+                index
+            }
+            .to_string(),
+        ),
+    })
 }
 
 pub fn load_bandwidth(top: &MapReader<'_>) -> Result<u64, ConfigError> {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use memory::{Device, MemorySpec};
+pub use memory::{Device, MemorySpec, Vendor};
 pub use redact::Redactor;
 pub use server::ServerSettings;
 pub use yaml::Loc;

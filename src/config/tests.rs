@@ -544,3 +544,34 @@ fn check_endpoint_means_the_same_for_a_model_and_its_replicas() {
         }
     }
 }
+
+#[test]
+fn devices_say_how_an_engine_is_pinned_to_them() {
+    let c = load(
+        "devices:\n  - {name: cuda1, capacity: 24GiB}\n  - {name: big, capacity: 8GiB}\n  - {name: r, capacity: 8GiB, vendor: amd, index: 2}\n  - {name: g, capacity: 8GiB, vendor: nvidia, uuid: GPU-x}\n",
+    );
+    let pins: Vec<(Vendor, Option<&str>)> = c
+        .devices
+        .iter()
+        .map(|d| (d.vendor, d.select_as.as_deref()))
+        .collect();
+    assert_eq!(
+        pins,
+        [
+            (Vendor::Nvidia, Some("1")),
+            (Vendor::None, None),
+            (Vendor::Amd, Some("2")),
+            (Vendor::Nvidia, Some("GPU-x")),
+        ]
+    );
+    let err = load_err("devices:\n  - {name: g, capacity: 8GiB, vendor: nvidia}\n");
+    assert!(
+        err.starts_with("t.yaml:2:") && err.contains("needs an index or a uuid"),
+        "{err}"
+    );
+    let err = load_err("devices:\n  - {name: g, capacity: 8GiB, vendor: tpu}\n");
+    assert!(
+        err.contains("devices[0].vendor") && err.contains("tpu"),
+        "{err}"
+    );
+}

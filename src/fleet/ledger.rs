@@ -250,6 +250,8 @@ mod tests {
             name: name.into(),
             capacity: gib * GIB,
             reserve: 0,
+            vendor: crate::config::Vendor::None,
+            select_as: None,
         }
     }
 

@@ -18,6 +18,7 @@ mod lease;
 pub mod ledger;
 mod outside;
 pub mod pick;
+mod pinning;
 mod placement;
 mod pool;
 pub mod swap;
@@ -433,10 +434,17 @@ impl Fleet {
         let poll = inst.pool.as_ref().and(inst.model.pool.slots_poll);
         let shown = st.config.redactor.command_line(&inst.spec.argv);
         tracing::info!(instance = id, "starting: {shown}");
+        let mut spec = inst.spec.clone();
+        let pins =
+            pinning::visible_devices(&st.config.devices, &inst.placed, &spec.env, &spec.argv);
+        if !pins.is_empty() {
+            tracing::info!(instance = id, "pinned to its devices: {pins:?}");
+        }
+        spec.env.extend(pins);
         // supervision runs on the control runtime, whichever thread's request started it
         self.inner.runtime.spawn(instance::run(
             self.inner.clone(),
-            inst.spec.clone(),
+            spec,
             sinks,
             inst.generation,
             rx,

@@ -72,7 +72,21 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
         None => None,
     };
     if let Some(ev) = &events {
-        ev.emit("spawned", &[("args", json!(args))]);
+        // the devices it was given, as an engine's GPU runtime would read them
+        let visible: serde_json::Map<String, Value> = [
+            "CUDA_VISIBLE_DEVICES",
+            "HIP_VISIBLE_DEVICES",
+            "ROCR_VISIBLE_DEVICES",
+            "ONEAPI_DEVICE_SELECTOR",
+            "GGML_VK_VISIBLE_DEVICES",
+        ]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), json!(std::env::var(k).ok()?))))
+        .collect();
+        ev.emit(
+            "spawned",
+            &[("args", json!(args)), ("visible", Value::Object(visible))],
+        );
     }
     for i in 1..=cfg.stderr_lines {
         elog!("stderr line {i}");
