@@ -76,3 +76,47 @@ async fn engines_see_only_the_gpus_they_are_charged_on() {
         "the model's own choice stands"
     );
 }
+
+/// A model no single GPU can hold is split over both in proportion to their room: each is charged
+/// its share, the engine sees both GPUs, and llama-server is told the shares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_too_big_for_one_gpu_is_split_over_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let smi = fake_nvidia_smi(dir.path());
+    // llama-server by name: the fake engine behind a link, so corral treats it as llama-server
+    let llama = dir.path().join("llama-server");
+    std::os::unix::fs::symlink(CORRAL, &llama).unwrap();
+    let config = dir.path().join("config.yaml");
+    let yaml = format!(
+        "startPort: {}\ndevices: auto\nmodels:\n  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\"]\n    memory: 30GiB\n",
+        free_port_range(4),
+        llama.display()
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let events_dir = dir.path().to_path_buf();
+    let p = spawn_corral_env(
+        dir,
+        &config,
+        state.path(),
+        &[],
+        &[("CORRAL_NVIDIA_SMI", &smi)],
+    );
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("big")).await.status, 200);
+    assert_eq!(visible(&events_dir, "big"), ["GPU-aaaa-0000,GPU-bbbb-1111"]);
+    let spawned = read_events(&events_dir.join("big.events"));
+    let args = spawned[0]["args"].to_string();
+    assert!(
+        args.contains(r#""--tensor-split","15360,15360","--split-mode","layer""#),
+        "{args}"
+    );
+    let metrics = get(&format!("{}/metrics", p.url)).await.text();
+    for gpu in ["cuda0", "cuda1"] {
+        let line = format!(
+            "corral_device_memory_charged_bytes{{device=\"{gpu}\"}} {}",
+            15u64 << 30
+        );
+        assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    }
+}

@@ -121,7 +121,7 @@ pub struct Instance {
     /// Device memory this instance needs (the engine's own report once it has loaded).
     pub need: super::ledger::Need,
     /// Devices it is charged on while it runs.
-    pub placed: Vec<usize>,
+    pub placed: super::ledger::Charges,
     /// What the engine reported allocating on devices, if it did.
     pub measured: Option<u64>,
     /// Set by a reload that changed or removed this instance while it ran.

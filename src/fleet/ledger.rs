@@ -84,11 +84,19 @@ fn weights_on_disk(path: &Path) -> u64 {
     }
 }
 
+/// Bytes charged on each device an instance is placed on.
+pub type Charges = Vec<(usize, u64)>;
+
+/// Device indices of some charges.
+pub fn devices_of(charges: &Charges) -> Vec<usize> {
+    charges.iter().map(|(d, _)| *d).collect()
+}
+
 /// An instance that holds memory now.
 #[derive(Debug, Clone)]
 pub struct Holder {
     pub id: String,
-    pub devices: Vec<usize>,
+    pub devices: Charges,
     pub bytes: u64,
     /// Requests in flight or waiting: never evicted.
     pub busy: bool,
@@ -99,18 +107,24 @@ pub struct Holder {
 
 impl Holder {
     fn on(&self, device: usize) -> u64 {
-        if self.devices.contains(&device) {
-            self.bytes.div_ceil(self.devices.len().max(1) as u64)
-        } else {
-            0
-        }
+        self.devices
+            .iter()
+            .filter(|(d, _)| *d == device)
+            .map(|(_, b)| *b)
+            .sum()
+    }
+
+    fn uses(&self, devices: &Charges) -> bool {
+        self.devices
+            .iter()
+            .any(|(d, _)| devices.iter().any(|(c, _)| c == d))
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Placement {
-    /// Start on these devices.
-    Fits(Vec<usize>),
+    /// Start on these devices, charged this much on each.
+    Fits(Charges),
     /// Stop these idle instances first (least recently used first).
     Evict(Vec<String>),
     /// Instances that are stopping will free enough: wait for them.
@@ -126,19 +140,21 @@ pub fn charged(holders: &[Holder], device: usize) -> u64 {
 }
 
 /// Where `need` bytes can go, given the current holders. `pinned` lists the devices the model must
-/// be split across; empty means any single device.
+/// be split across evenly; empty means any single device, or, for a model no single device can
+/// hold, a split over the fewest devices that can.
 pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]) -> Placement {
-    let candidates: Vec<Vec<usize>> = if pinned.is_empty() {
-        (0..devices.len()).map(|d| vec![d]).collect()
+    let candidates: Vec<Charges> = if pinned.is_empty() {
+        let singles = (0..devices.len()).map(|d| vec![(d, need)]);
+        singles.chain(split(devices, need, holders)).collect()
     } else {
-        vec![pinned.to_vec()]
+        let per = need.div_ceil(pinned.len() as u64);
+        vec![pinned.iter().map(|d| (*d, per)).collect()]
     };
     let mut best: Option<((u8, u64), Placement)> = None;
     let mut blocked = Vec::new();
     let mut never = Vec::new();
     for c in candidates {
-        let per = need.div_ceil(c.len() as u64);
-        if let Some(d) = c.iter().find(|d| devices[**d].usable() < per) {
+        if let Some((d, _)) = c.iter().find(|(d, share)| devices[*d].usable() < *share) {
             never.push(format!(
                 "{} has {} usable",
                 devices[*d].name,
@@ -148,10 +164,15 @@ pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]
         }
         let free =
             |d: usize, extra: u64| devices[d].usable().saturating_sub(charged(holders, d)) + extra;
-        if c.iter().all(|d| free(*d, 0) >= per) {
-            let headroom = c.iter().map(|d| free(*d, 0) - per).min().unwrap_or(0);
-            // fitting now beats everything; among fits, the most headroom left
-            consider(&mut best, (0, u64::MAX - headroom), Placement::Fits(c));
+        if c.iter().all(|(d, share)| free(*d, 0) >= *share) {
+            let headroom = c
+                .iter()
+                .map(|(d, share)| free(*d, 0) - share)
+                .min()
+                .unwrap_or(0);
+            // fitting now beats everything; one device beats a split; then the most headroom left
+            let class = if c.len() == 1 { 0 } else { 1 };
+            consider(&mut best, (class, u64::MAX - headroom), Placement::Fits(c));
             continue;
         }
         let stopping = |d: usize| {
@@ -161,22 +182,22 @@ pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]
                 .map(|h| h.on(d))
                 .sum::<u64>()
         };
-        if c.iter().all(|d| free(*d, stopping(*d)) >= per) {
-            consider(&mut best, (1, 0), Placement::WaitForStops);
+        if c.iter().all(|(d, share)| free(*d, stopping(*d)) >= *share) {
+            consider(&mut best, (2, 0), Placement::WaitForStops);
             continue;
         }
         let mut idle: Vec<&Holder> = holders
             .iter()
-            .filter(|h| !h.busy && !h.stopping && h.devices.iter().any(|d| c.contains(d)))
+            .filter(|h| !h.busy && !h.stopping && h.uses(&c))
             .collect();
         idle.sort_by_key(|h| h.last_used);
         let mut chosen: Vec<&Holder> = Vec::new();
         let fits = |chosen: &[&Holder]| {
-            c.iter().all(|d| {
+            c.iter().all(|(d, share)| {
                 free(
                     *d,
                     stopping(*d) + chosen.iter().map(|h| h.on(*d)).sum::<u64>(),
-                ) >= per
+                ) >= *share
             })
         };
         for h in idle {
@@ -189,14 +210,11 @@ pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]
             let evicted: u64 = chosen.iter().map(|h| h.bytes).sum();
             consider(
                 &mut best,
-                (2, evicted),
+                (3, evicted),
                 Placement::Evict(chosen.iter().map(|h| h.id.clone()).collect()),
             );
         } else {
-            for h in holders
-                .iter()
-                .filter(|h| h.busy && h.devices.iter().any(|d| c.contains(d)))
-            {
+            for h in holders.iter().filter(|h| h.busy && h.uses(&c)) {
                 let entry = format!("{} ({})", h.id, memory::format_bytes(h.bytes));
                 if !blocked.contains(&entry) {
                     blocked.push(entry);
@@ -214,7 +232,63 @@ pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]
     }
 }
 
-/// Keeps the better placement: lower class first (fits, wait, evict), then the lower measure.
+/// A model no single device can hold, split over the fewest devices that can (those with the most
+/// room first), each charged in proportion to its room: free memory now when that is enough, else
+/// usable memory (room that evicting idle holders would make). `None` when no split is needed or
+/// none can ever hold it.
+fn split(devices: &[Device], need: u64, holders: &[Holder]) -> Option<Charges> {
+    if devices.len() < 2 || devices.iter().any(|d| d.usable() >= need) {
+        return None;
+    }
+    let free = |d: usize| devices[d].usable().saturating_sub(charged(holders, d));
+    let mut order: Vec<usize> = (0..devices.len()).collect();
+    order.sort_by_key(|d| {
+        (
+            std::cmp::Reverse(free(*d)),
+            std::cmp::Reverse(devices[*d].usable()),
+        )
+    });
+    let mut chosen = Vec::new();
+    for d in order {
+        chosen.push(d);
+        if chosen.iter().map(|d| devices[*d].usable()).sum::<u64>() >= need {
+            break;
+        }
+    }
+    let room: u64 = chosen.iter().map(|d| free(*d)).sum();
+    let basis = |d: usize| {
+        if room >= need {
+            free(d)
+        } else {
+            devices[d].usable()
+        }
+    };
+    proportional(need, &chosen, basis).filter(|c| c.iter().all(|(d, b)| *b <= devices[*d].usable()))
+}
+
+/// `need` shared over `chosen` in proportion to `basis`, the last one taking the rounding.
+fn proportional(need: u64, chosen: &[usize], basis: impl Fn(usize) -> u64) -> Option<Charges> {
+    let total: u128 = chosen.iter().map(|d| u128::from(basis(*d))).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut left = need;
+    let mut charges: Charges = chosen
+        .iter()
+        .map(|d| {
+            let share = (u128::from(need) * u128::from(basis(*d)) / total) as u64;
+            left -= share.min(left);
+            (*d, share)
+        })
+        .collect();
+    if let Some(last) = charges.last_mut() {
+        last.1 += left;
+    }
+    Some(charges)
+}
+
+/// Keeps the better placement: lower class first (fits on one device, fits split, wait, evict),
+/// then the lower measure.
 fn consider(best: &mut Option<((u8, u64), Placement)>, key: (u8, u64), p: Placement) {
     if best.as_ref().is_none_or(|(k, _)| key < *k) {
         *best = Some((key, p));
@@ -258,7 +332,7 @@ mod tests {
     fn holder(id: &str, gib: u64, busy: bool, age_s: u64) -> Holder {
         Holder {
             id: id.into(),
-            devices: vec![0],
+            devices: vec![(0, gib * GIB)],
             bytes: gib * GIB,
             busy,
             stopping: false,
@@ -280,7 +354,7 @@ mod tests {
     fn fits_when_there_is_room() {
         assert_eq!(
             place(&[gpu("g", 10)], 4 * GIB, &[], &[holder("a", 4, false, 0)]),
-            Placement::Fits(vec![0])
+            Placement::Fits(vec![(0, 4 * GIB)])
         );
     }
 
@@ -331,7 +405,7 @@ mod tests {
         let devices = [gpu("g0", 10), gpu("g1", 10)];
         assert_eq!(
             place(&devices, 4 * GIB, &[], &[holder("a", 8, true, 0)]),
-            Placement::Fits(vec![1])
+            Placement::Fits(vec![(1, 4 * GIB)])
         );
         // 16 GiB split over both: 8 each, but g0 has only 2 free and its holder is busy
         assert!(matches!(
@@ -340,7 +414,82 @@ mod tests {
         ));
         assert_eq!(
             place(&devices, 16 * GIB, &[0, 1], &[]),
-            Placement::Fits(vec![0, 1])
+            Placement::Fits(vec![(0, 8 * GIB), (1, 8 * GIB)])
         );
+    }
+
+    #[test]
+    fn a_model_no_device_holds_is_split_in_proportion_to_the_room() {
+        let two = [gpu("g0", 24), gpu("g1", 24)];
+        assert_eq!(
+            place(&two, 30 * GIB, &[], &[]),
+            Placement::Fits(vec![(0, 15 * GIB), (1, 15 * GIB)])
+        );
+        // 8 GiB busy on g1: 24 and 16 free, so 18 and 12 of 30
+        let held = [Holder {
+            devices: vec![(1, 8 * GIB)],
+            ..holder("a", 8, true, 0)
+        }];
+        assert_eq!(
+            place(&two, 30 * GIB, &[], &held),
+            Placement::Fits(vec![(0, 18 * GIB), (1, 12 * GIB)])
+        );
+        // the fewest devices that can hold it: the two large ones, not the small one too
+        let three = [gpu("small", 8), gpu("g1", 24), gpu("g2", 24)];
+        assert_eq!(
+            place(&three, 30 * GIB, &[], &[]),
+            Placement::Fits(vec![(1, 15 * GIB), (2, 15 * GIB)])
+        );
+        assert!(matches!(
+            place(&two, 60 * GIB, &[], &[]),
+            Placement::Never(_)
+        ));
+        // one device that can hold it beats a split
+        assert_eq!(
+            place(&three, 20 * GIB, &[], &[]),
+            Placement::Fits(vec![(1, 20 * GIB)])
+        );
+    }
+
+    /// Whatever the devices and holders, a placement that fits charges exactly the need, and never
+    /// more on a device than its capacity less its reserve and what others hold there.
+    #[test]
+    fn a_fit_never_overcommits_a_device() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..5000 {
+            let devices: Vec<Device> = (0..1 + next(4))
+                .map(|i| Device {
+                    reserve: next(2) * GIB,
+                    ..gpu(&format!("g{i}"), 4 + next(44))
+                })
+                .collect();
+            let holders: Vec<Holder> = (0..next(4))
+                .map(|i| {
+                    let d = next(devices.len() as u64) as usize;
+                    let gib = 1 + next(8);
+                    Holder {
+                        devices: vec![(d, gib * GIB)],
+                        ..holder(&format!("h{i}"), gib, next(2) == 0, i)
+                    }
+                })
+                .collect();
+            let need = (1 + next(80)) * GIB / 2;
+            if let Placement::Fits(charges) = place(&devices, need, &[], &holders) {
+                assert_eq!(charges.iter().map(|(_, b)| b).sum::<u64>(), need);
+                for (d, b) in &charges {
+                    let room = devices[*d].usable().saturating_sub(charged(&holders, *d));
+                    assert!(
+                        *b <= room,
+                        "{b} on {d} with {room} free: {devices:?} {holders:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -83,8 +83,8 @@ pub struct Snapshot {
     /// Device memory charged while it runs: the estimate, or the engine's report once loaded.
     pub memory: u64,
     pub measured: Option<u64>,
-    /// Names of the devices it is charged on.
-    pub devices: Vec<String>,
+    /// The devices it is charged on, by name, with the bytes placed on each.
+    pub devices: Vec<(String, u64)>,
     pub load_deadline: std::time::Duration,
 }
 
@@ -435,12 +435,21 @@ impl Fleet {
         let shown = st.config.redactor.command_line(&inst.spec.argv);
         tracing::info!(instance = id, "starting: {shown}");
         let mut spec = inst.spec.clone();
-        let pins =
-            pinning::visible_devices(&st.config.devices, &inst.placed, &spec.env, &spec.argv);
+        let pins = pinning::visible_devices(
+            &st.config.devices,
+            &ledger::devices_of(&inst.placed),
+            &spec.env,
+            &spec.argv,
+        );
         if !pins.is_empty() {
             tracing::info!(instance = id, "pinned to its devices: {pins:?}");
         }
         spec.env.extend(pins);
+        let split = pinning::split_args(&spec.argv, &inst.placed);
+        if !split.is_empty() {
+            tracing::info!(instance = id, "split over its devices: {}", split.join(" "));
+        }
+        spec.argv.extend(split);
         // supervision runs on the control runtime, whichever thread's request started it
         self.inner.runtime.spawn(instance::run(
             self.inner.clone(),
@@ -634,7 +643,7 @@ impl Fleet {
                 devices: i
                     .placed
                     .iter()
-                    .filter_map(|d| devices.get(*d).map(|d| d.name.clone()))
+                    .filter_map(|(d, bytes)| Some((devices.get(*d)?.name.clone(), *bytes)))
                     .collect(),
                 load_deadline: i.spec.load_timeout,
             })

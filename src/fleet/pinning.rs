@@ -66,6 +66,49 @@ pub fn visible_devices(
     out
 }
 
+/// What a command split over several devices is told: llama-server the share of each
+/// (`--tensor-split` in the order the devices are made visible, by layer), vLLM and SGLang how many
+/// ways to split (tensor parallelism). Nothing when the command already says, or for one device.
+pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
+    if charges.len() < 2 {
+        return Vec::new();
+    }
+    let has = |flags: &[&str]| {
+        argv.iter().any(|a| {
+            flags
+                .iter()
+                .any(|f| a == f || a.starts_with(&format!("{f}=")))
+        })
+    };
+    let program = |name: &str| {
+        argv.iter()
+            .take(3)
+            .any(|a| a.rsplit('/').next().is_some_and(|n| n.starts_with(name)))
+    };
+    if program("llama-server") {
+        if has(&["--tensor-split", "-ts"]) {
+            return Vec::new();
+        }
+        let mib: Vec<String> = charges
+            .iter()
+            .map(|(_, b)| (b >> 20).max(1).to_string())
+            .collect();
+        let mut out = vec!["--tensor-split".to_string(), mib.join(",")];
+        if !has(&["--split-mode", "-sm"]) {
+            out.extend(["--split-mode".to_string(), "layer".to_string()]);
+        }
+        return out;
+    }
+    let n = charges.len().to_string();
+    if program("vllm") && !has(&["--tensor-parallel-size", "-tp"]) {
+        return vec!["--tensor-parallel-size".into(), n];
+    }
+    if argv.iter().any(|a| a.contains("sglang")) && !has(&["--tp-size", "--tp"]) {
+        return vec!["--tp-size".into(), n];
+    }
+    Vec::new()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +178,33 @@ mod tests {
                 "{argv:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_split_tells_each_engine_its_shares_or_its_ways() {
+        const GIB: u64 = 1 << 30;
+        let split = [(0, 18 * GIB), (1, 12 * GIB)];
+        let llama = strings(&["/opt/llama-server", "-m", "m.gguf"]);
+        assert_eq!(
+            split_args(&llama, &split),
+            strings(&["--tensor-split", "18432,12288", "--split-mode", "layer"])
+        );
+        let own = strings(&["llama-server", "-ts", "1,1"]);
+        assert!(
+            split_args(&own, &split).is_empty(),
+            "the command's own split stands"
+        );
+        let vllm = strings(&["vllm", "serve", "org/m"]);
+        assert_eq!(
+            split_args(&vllm, &split),
+            strings(&["--tensor-parallel-size", "2"])
+        );
+        let sglang = strings(&["python", "-m", "sglang.launch_server"]);
+        assert_eq!(split_args(&sglang, &split), strings(&["--tp-size", "2"]));
+        assert!(
+            split_args(&llama, &split[..1]).is_empty(),
+            "one device: nothing to split"
+        );
     }
 
     #[test]
