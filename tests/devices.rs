@@ -111,6 +111,12 @@ async fn a_model_too_big_for_one_gpu_is_split_over_two() {
         args.contains(r#""--tensor-split","15360,15360","--split-mode","layer""#),
         "{args}"
     );
+    let running = get(&format!("{}/running", p.url)).await.json();
+    assert_eq!(
+        running["running"][0]["devices"],
+        serde_json::json!([{"device": "cuda0", "bytes": 15u64 << 30}, {"device": "cuda1", "bytes": 15u64 << 30}]),
+        "{running}"
+    );
     let metrics = get(&format!("{}/metrics", p.url)).await.text();
     for gpu in ["cuda0", "cuda1"] {
         let line = format!(

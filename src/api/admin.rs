@@ -298,7 +298,8 @@ fn running(app: &App) -> Response<Body> {
             Some(json!({"model": s.instance, "state": s.state.as_str(), "cmd": app.config.redactor.command_line(&spec.argv), "proxy": spec.proxy,
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()), "name": m.name.clone().unwrap_or_default(),
                 "description": m.description.clone().unwrap_or_default(), "pool": s.pool,
-                "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open}))
+                "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open,
+                "devices": s.devices.iter().map(|(name, bytes)| json!({"device": name, "bytes": bytes})).collect::<Vec<_>>()}))
         })
         .collect();
     json(StatusCode::OK, &json!({"running": list}))
