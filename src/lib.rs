@@ -19,6 +19,7 @@ mod slow_body;
 mod stall;
 pub mod supervisor;
 mod trim;
+pub mod ui;
 pub mod upstream;
 mod workers;
 
