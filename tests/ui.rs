@@ -259,6 +259,7 @@ async fn browser(python: &str, args: &[&str]) {
         return;
     }
     assert!(out.status.success(), "browser test failed:\n{text}");
+    eprintln!("{text}");
 }
 
 /// Each page loads without console errors; Load and Unload change `/running`; a model loaded

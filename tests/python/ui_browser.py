@@ -18,8 +18,14 @@ import urllib.request
 SKIP = 77
 
 
+DRIVER = None
+
+
 def fail(msg):
     print(f"FAIL: {msg}", flush=True)
+    if DRIVER:
+        print(f"at {DRIVER.current_url}; browser log: {DRIVER.get_log('browser')}", flush=True)
+        print(f"page text: {DRIVER.find_element('css selector', 'body').text[:3000]}", flush=True)
     sys.exit(1)
 
 
@@ -101,7 +107,7 @@ def model_state(page, model):
     return cells[0].get_attribute("data-state") if cells else None
 
 
-def check_pages(page, shots):
+def check_pages(page, url, shots):
     """Each page loads, draws its heading and logs no console error."""
     for path, heading in [("/ui/", "Models"), ("/ui/models", "Models"), ("/ui/activity", "Activity"),
                           ("/ui/logs", "Logs"), ("/ui/playground", "Playground"), ("/ui/events", "Events")]:
@@ -111,7 +117,7 @@ def check_pages(page, shots):
         page.no_console_errors(path)
 
 
-def check_load_and_unload(page, url):
+def check_load_and_unload(page, url, shots):
     """The Load and Unload buttons change what /running says, and the page follows."""
     page.open("/ui/models")
     page.wait("m1 listed as stopped", lambda: model_state(page, "m1") == "stopped")
@@ -126,7 +132,7 @@ def check_load_and_unload(page, url):
     page.no_console_errors("load and unload")
 
 
-def check_live_update(page, url):
+def check_live_update(page, url, shots):
     """A model loaded through the API shows as ready without reloading the page."""
     page.d.execute_script("window.__sameDocument = true")
     http("POST", url + "/api/models/load/m2")
@@ -135,8 +141,9 @@ def check_live_update(page, url):
         fail("the page reloaded")
 
 
-def check_playground(page, shots):
+def check_playground(page, url, shots):
     """The chat streams the fake engine's tokens as they come; the embeddings try answers."""
+    http("POST", url + "/api/models/load/m1")
     page.open("/ui/playground")
     page.wait("m1 in the model picker", lambda: page.css('#pg-model option[value="m1"]'))
     page.d.execute_script("document.getElementById('pg-model').value = 'm1'")
@@ -164,7 +171,7 @@ def check_playground(page, shots):
     page.shot(shots, "playground")
 
 
-def check_logs(page, url):
+def check_logs(page, url, shots):
     """The logs page shows, live, a line corral logs after it opened."""
     page.open("/ui/logs")
     page.wait("corral's log", lambda: page.css("pre[data-log=proxy]") and page.text("pre[data-log=proxy]"))
@@ -177,23 +184,25 @@ def check_logs(page, url):
     page.no_console_errors("logs")
 
 
-def screenshots(page, shots):
-    for path, name in [("/ui/models", "models"), ("/ui/models/m1", "model-details"),
-                       ("/ui/activity", "activity"), ("/ui/logs", "logs"), ("/ui/events", "events")]:
+def screenshots(page, url, shots):
+    """Each page once it has drawn its data (the activity page also proves rows arrive)."""
+    for path, name, drawn in [("/ui/models", "models", 'tr[data-model="m1"]'),
+                              ("/ui/models/m1", "model-details", "pre.cmd"),
+                              ("/ui/activity", "activity", "table.activity tbody tr"),
+                              ("/ui/logs", "logs", "pre[data-log=proxy]"),
+                              ("/ui/events", "events", "#event-list tr")]:
         page.open(path)
-        page.wait(f"{path} drawn", lambda: page.css("main h1"))
+        page.wait(f"{path} drawn", lambda: page.css(drawn))
         page.shot(shots, name)
 
 
 def open_mode(driver, url, shots):
     page = Page(driver, url)
-    check_pages(page, shots)
-    check_load_and_unload(page, url)
-    check_live_update(page, url)
-    check_playground(page, shots)
-    check_logs(page, url)
-    http("POST", url + "/api/models/load/m1")
-    screenshots(page, shots)
+    started = time.time()
+    for check in (check_pages, check_load_and_unload, check_live_update, check_playground,
+                  check_logs, screenshots):
+        check(page, url, shots)
+        print(f"{check.__name__}: done at {time.time() - started:.1f} s", flush=True)
 
 
 def keys_mode(driver, url, key, shots):
@@ -227,8 +236,9 @@ def keys_mode(driver, url, key, shots):
 
 
 def main():
+    global DRIVER
     url, mode = sys.argv[1], sys.argv[2]
-    driver = browser()
+    driver = DRIVER = browser()
     try:
         if mode == "open":
             open_mode(driver, url, sys.argv[3] if len(sys.argv) > 3 else None)

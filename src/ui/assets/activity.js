@@ -16,7 +16,7 @@ const COLUMNS = [
   ['duration', 'Duration ms', (r) => r.duration_ms, true],
 ];
 
-const speed = (v) => (v < 0 ? '–' : v.toFixed(1));
+const speed = (v) => (typeof v !== 'number' || v < 0 ? '–' : v.toFixed(1));
 
 /** A table of activity rows; `sort` ({by, order, onSort}) makes the headers sort buttons. */
 export function activityTable(rows, sort) {

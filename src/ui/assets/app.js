@@ -99,6 +99,10 @@ document.addEventListener('click', (e) => {
   navigate(a.getAttribute('href'));
 });
 window.addEventListener('popstate', render);
+// A browser keeps at most six connections to a host, and a left page's streams would otherwise
+// hold theirs open: ending them as the page goes keeps a few reloads from starving the next page.
+window.addEventListener('pagehide', stopApp);
+window.addEventListener('pageshow', (e) => { if (e.persisted) location.reload(); });
 window.addEventListener('corral:unauthorized', () => {
   if (!keys.required() || !hub) return;
   keys.forget();
