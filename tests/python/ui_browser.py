@@ -15,6 +15,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from selenium.webdriver.common.keys import Keys
+
 SKIP = 77
 
 
@@ -115,6 +117,13 @@ def check_pages(page, url, shots):
         page.wait(f"the {heading} heading on {path}", lambda: page.text("main h1") == heading)
         time.sleep(0.3)
         page.no_console_errors(path)
+    light = page.d.execute_script("return getComputedStyle(document.body).backgroundColor")
+    page.d.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                           {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    dark = page.d.execute_script("return getComputedStyle(document.body).backgroundColor")
+    page.d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    if light == dark:
+        fail(f"the dark scheme changes nothing ({light})")
 
 
 def check_load_and_unload(page, url, shots):
@@ -126,7 +135,8 @@ def check_load_and_unload(page, url, shots):
     page.css('button[aria-label="Load m1"]')[0].click()
     page.wait("/running to list m1 ready", lambda: running(url).get("m1") == "ready")
     page.wait("the page to show m1 ready", lambda: model_state(page, "m1") == "ready")
-    page.css('button[aria-label="Unload m1"]')[0].click()
+    # by keyboard: a real button answers Enter
+    page.css('button[aria-label="Unload m1"]')[0].send_keys(Keys.ENTER)
     page.wait("/running to drop m1", lambda: "m1" not in running(url))
     page.wait("the page to show m1 stopped", lambda: model_state(page, "m1") == "stopped")
     page.no_console_errors("load and unload")
@@ -167,8 +177,27 @@ def check_playground(page, url, shots):
     page.css("#pg-embed-input")[0].send_keys("hello")
     page.css("#pg-embed")[0].click()
     page.wait("the embedding's size", lambda: "16 dimensions" in page.text("#pg-embed-out"))
+    check_markdown(page)
     page.no_console_errors("playground")
     page.shot(shots, "playground")
+
+
+MARKDOWN_PROBE = """
+const done = arguments[arguments.length - 1];
+import('/ui/markdown.js').then((m) => {
+  const div = document.createElement('div');
+  div.append(m.render('**bold** <img src=x onerror="window.__xss = 1"> `code`\\n\\n- item'));
+  done([div.querySelectorAll('img').length, div.querySelector('strong')?.textContent,
+        div.querySelector('code')?.textContent, div.querySelectorAll('li').length]);
+});
+"""
+
+
+def check_markdown(page):
+    """Model output is rendered as Markdown built from text nodes: HTML in it stays text."""
+    images, bold, code, items = page.d.execute_async_script(MARKDOWN_PROBE)
+    if (images, bold, code, items) != (0, "bold", "code", 1):
+        fail(f"markdown rendered {images} images, bold {bold!r}, code {code!r}, {items} items")
 
 
 def check_logs(page, url, shots):

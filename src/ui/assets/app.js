@@ -104,7 +104,8 @@ window.addEventListener('popstate', render);
 window.addEventListener('pagehide', stopApp);
 window.addEventListener('pageshow', (e) => { if (e.persisted) location.reload(); });
 window.addEventListener('corral:unauthorized', () => {
-  if (!keys.required() || !hub) return;
+  // also when keys were added by a reload after this page loaded
+  if (!hub) return;
   keys.forget();
   showKeyForm('The key was refused. Enter it again.');
 });
