@@ -247,6 +247,8 @@ def keys_mode(driver, url, key, shots):
     data = [u for u in asked if not urllib.parse.urlparse(u).path.startswith("/ui/")]
     if data:
         fail(f"data routes were asked before the key was given: {data}")
+    if page.css("#nav")[0].is_displayed():
+        fail("the navigation shows before the key is given")
     page.shot(shots, "key")
     page.css("#api-key")[0].send_keys("not-the-key")
     page.css("form.keyform button")[0].click()
