@@ -20,6 +20,7 @@ fn models() -> String {
         ),
         fake_model("m2", "--embedding-dim 16", "memory: 1GiB"),
         fake_model("m3", "", "memory: 1GiB"),
+        fake_model("slow", "--loading-ms 4000", "memory: 1GiB"),
     ]
     .concat()
 }

@@ -5,12 +5,13 @@
 
 Exits 0 when every check passed, 77 when Chromium or chromedriver is not installed, 1 otherwise.
 The corral at URL runs the config tests/ui.rs writes: models `m1` (chat), `m2` (embeddings) and
-`m3` (never loaded before the logs check) on a device `gpu0`; with keys, a model `hidden-model`.
+`m3` (never loaded before the logs check) and `slow` (loads for 4 s) on a device `gpu0`; with keys, a model `hidden-model`.
 """
 
 import json
 import shutil
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -70,12 +71,34 @@ class Page:
             time.sleep(0.05)
         fail(f"timed out waiting for {what} (last error: {last})")
 
+    def press(self, selector, keys=None):
+        """Clicks (or types `keys` into) an element, again if a redraw replaced it meanwhile."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        def attempt():
+            try:
+                el = self.css(selector)[0]
+                el.send_keys(keys) if keys else el.click()
+                return True
+            except (StaleElementReferenceException, IndexError):
+                return False
+        self.wait(f"{selector} to take the input", attempt)
+
     def css(self, selector):
         return self.d.find_elements("css selector", selector)
 
-    def text(self, selector):
-        found = self.css(selector)
-        return found[0].text if found else ""
+    def text(self, selector, attribute=None):
+        """An element's text (or attribute), read again if a redraw replaced it meanwhile."""
+        from selenium.common.exceptions import StaleElementReferenceException
+        for _ in range(20):
+            try:
+                found = self.css(selector)
+                if not found:
+                    return None if attribute else ""
+                return found[0].get_attribute(attribute) if attribute else found[0].text
+            except StaleElementReferenceException:
+                time.sleep(0.05)
+        fail(f"{selector} keeps being replaced")
 
     def no_console_errors(self, where):
         errors = [e["message"] for e in self.d.get_log("browser")
@@ -105,8 +128,7 @@ def running(url):
 
 
 def model_state(page, model):
-    cells = page.css(f'tr[data-model="{model}"] td.state')
-    return cells[0].get_attribute("data-state") if cells else None
+    return page.text(f'tr[data-model="{model}"] td.state', "data-state")
 
 
 def check_pages(page, url, shots):
@@ -132,11 +154,11 @@ def check_load_and_unload(page, url, shots):
     page.wait("m1 listed as stopped", lambda: model_state(page, "m1") == "stopped")
     if "gpu0" not in page.text("section[aria-label='Device memory']"):
         fail("the device memory panel does not show gpu0")
-    page.css('button[aria-label="Load m1"]')[0].click()
+    page.press('button[aria-label="Load m1"]')
     page.wait("/running to list m1 ready", lambda: running(url).get("m1") == "ready")
     page.wait("the page to show m1 ready", lambda: model_state(page, "m1") == "ready")
     # by keyboard: a real button answers Enter
-    page.css('button[aria-label="Unload m1"]')[0].send_keys(Keys.ENTER)
+    page.press('button[aria-label="Unload m1"]', Keys.ENTER)
     page.wait("/running to drop m1", lambda: "m1" not in running(url))
     page.wait("the page to show m1 stopped", lambda: model_state(page, "m1") == "stopped")
     page.no_console_errors("load and unload")
@@ -180,6 +202,24 @@ def check_playground(page, url, shots):
     check_markdown(page)
     page.no_console_errors("playground")
     page.shot(shots, "playground")
+
+
+def check_load_progress(page, url, shots):
+    """A load shows its elapsed time against its deadline, moving while the engine loads."""
+    page.open("/ui/models")
+    page.wait("slow listed", lambda: model_state(page, "slow") == "stopped")
+    loading = threading.Thread(target=http, args=("POST", url + "/api/models/load/slow"))
+    loading.start()
+    row = 'tr[data-model="slow"]'
+    first = page.wait("the load's progress", lambda: page.css(f'{row} [aria-label="loading slow"]')
+                      and "deadline" in page.text(row) and page.text(row))
+    page.shot(shots, "loading")
+    time.sleep(1.2)
+    if model_state(page, "slow") == "starting" and page.text(row) == first:
+        fail(f"the load's elapsed time does not move: {first!r}")
+    loading.join()
+    page.wait("slow ready", lambda: model_state(page, "slow") == "ready")
+    page.no_console_errors("load progress")
 
 
 MARKDOWN_PROBE = """
@@ -228,7 +268,8 @@ def screenshots(page, url, shots):
 def open_mode(driver, url, shots):
     page = Page(driver, url)
     started = time.time()
-    for check in (check_pages, check_load_and_unload, check_live_update, check_playground,
+    for check in (check_pages, check_load_and_unload, check_live_update, check_load_progress,
+                  check_playground,
                   check_logs, screenshots):
         check(page, url, shots)
         print(f"{check.__name__}: done at {time.time() - started:.1f} s", flush=True)
