@@ -34,6 +34,16 @@ if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
     fi
 fi
 
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    log "installing chromium and chromedriver (Debian packages chromium, chromium-driver) for the dashboard tests"
+    if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+    else
+        log "cannot install chromium here (need root and apt-get); the browser tests will skip (or fail under CI)"
+    fi
+fi
+
 log "python client venv"
 CORRAL_PYTHON="$(scripts/setup-python.sh | tail -n 1)"
 export CORRAL_PYTHON

@@ -25,6 +25,7 @@ mod slow_body;
 mod stall;
 mod supervisor;
 mod trim;
+mod ui;
 mod upstream;
 mod workers;
 
@@ -41,3 +42,4 @@ pub use memory::{
 };
 pub use metrics::Metrics;
 pub use server::{run, run_with_reloads, Options, Reload};
+pub use ui::{Asset, ASSETS as UI_ASSETS};

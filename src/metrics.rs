@@ -127,21 +127,6 @@ impl Default for Metrics {
     }
 }
 
-/// The part of an instance's `bytes` on one device, in the proportions it was placed with.
-fn device_share(bytes: u64, s: &Snapshot, device: &str) -> u64 {
-    let placed: u64 = s.devices.iter().map(|(_, b)| b).sum();
-    let here: u64 = s
-        .devices
-        .iter()
-        .filter(|(n, _)| n == device)
-        .map(|(_, b)| b)
-        .sum();
-    match placed {
-        0 => 0,
-        total => (u128::from(bytes) * u128::from(here) / u128::from(total)) as u64,
-    }
-}
-
 impl Metrics {
     pub fn new() -> Metrics {
         let r = Registry::new();
@@ -221,13 +206,7 @@ impl Metrics {
     ) -> String {
         self.model_server.update(snapshot, queues);
         for d in devices {
-            let running = snapshot.iter().filter(|s| s.state != Phase::Stopped);
-            let (charged, measured) = running.fold((0, 0), |(c, m), s| {
-                (
-                    c + device_share(s.memory, s, &d.name),
-                    m + device_share(s.measured.unwrap_or(0), s, &d.name),
-                )
-            });
+            let (charged, measured) = crate::fleet::device_totals(snapshot, &d.name);
             self.memory_capacity
                 .with_label_values(&[&d.name])
                 .set(d.usable() as i64);

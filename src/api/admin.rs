@@ -57,6 +57,7 @@ where
     match path {
         "/v1/models" | "/models" if get => Ok(super::models::list(app, req.headers())),
         "/running" if get => Ok(running(app)),
+        "/api/state" if get => Ok(json(StatusCode::OK, &crate::ui::state::state(app))),
         "/api/events" if get => Ok(super::events::stream(app)),
         "/api/profiles" if get => {
             let profiles: Vec<_> = app

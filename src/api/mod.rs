@@ -239,6 +239,9 @@ where
         ("GET" | "HEAD", "/health" | "/wol-health") => return Ok(text(StatusCode::OK, "OK")),
         ("GET" | "HEAD", "/") => return Ok(redirect(StatusCode::FOUND, "/ui")),
         (_, "/upstream") => return Ok(redirect(StatusCode::FOUND, "/ui/models")),
+        _ if crate::ui::serves(&method, &path) => {
+            return Ok(crate::ui::serve(&path, app.keys.required()))
+        }
         _ => {}
     }
     app.keys.check(req.headers(), auth::scope_for(&path))?;

@@ -88,6 +88,34 @@ pub struct Snapshot {
     pub load_deadline: std::time::Duration,
 }
 
+/// What instances that are not stopped hold on one device: charged (the estimate, or the engine's
+/// report once loaded) and measured, each instance's figure shared out in the proportions it was
+/// placed with.
+pub fn device_totals(snapshot: &[Snapshot], device: &str) -> (u64, u64) {
+    let share = |bytes: u64, s: &Snapshot| {
+        let placed: u64 = s.devices.iter().map(|(_, b)| b).sum();
+        let here: u64 = s
+            .devices
+            .iter()
+            .filter(|(n, _)| n == device)
+            .map(|(_, b)| b)
+            .sum();
+        match placed {
+            0 => 0,
+            total => (u128::from(bytes) * u128::from(here) / u128::from(total)) as u64,
+        }
+    };
+    snapshot
+        .iter()
+        .filter(|s| s.state != Phase::Stopped)
+        .fold((0, 0), |(c, m), s| {
+            (
+                c + share(s.memory, s),
+                m + share(s.measured.unwrap_or(0), s),
+            )
+        })
+}
+
 /// Server errors in a row after which a pool member is taken out (Envoy's outlier detection
 /// default for consecutive 5xx).
 pub const EJECT_AFTER_SERVER_ERRORS: u32 = 5;
