@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # After the test suite: no corral or engine the tests started may still run, in any PID namespace
-# (this machine's /proc lists them all). Every process a test starts carries CORRAL_TEST_RUN=... in
-# its environment (corral itself gets it as MARKER=CORRAL_TEST_RUN=...), so a corral run by hand
-# is never taken for one. Kills what it finds, lists it, and exits 1 then.
+# (this machine's /proc lists them all). scripts/test.sh gives the run an id, CORRAL_TEST_SUITE,
+# which every process the tests start inherits, so neither a corral run by hand nor another
+# checkout's test run is taken for one. Kills what it finds, lists it, and exits 1 then.
+#   usage: check-leftovers.sh SUITE_ID
 set -uo pipefail
+suite=${1:?usage: check-leftovers.sh SUITE_ID}
+# this script and the shells that ran it carry the id too
+ours=" $$ "
+p=$$
+while p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) && [[ -n $p && $p != 0 ]]; do
+    ours+="$p "
+done
 left=()
 for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
-    [[ $pid == "$$" ]] && continue
+    [[ $ours == *" $pid "* ]] && continue
     state=$(awk '{print $3}' "$dir/stat" 2>/dev/null) || continue
     [[ $state == Z ]] && continue
-    if { tr '\0' '\n' <"$dir/environ"; } 2>/dev/null | grep -q 'CORRAL_TEST_RUN=t'; then
+    if { tr '\0' '\n' <"$dir/environ"; } 2>/dev/null | grep -qx "CORRAL_TEST_SUITE=$suite"; then
         left+=("$pid")
     fi
 done

@@ -48,6 +48,10 @@ log "python client venv"
 CORRAL_PYTHON="$(scripts/setup-python.sh | tail -n 1)"
 export CORRAL_PYTHON
 
+# every process the tests start inherits this id; check-leftovers.sh finds them by it
+CORRAL_TEST_SUITE="$(date +%s)-$$-$RANDOM"
+export CORRAL_TEST_SUITE
+
 log "cargo build"
 cargo build --workspace --all-targets --locked
 log "cargo test"
@@ -62,10 +66,10 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += 
      END { printf "%d passed, %d failed\n", p, f }' "$results"
 if [[ $status != 0 ]]; then
     log "cargo test FAILED (exit $status)"
-    scripts/check-leftovers.sh || true
+    scripts/check-leftovers.sh "$CORRAL_TEST_SUITE" || true
     exit "$status"
 fi
-scripts/check-leftovers.sh
+scripts/check-leftovers.sh "$CORRAL_TEST_SUITE"
 
 if [[ "${CORRAL_FUZZ_SECONDS:-60}" != 0 ]]; then
     log "fuzzing the parsers (GGUF header, config, request bodies, token meter) for ${CORRAL_FUZZ_SECONDS:-60}s"
