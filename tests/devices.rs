@@ -21,6 +21,26 @@ fn fake_nvidia_smi(dir: &std::path::Path) -> String {
     path.display().to_string()
 }
 
+/// corral on `models` (YAML under `models:`) with `devices: auto` reading the fake two-GPU
+/// nvidia-smi; the directory the models' events files go to (`${env.DIR}`), and the state dir.
+fn corral_on_two_gpus(
+    dir: tempfile::TempDir,
+    models: &str,
+) -> (Proc, std::path::PathBuf, tempfile::TempDir) {
+    let smi = fake_nvidia_smi(dir.path());
+    let config = dir.path().join("config.yaml");
+    let yaml = format!(
+        "startPort: {}\ndevices: auto\nmodels:\n{models}",
+        free_port_range(8)
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let events_dir = dir.path().to_path_buf();
+    let env = [("CORRAL_NVIDIA_SMI", smi.as_str())];
+    let p = spawn_corral_env(dir, &config, state.path(), &[], &env);
+    (p, events_dir, state)
+}
+
 /// The `CUDA_VISIBLE_DEVICES` each start of a model's engines saw.
 fn visible(dir: &std::path::Path, model: &str) -> Vec<String> {
     read_events(&dir.join(format!("{model}.events")))
@@ -37,24 +57,11 @@ fn visible(dir: &std::path::Path, model: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engines_see_only_the_gpus_they_are_charged_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let smi = fake_nvidia_smi(dir.path());
-    let config = dir.path().join("config.yaml");
-    let yaml = format!(
-        "startPort: {}\ndevices: auto\nmodels:\n{}  own:\n    cmd: ${{env.ENGINE}} --port ${{PORT}} --events-file ${{env.DIR}}/own.events\n    env: [\"${{env.MARKER}}\", \"CUDA_VISIBLE_DEVICES=7\"]\n    memory: 4GiB\n",
-        free_port_range(8),
+    let models = format!(
+        "{}  own:\n    cmd: ${{env.ENGINE}} --port ${{PORT}} --events-file ${{env.DIR}}/own.events\n    env: [\"${{env.MARKER}}\", \"CUDA_VISIBLE_DEVICES=7\"]\n    memory: 4GiB\n",
         fake_model("chat", "", "replicas: 2\nstartReplicas: all\nmemory: 4GiB"),
     );
-    std::fs::write(&config, yaml).unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let events_dir = dir.path().to_path_buf();
-    let p = spawn_corral_env(
-        dir,
-        &config,
-        state.path(),
-        &[],
-        &[("CORRAL_NVIDIA_SMI", &smi)],
-    );
+    let (p, events_dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
     let url = format!("{}/v1/chat/completions", p.url);
     assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
     eventually(
@@ -82,26 +89,14 @@ async fn engines_see_only_the_gpus_they_are_charged_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_too_big_for_one_gpu_is_split_over_two() {
     let dir = tempfile::tempdir().unwrap();
-    let smi = fake_nvidia_smi(dir.path());
     // llama-server by name: the fake engine behind a link, so corral treats it as llama-server
     let llama = dir.path().join("llama-server");
     std::os::unix::fs::symlink(CORRAL, &llama).unwrap();
-    let config = dir.path().join("config.yaml");
-    let yaml = format!(
-        "startPort: {}\ndevices: auto\nmodels:\n  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\"]\n    memory: 30GiB\n",
-        free_port_range(4),
+    let models = format!(
+        "  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\"]\n    memory: 30GiB\n",
         llama.display()
     );
-    std::fs::write(&config, yaml).unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let events_dir = dir.path().to_path_buf();
-    let p = spawn_corral_env(
-        dir,
-        &config,
-        state.path(),
-        &[],
-        &[("CORRAL_NVIDIA_SMI", &smi)],
-    );
+    let (p, events_dir, _state) = corral_on_two_gpus(dir, &models);
     let url = format!("{}/v1/chat/completions", p.url);
     assert_eq!(post_json(&url, &chat("big")).await.status, 200);
     assert_eq!(visible(&events_dir, "big"), ["GPU-aaaa-0000,GPU-bbbb-1111"]);
