@@ -50,6 +50,13 @@ pub fn loads(
             .entry(s.model.clone())
             .or_default()
             .add(instance_load(s));
+        // members of an implicit pool (`chat-0`, `chat-1`) also count for the pool (`chat`)
+        if let Some(pool) = s.pool.as_ref().filter(|p| **p != s.model) {
+            models
+                .entry(pool.clone())
+                .or_default()
+                .add(instance_load(s));
+        }
         pod.add(instance_load(s));
     }
     for (pool, waiting) in queues {

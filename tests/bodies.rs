@@ -65,8 +65,27 @@ async fn the_body_budget_refuses_with_retry_after_and_recovers() {
     let url = format!("{}/v1/chat/completions", h.url);
     let big = many_messages("m", 700 << 10);
 
-    // the first client declares its body and sends half of it
+    // clients that only declare large bodies hold nothing
     let addr = h.url.trim_start_matches("http://").to_string();
+    let silent: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n").unwrap();
+            s
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let through = request(
+        "POST",
+        &url,
+        &[("content-type", "application/json")],
+        big.clone(),
+    )
+    .await;
+    assert_eq!(through.status, 200, "{}", through.text());
+    drop(silent);
+
+    // the first client declares its body and sends half of it
     let mut slow = std::net::TcpStream::connect(&addr).unwrap();
     write!(
         slow,

@@ -86,3 +86,34 @@ async fn a_peer_that_is_down_loses_no_request() {
     front.stop().await;
     b.stop().await;
 }
+
+/// A peer reports the requests waiting for a model that is still loading, so a cold peer with a
+/// queue does not look idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_report_counts_requests_waiting_for_a_load() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("m", "--loading-ms 2000", "")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { post_json(&url, &chat("m")).await.status })
+        })
+        .collect();
+    let mut report = serde_json::Value::Null;
+    for _ in 0..50 {
+        report = get(&format!("{}/api/load", h.url)).await.json();
+        if report["models"]["m"]["waiting"] == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(report["models"]["m"]["waiting"], 3, "{report}");
+    for w in waiting {
+        assert_eq!(w.await.unwrap(), 200);
+    }
+    h.stop().await;
+}

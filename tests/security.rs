@@ -425,6 +425,39 @@ async fn cross_site_requests_cannot_change_state() {
     h.stop().await;
 }
 
+/// Without keys, a page on another site cannot load a model (and so swap out the one serving) with
+/// a plain form POST, which a browser sends without asking; a JSON request from a browser app,
+/// which CORS asks about first, still goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_site_form_cannot_load_a_model() {
+    let h = Harness::start(&format!("models:\n{}", fake_model("m", "", ""))).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let form = [
+        ("content-type", "application/x-www-form-urlencoded"),
+        ("origin", "http://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+    ];
+    let r = request("POST", &url, &form, "model=m").await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(h.running().await, Vec::<String>::new(), "nothing loaded");
+    let json_app = [
+        ("content-type", "application/json"),
+        ("origin", "http://app.example"),
+        ("sec-fetch-site", "cross-site"),
+    ];
+    let r = request("POST", &url, &json_app, chat("m").to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // the same form from a script (no browser headers) reaches the engine, which answers for itself
+    assert_eq!(
+        post(&format!("{}/api/models/unload", h.url)).await.status,
+        200
+    );
+    let same = [("content-type", "application/x-www-form-urlencoded")];
+    assert_ne!(request("POST", &url, &same, "model=m").await.status, 403);
+    assert_eq!(h.running().await, ["m"], "loaded by the form");
+    h.stop().await;
+}
+
 /// With keys set, a preflight for a management route allows no origin, while model routes keep
 /// `*` for browser API clients with their own key; without keys every preflight answers `*`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

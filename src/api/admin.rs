@@ -265,24 +265,20 @@ fn plain_stream(first: Bytes, live: Option<LiveLog>) -> Response<Body> {
 /// `GET /api/load`: requests running and waiting per model and pool, for a corral that has this one
 /// as a peer (see `peer_load.rs`).
 fn load_report(app: &App) -> serde_json::Value {
-    let mut models: std::collections::BTreeMap<String, (usize, usize)> = app
+    // the figures the model-server gauges publish, so a peer and a picker see the same load
+    let (loads, _) = crate::model_server::loads(&app.fleet.snapshot(), &app.fleet.queue_depths());
+    let mut models: serde_json::Map<String, serde_json::Value> = app
         .config
         .models
         .keys()
-        .map(|id| (id.clone(), (0, 0)))
+        .map(|id| (id.clone(), json!({"running": 0, "waiting": 0})))
         .collect();
-    for s in app.fleet.snapshot() {
-        for id in std::iter::once(&s.model).chain(s.pool.as_ref()) {
-            models.entry(id.clone()).or_default().0 += s.in_flight;
-        }
+    for (id, load) in loads {
+        models.insert(
+            id,
+            json!({"running": load.running, "waiting": load.waiting}),
+        );
     }
-    for (pool, waiting) in app.fleet.queue_depths() {
-        models.entry(pool).or_default().1 += waiting;
-    }
-    let models: serde_json::Map<String, serde_json::Value> = models
-        .into_iter()
-        .map(|(id, (running, waiting))| (id, json!({"running": running, "waiting": waiting})))
-        .collect();
     json!({"models": models})
 }
 

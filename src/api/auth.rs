@@ -114,13 +114,34 @@ pub fn changes_state(method: &Method, path: &str) -> bool {
     }
 }
 
-/// True for a request a browser sent from another site: `Sec-Fetch-Site: cross-site`, or an
+/// A model request a browser on another site could send without asking first (no CORS preflight):
+/// a POST of a form, multipart or plain-text body carrying no key header. A page could make one
+/// with a `<form>` and load a model, or swap out the ones serving. A JSON body or a key header makes
+/// the browser ask first, and CORS answers that for model routes, so those stay open to browser apps.
+pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) -> bool {
+    if *method != Method::POST || !is_model_route(path) {
+        return false;
+    }
+    let has_key = headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key");
+    let ct = super::extract::content_type(headers).to_ascii_lowercase();
+    let simple = ct.is_empty()
+        || [
+            "application/x-www-form-urlencoded",
+            "multipart/form-data",
+            "text/plain",
+        ]
+        .iter()
+        .any(|t| ct.starts_with(t));
+    simple && !has_key
+}
+
+/// True for a request a browser sent from another site. Browsers say so in `Sec-Fetch-Site`, which
+/// is trusted alone where present (a proxy that rewrites `Host` cannot confuse it); otherwise an
 /// `Origin` whose host is not the one the request was sent to (`Host`, or the HTTP/2 authority).
 /// Requests without either (curl, scripts, a same-origin GET) are not cross-site.
 pub fn cross_site(headers: &HeaderMap, uri: &http::Uri) -> bool {
-    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-    if fetch_site.is_some_and(|s| s.eq_ignore_ascii_case("cross-site")) {
-        return true;
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return site.eq_ignore_ascii_case("cross-site");
     }
     let Some(origin) = headers.get(header::ORIGIN) else {
         return false;
@@ -297,6 +318,40 @@ mod tests {
     }
 
     #[test]
+    fn form_posts_to_model_routes_are_simple_requests() {
+        let post = Method::POST;
+        let form = headers(&[("content-type", "application/x-www-form-urlencoded")]);
+        assert!(simple_model_request(&post, "/v1/chat/completions", &form));
+        let multipart = headers(&[("content-type", "multipart/form-data; boundary=x")]);
+        assert!(simple_model_request(
+            &post,
+            "/v1/audio/transcriptions",
+            &multipart
+        ));
+        assert!(simple_model_request(
+            &post,
+            "/upstream/m/slots",
+            &headers(&[])
+        ));
+        let json = headers(&[("content-type", "application/json")]);
+        assert!(!simple_model_request(&post, "/v1/chat/completions", &json));
+        let keyed = headers(&[
+            ("content-type", "multipart/form-data; boundary=x"),
+            ("authorization", "Bearer k"),
+        ]);
+        assert!(!simple_model_request(
+            &post,
+            "/v1/audio/transcriptions",
+            &keyed
+        ));
+        assert!(!simple_model_request(
+            &Method::GET,
+            "/v1/models",
+            &headers(&[])
+        ));
+    }
+
+    #[test]
     fn cross_site_by_fetch_metadata_or_origin() {
         let uri: http::Uri = "/unload".parse().unwrap();
         let at = |pairs: &[(&str, &str)]| cross_site(&headers(pairs), &uri);
@@ -307,6 +362,12 @@ mod tests {
         ]));
         assert!(!at(&[
             ("host", "corral:8080"),
+            ("sec-fetch-site", "same-origin")
+        ]));
+        // behind a proxy that rewrites Host, the browser's own word decides
+        assert!(!at(&[
+            ("host", "corral:8080"),
+            ("origin", "https://llm.example.com"),
             ("sec-fetch-site", "same-origin")
         ]));
         assert!(!at(&[

@@ -2,9 +2,10 @@
 //!
 //! corral reads a model request's body whole to find the model. One body is bounded (128 MiB),
 //! but nothing else bounded how many are held together: a few hundred clients each sending a large
-//! body could take all of the machine's memory. Every buffered byte is charged here first; a body
-//! that would pass the budget is refused with 503 and `Retry-After`, before it is read, and its
-//! charge is given back when the request no longer holds the bytes.
+//! body could take all of the machine's memory. Every buffered byte is charged here as it arrives
+//! (a client that only declares a large body holds nothing); a body that would pass the budget is
+//! refused with 503 and `Retry-After`, before it is read when its declared length already does not
+//! fit, and its charge is given back when the request no longer holds the bytes.
 
 use std::sync::Arc;
 
@@ -36,6 +37,14 @@ impl BodyBudget {
     pub fn default_total() -> u64 {
         const FLOOR: u64 = 256 * 1024 * 1024;
         physical_memory().map_or(FLOOR, |m| (m / 4).max(FLOOR))
+    }
+
+    /// Refuses at once a body whose declared length does not fit in what is left now.
+    pub fn has_room_for(&self, n: u64) -> Result<(), Error> {
+        match n <= self.bytes.available_permits() as u64 {
+            true => Ok(()),
+            false => Err(self.exhausted()),
+        }
     }
 
     /// Charges `n` more bytes to `charge`, or refuses when the budget has no room for them now.

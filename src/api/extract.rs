@@ -8,8 +8,9 @@ use super::budget::{BodyBudget, Charge};
 use crate::error::Error;
 
 /// Reads a whole request body, refusing more than `limit` bytes (413) and more than the shared
-/// budget has room for (503). A declared length is charged before a byte is read; a chunked body
-/// is charged frame by frame. The charge goes back when the returned [`Charge`] is dropped.
+/// budget has room for (503). Bytes are charged as they arrive, so a client that declares a large
+/// body and sends nothing holds nothing; one whose declared length does not fit in what is left is
+/// refused before a byte is read. The charge goes back when the returned [`Charge`] is dropped.
 pub async fn read_body<B>(
     headers: &HeaderMap,
     body: B,
@@ -27,10 +28,11 @@ where
     if declared.is_some_and(|n| n > limit) {
         return Err(Error::BodyTooLarge(limit));
     }
+    budget.has_room_for(declared.unwrap_or(0))?;
     let mut charge = Charge::none();
-    budget.charge(&mut charge, declared.unwrap_or(0))?;
     let mut body = std::pin::pin!(Limited::new(body, limit as usize));
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    const FIRST_ALLOCATION: u64 = 1 << 20;
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(FIRST_ALLOCATION) as usize);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| match e.is::<http_body_util::LengthLimitError>() {
             true => Error::BodyTooLarge(limit),

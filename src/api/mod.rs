@@ -245,7 +245,9 @@ where
         _ => {}
     }
     app.keys.check(req.headers(), auth::scope_for(&path))?;
-    if auth::changes_state(&method, &path) && auth::cross_site(req.headers(), req.uri()) {
+    let guarded = auth::changes_state(&method, &path)
+        || auth::simple_model_request(&method, &path, req.headers());
+    if guarded && auth::cross_site(req.headers(), req.uri()) {
         return Err(Error::Forbidden(
             "forbidden: cross-site requests may not change state".into(),
         ));
