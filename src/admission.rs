@@ -57,10 +57,11 @@ impl Admission {
     /// connection has a request in flight).
     pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let mut table = self.table();
+        // an evicted connection is on its way out unless a request reached it first
         let evicting = table
             .connections
             .values()
-            .filter(|a| a.is_evicted())
+            .filter(|a| a.is_evicted() && a.idle_since().is_some())
             .count();
         if table.connections.len() - evicting >= self.max {
             let longest_idle = table
@@ -117,5 +118,24 @@ mod tests {
         drop(oldest);
         let _busy = (newer.activity.begin(), third.activity.begin());
         assert!(admission.admit().is_none());
+    }
+
+    /// A connection evicted while idle that then gets a request stays open, and still counts: the
+    /// next admission at the cap makes room by evicting another idle one.
+    #[tokio::test]
+    async fn an_evicted_connection_that_got_a_request_still_counts() {
+        let admission = Admission::new(2);
+        let raced = admission.admit().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let idle = admission.admit().unwrap();
+        let third = admission.admit().unwrap();
+        assert!(raced.activity.is_evicted());
+        let _request = raced.activity.begin(); // a request reached it before it closed
+        drop(third);
+        let _fourth = admission.admit().unwrap();
+        assert!(
+            idle.activity.is_evicted(),
+            "two open already: the idle one makes room"
+        );
     }
 }

@@ -46,6 +46,12 @@ impl LogRing {
         let _ = self.live.send(Bytes::copy_from_slice(data));
     }
 
+    /// Notes output that is not written yet (a line still being printed): progress all the same.
+    pub fn touch(&self) {
+        *self.last_write.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::time::Instant::now());
+    }
+
     /// When something was last written: a loading engine that prints is making progress.
     pub fn last_write(&self) -> Option<std::time::Instant> {
         *self.last_write.lock().unwrap_or_else(|e| e.into_inner())

@@ -505,3 +505,24 @@ async fn preflights_allow_any_origin_only_where_safe() {
     );
     open.stop().await;
 }
+
+/// An engine that prints a secret in two pieces (two writes, two reads of its pipe) still shows
+/// it masked: corral masks whole lines before it keeps or shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_printed_in_pieces_is_still_masked() {
+    let yaml = "logToStdout: both\nmodels:\n  m:\n    cmd: sh -c 'printf \"token=abcd\"; sleep 0.3; printf \"1234 ok\\n\"; exec sleep 100'\n    env: [\"ENGINE_API_KEY=abcd1234\", \"${env.MARKER}\"]\n    checkEndpoint: none\n    proxy: http://127.0.0.1:9\n";
+    let h = Harness::start(yaml).await;
+    let load = post(&format!("{}/api/models/load/m", h.url)).await;
+    assert_eq!(load.status, 200, "{}", load.text());
+    let mut logs = String::new();
+    for _ in 0..100 {
+        logs = get(&format!("{}/logs", h.url)).await.text();
+        if logs.contains(" ok") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(logs.contains("token=*** ok"), "{logs}");
+    assert!(!logs.contains("abcd"), "{logs}");
+    h.stop().await;
+}

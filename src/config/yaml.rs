@@ -216,8 +216,13 @@ struct Frame {
 
 enum Body {
     Seq(Vec<Node>),
-    /// The entries so far and a key waiting for its value.
-    Map(Vec<(String, Node)>, Option<Node>),
+    /// The entries so far, a key waiting for its value, and the keys seen (so a duplicate is
+    /// found in constant time: a mapping of a million keys must not take a million squared).
+    Map(
+        Vec<(String, Node)>,
+        Option<Node>,
+        std::collections::HashSet<String>,
+    ),
 }
 
 impl Frame {
@@ -234,7 +239,7 @@ impl Frame {
     fn close(self) -> (Built, usize) {
         let value = match self.body {
             Body::Seq(items) => Value::Seq(items),
-            Body::Map(entries, _) => Value::Map(entries),
+            Body::Map(entries, _, _) => Value::Map(entries),
         };
         let built = Built {
             node: Node::new(value, self.loc),
@@ -280,9 +285,11 @@ impl Builder {
             Event::SequenceStart(anchor, _) => {
                 self.open(Frame::open(loc, anchor, Body::Seq(Vec::new())))?
             }
-            Event::MappingStart(anchor, _) => {
-                self.open(Frame::open(loc, anchor, Body::Map(Vec::new(), None)))?
-            }
+            Event::MappingStart(anchor, _) => self.open(Frame::open(
+                loc,
+                anchor,
+                Body::Map(Vec::new(), None, Default::default()),
+            ))?,
             Event::SequenceEnd | Event::MappingEnd => {
                 if let Some(frame) = self.stack.pop() {
                     let (built, anchor) = frame.close();
@@ -337,11 +344,11 @@ impl Builder {
         frame.height = frame.height.max(built.height + 1);
         match &mut frame.body {
             Body::Seq(items) => items.push(built.node),
-            Body::Map(_, pending @ None) => *pending = Some(built.node),
-            Body::Map(entries, pending @ Some(_)) => {
+            Body::Map(_, pending @ None, _) => *pending = Some(built.node),
+            Body::Map(entries, pending @ Some(_), seen) => {
                 let key = pending.take().expect("a pending key");
                 let name = key.scalar_text().unwrap_or_default();
-                if entries.iter().any(|(k, _)| *k == name) && self.error.is_none() {
+                if !seen.insert(name.clone()) && self.error.is_none() {
                     self.error = Some(ConfigError::at(
                         key.loc,
                         Some(name.clone()),

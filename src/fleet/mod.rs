@@ -458,6 +458,7 @@ impl Fleet {
             model: inst.logs.clone(),
             logs: self.inner.logs.clone(),
             upstream_to_stdout: st.config.log_to_stdout.upstream(),
+            redactor: st.config.redactor.clone(),
         };
         let poll = inst.pool.as_ref().and(inst.model.pool.slots_poll);
         let shown = st.config.redactor.command_line(&inst.spec.argv);

@@ -117,6 +117,8 @@ pub struct Sinks {
     pub model: Arc<LogRing>,
     pub logs: Arc<Logs>,
     pub upstream_to_stdout: bool,
+    /// Masks the config's secrets in what the engine prints, before it is kept or shown anywhere.
+    pub redactor: crate::config::Redactor,
 }
 
 /// A running child.
@@ -325,27 +327,51 @@ enum Pipe {
     Err(tokio::process::ChildStderr),
 }
 
-/// Copies a pipe into the log rings until EOF. It never blocks the child: rings drop old bytes.
+/// A partial line longer than this is passed on without waiting for its end.
+const LONGEST_HELD_LINE: usize = 16 * 1024;
+
+/// Copies a pipe into the log rings until EOF, whole lines at a time with the config's secrets
+/// masked, so a secret split between two reads of the pipe is still found, and no ring, stream or
+/// stdout ever holds it. It never blocks the child: rings drop old bytes. A partial line (a loader
+/// printing dots) still counts as progress while it waits for its end.
 async fn capture(pipe: Pipe, sinks: Sinks) {
     let mut buf = vec![0u8; 8192];
     let mut reader: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match pipe {
         Pipe::Out(p) => Box::new(p),
         Pipe::Err(p) => Box::new(p),
     };
+    let mut pending: Vec<u8> = Vec::new();
     loop {
-        match reader.read(&mut buf).await {
+        let n = match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let data = &buf[..n];
-                sinks.model.write(data);
-                sinks.logs.upstream.write(data);
-                if sinks.upstream_to_stdout {
-                    sinks.logs.combined.write(data);
-                    use std::io::Write;
-                    let _ = std::io::stdout().write_all(data);
-                }
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        let line_end = pending.iter().rposition(|b| *b == b'\n' || *b == b'\r');
+        let cut = match line_end {
+            Some(i) => i + 1,
+            None if pending.len() > LONGEST_HELD_LINE => pending.len(),
+            None => {
+                sinks.model.touch();
+                continue;
             }
-        }
+        };
+        let rest = pending.split_off(cut);
+        emit(&sinks, std::mem::replace(&mut pending, rest));
+    }
+    if !pending.is_empty() {
+        emit(&sinks, pending);
+    }
+}
+
+fn emit(sinks: &Sinks, data: Vec<u8>) {
+    let data = sinks.redactor.bytes(Bytes::from(data));
+    sinks.model.write(&data);
+    sinks.logs.upstream.write(&data);
+    if sinks.upstream_to_stdout {
+        sinks.logs.combined.write(&data);
+        use std::io::Write;
+        let _ = std::io::stdout().write_all(&data);
     }
 }
 
