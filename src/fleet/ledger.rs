@@ -295,6 +295,49 @@ fn consider(best: &mut Option<((u8, u64), Placement)>, key: (u8, u64), p: Placem
     }
 }
 
+/// The devices as placement sees them once other programs' use is taken out: what they hold counts
+/// as reserved (usable = capacity - reserve - used by others).
+pub fn less_outside_use(devices: &[Device], others: &[u64]) -> Vec<Device> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Device {
+            reserve: (d.reserve + others.get(i).copied().unwrap_or(0)).min(d.capacity),
+            ..d.clone()
+        })
+        .collect()
+}
+
+/// Idle instances to stop because a device holds more than it can (other programs grew, or an
+/// engine allocated more than it was charged): on each such device, least recently used first,
+/// until what is left fits. Busy instances are never chosen; stopping ones already count as gone.
+pub fn over_capacity(devices: &[Device], holders: &[Holder]) -> Vec<String> {
+    let mut chosen: Vec<&Holder> = Vec::new();
+    for (d, device) in devices.iter().enumerate() {
+        let staying = |chosen: &[&Holder]| {
+            holders
+                .iter()
+                .filter(|h| !h.stopping && !chosen.iter().any(|c| c.id == h.id))
+                .map(|h| h.on(d))
+                .sum::<u64>()
+        };
+        let mut idle: Vec<&Holder> = holders
+            .iter()
+            .filter(|h| !h.busy && !h.stopping && h.on(d) > 0)
+            .collect();
+        idle.sort_by_key(|h| h.last_used);
+        for h in idle {
+            if staying(&chosen) <= device.usable() {
+                break;
+            }
+            if !chosen.iter().any(|c| c.id == h.id) {
+                chosen.push(h);
+            }
+        }
+    }
+    chosen.into_iter().map(|h| h.id.clone()).collect()
+}
+
 /// What a loaded llama-server reported allocating on devices (host buffers left out), from its
 /// `... buffer size = N MiB` lines.
 pub fn measured_from_log(text: &str) -> Option<u64> {
@@ -491,5 +534,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn outside_use_is_held_like_a_reserve() {
+        let devices = [gpu("g0", 24), gpu("g1", 24)];
+        let seen = less_outside_use(&devices, &[20 * GIB, 0]);
+        assert_eq!(seen[0].usable(), 4 * GIB);
+        assert_eq!(seen[1].usable(), 24 * GIB);
+        assert_eq!(
+            place(&seen, 12 * GIB, &[], &[]),
+            Placement::Fits(vec![(1, 12 * GIB)])
+        );
+        assert_eq!(less_outside_use(&devices, &[30 * GIB])[0].usable(), 0);
+    }
+
+    #[test]
+    fn an_overfull_device_sheds_idle_holders_least_recently_used_first() {
+        let devices = [gpu("g", 10)];
+        let holders = [
+            holder("busy", 4, true, 300),
+            holder("old", 3, false, 200),
+            holder("new", 3, false, 100),
+        ];
+        assert!(over_capacity(&devices, &holders).is_empty());
+        let shrunk = less_outside_use(&devices, &[2 * GIB]);
+        assert_eq!(over_capacity(&shrunk, &holders), ["old"]);
+        let tiny = less_outside_use(&devices, &[9 * GIB]);
+        assert_eq!(
+            over_capacity(&tiny, &holders),
+            ["old", "new"],
+            "never the busy one, even when it alone is too much"
+        );
     }
 }
