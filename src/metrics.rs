@@ -119,6 +119,12 @@ fn fleet_counters(r: &Registry) -> FleetCounters {
             "Pool members taken out after answering server errors in a row.",
             &["model", "instance"],
         ),
+        overruns: counter(
+            r,
+            "corral_device_overrun_total",
+            "Engines that reported allocating more on a device than they were charged (beyond 10%).",
+            &["device"],
+        ),
     }
 }
 

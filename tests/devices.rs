@@ -249,3 +249,42 @@ async fn memory_other_programs_take_never_stops_a_busy_model() {
     })
     .await;
 }
+
+/// An engine that reports allocating more on its GPU than it was charged: the ledger takes its
+/// report device by device, the overrun is counted, and the idle model it crowds out is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_takes_more_than_its_charge_crowds_out_idle_models() {
+    let report = "--buffer-report --report-device CUDA0 --report-model-mib 15000 --report-kv-mib 500 --report-compute-mib 200";
+    let models = format!(
+        "{}{}",
+        fake_model("a", "", "memory: 12GiB"),
+        fake_model("b", report, "memory: {bytes: 4GiB, devices: [cuda0]}")
+    );
+    let (p, _dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    assert_eq!(running_on(&p.url, "a").await.unwrap(), ["cuda0"]);
+    assert_eq!(post_json(&url, &chat("b")).await.status, 200);
+    let running = get(&format!("{}/running", p.url)).await.json();
+    let b = running["running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model"] == "b")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        b["devices"],
+        serde_json::json!([{"device": "cuda0", "bytes": 15700u64 << 20}]),
+        "{running}"
+    );
+    let metrics = get(&format!("{}/metrics", p.url)).await.text();
+    assert!(
+        metrics.contains(r#"corral_device_overrun_total{device="cuda0"} 1"#),
+        "{metrics}"
+    );
+    until("a stopped to make room for b's overrun", || async {
+        running_on(&p.url, "a").await.is_none()
+    })
+    .await;
+}

@@ -147,28 +147,28 @@ impl Fleet {
             }
         }
         st.used_by_others = used;
-        let stopped = self.shed_overfull(&mut st, "other programs use more memory");
+        let stopped = shed_overfull(&mut st, "other programs use more memory");
         drop(st);
         if changed || stopped {
             self.inner.touch();
         }
     }
+}
 
-    /// Stops idle instances on devices that hold more than they can, least recently used first.
-    /// True when it stopped any.
-    pub(super) fn shed_overfull(&self, st: &mut super::State, why: &str) -> bool {
-        let devices = ledger::less_outside_use(&st.config.devices, &st.used_by_others);
-        let holders = Self::holders(st, None);
-        let grace = st.config.health_check_timeout;
-        let victims = ledger::over_capacity(&devices, &holders);
-        for id in &victims {
-            tracing::warn!(instance = %id, "stopping: {why} than its device can hold");
-            if let Some(inst) = st.instances.get_mut(id) {
-                inst.order_stop(grace, StopReason::Memory);
-            }
+/// Stops idle instances on devices that hold more than they can, least recently used first.
+/// True when it stopped any.
+pub(super) fn shed_overfull(st: &mut super::State, why: &str) -> bool {
+    let devices = ledger::less_outside_use(&st.config.devices, &st.used_by_others);
+    let holders = Fleet::holders(st, None);
+    let grace = st.config.health_check_timeout;
+    let victims = ledger::over_capacity(&devices, &holders);
+    for id in &victims {
+        tracing::warn!(instance = %id, "stopping: {why} than its device can hold");
+        if let Some(inst) = st.instances.get_mut(id) {
+            inst.order_stop(grace, StopReason::Memory);
         }
-        !victims.is_empty()
     }
+    !victims.is_empty()
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod pick;
 mod pinning;
 mod placement;
 mod pool;
+mod readback;
 pub mod swap;
 
 use std::collections::{BTreeMap, VecDeque};
