@@ -198,13 +198,14 @@ async fn memory_other_programs_take_evicts_an_idle_model() {
 }
 
 /// A model serving a request is never stopped for other programs' use, however much they take; a
-/// start that cannot fit is refused naming that use; once idle, the model is stopped.
+/// start that cannot fit waits its `queueTimeout` for that use to go, then is refused naming it;
+/// once idle, the model is stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_other_programs_take_never_stops_a_busy_model() {
     let models = format!(
         "{}{}",
-        fake_model("slow", "--response-delay-ms 4000", "memory: 12GiB"),
-        fake_model("b", "", "memory: 12GiB")
+        fake_model("slow", "--response-delay-ms 6000", "memory: 12GiB"),
+        fake_model("b", "", "memory: 12GiB\nqueueTimeout: 1")
     );
     let (p, dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
     let url = format!("{}/v1/chat/completions", p.url);
@@ -229,7 +230,12 @@ async fn memory_other_programs_take_never_stops_a_busy_model() {
             .contains(&taken)
     })
     .await;
+    let asked = std::time::Instant::now();
     let refused = post_json(&url, &chat("b")).await;
+    assert!(
+        asked.elapsed() >= std::time::Duration::from_secs(1),
+        "waited for the outside use to go"
+    );
     assert_eq!(refused.status, 503);
     assert!(
         refused.text().contains("insufficient_memory")

@@ -70,16 +70,14 @@ fn used_by_others(devices: &[Device], text: &str, is_engine: impl Fn(u32) -> boo
 }
 
 /// One reading of every process's GPU memory, or `None` when nvidia-smi could not tell.
-async fn read_compute_apps() -> Option<String> {
-    let run = tokio::process::Command::new(crate::config::nvidia_smi())
-        .args([
-            "--query-compute-apps=gpu_uuid,pid,used_memory",
-            "--format=csv,noheader,nounits",
-        ])
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(READ_TIMEOUT, run).await {
-        Ok(Ok(out)) if out.status.success() => Some(String::from_utf8_lossy(&out.stdout).into()),
+async fn read_compute_apps(spawner: &crate::supervisor::Spawner) -> Option<String> {
+    let mut cmd = tokio::process::Command::new(crate::config::nvidia_smi());
+    cmd.args([
+        "--query-compute-apps=gpu_uuid,pid,used_memory",
+        "--format=csv,noheader,nounits",
+    ]);
+    match crate::supervisor::query_output(spawner, cmd, READ_TIMEOUT).await {
+        Ok(out) if out.status.success() => Some(String::from_utf8_lossy(&out.stdout).into()),
         _ => None,
     }
 }
@@ -92,11 +90,14 @@ impl Fleet {
         loop {
             let every = self.config().device_refresh;
             let Some(every) = every else {
-                self.note_outside_use(Vec::new());
+                // off (or turned off by a reload): forget the last reading
+                if !self.used_by_others().is_empty() {
+                    self.note_outside_use(Vec::new());
+                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
-            match read_compute_apps().await {
+            match read_compute_apps(&self.inner.spawner).await {
                 Some(text) => {
                     warned = false;
                     let engines = self.engine_pids();

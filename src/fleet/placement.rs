@@ -42,11 +42,19 @@ impl Fleet {
                 crate::memory::format_bytes(need),
                 st.instances[id].need.source
             ))),
-            ledger::Placement::Never(why) => Some(Prepared::NeverFits(format!(
-                "insufficient_memory: {id} needs {} ({}) but {why}{outside}",
-                crate::memory::format_bytes(need),
-                st.instances[id].need.source
-            ))),
+            ledger::Placement::Never(why) => {
+                let message = format!(
+                    "insufficient_memory: {id} needs {} ({}) but {why}{outside}",
+                    crate::memory::format_bytes(need),
+                    st.instances[id].need.source
+                );
+                // other programs' use comes and goes: worth waiting for if it alone is in the way
+                let without_them = ledger::place(devices, need, &pinned, &[]);
+                Some(match without_them {
+                    ledger::Placement::Never(_) => Prepared::NeverFits(message),
+                    _ => Prepared::NoRoom(message),
+                })
+            }
         }
     }
 
