@@ -34,7 +34,7 @@ pub use api::extract::{classify, model_from_body, query_param, rewrite_multipart
 pub use api::meter::{Labels, Metered};
 pub use api::Limits;
 pub use body::BoxError;
-pub use fleet::ledger::need_of;
+pub use fleet::ledger::{need_of, place, Placement};
 pub use logs::Logs;
 pub use memory::{
     estimate_command, estimate_llama, format_bytes, load_deadline, parse_buffer_report,

@@ -45,6 +45,7 @@ pub struct Metrics {
     queue_depth: IntGaugeVec,
     pub memory_capacity: IntGaugeVec,
     pub memory_charged: IntGaugeVec,
+    pub memory_used_by_others: IntGaugeVec,
     pub memory_measured: IntGaugeVec,
     pub instance_estimate: IntGaugeVec,
     pub instance_measured: IntGaugeVec,
@@ -118,6 +119,12 @@ fn fleet_counters(r: &Registry) -> FleetCounters {
             "Pool members taken out after answering server errors in a row.",
             &["model", "instance"],
         ),
+        overruns: counter(
+            r,
+            "corral_device_overrun_total",
+            "Engines that reported allocating more on a device than they were charged (beyond 10%).",
+            &["device"],
+        ),
     }
 }
 
@@ -176,6 +183,7 @@ impl Metrics {
             queue_depth: gauge(&r, "corral_queue_depth", "Requests waiting for a free slot in a pool.", &["pool"]),
             memory_capacity: gauge(&r, "corral_device_memory_capacity_bytes", "Usable memory of a device (capacity less reserve).", &["device"]),
             memory_charged: gauge(&r, "corral_device_memory_charged_bytes", "Memory charged to instances on a device.", &["device"]),
+            memory_used_by_others: gauge(&r, "corral_device_memory_used_by_others_bytes", "Memory that programs other than corral's engines use on a device (nvidia-smi).", &["device"]),
             memory_measured: gauge(&r, "corral_device_memory_measured_bytes", "Memory the engines reported allocating on a device.", &["device"]),
             instance_estimate: gauge(&r, "corral_instance_memory_estimate_bytes", "Estimated device memory of an instance.", &["model", "instance"]),
             instance_measured: gauge(&r, "corral_instance_memory_measured_bytes", "Device memory an instance reported after loading.", &["model", "instance"]),
@@ -202,10 +210,14 @@ impl Metrics {
         snapshot: &[Snapshot],
         queues: &std::collections::BTreeMap<String, usize>,
         devices: &[crate::config::Device],
+        used_by_others: &[u64],
         vllm_names: bool,
     ) -> String {
         self.model_server.update(snapshot, queues);
-        for d in devices {
+        for (i, d) in devices.iter().enumerate() {
+            self.memory_used_by_others
+                .with_label_values(&[&d.name])
+                .set(used_by_others.get(i).copied().unwrap_or(0) as i64);
             let (charged, measured) = crate::fleet::device_totals(snapshot, &d.name);
             self.memory_capacity
                 .with_label_values(&[&d.name])
@@ -478,7 +490,7 @@ mod tests {
             .stops
             .with_label_values(&["a", "a", "ttl"])
             .inc();
-        let text = metrics.render(&[], &Default::default(), &[], false);
+        let text = metrics.render(&[], &Default::default(), &[], &[], false);
         assert!(
             text.contains(&format!("by reason ({}).", cells[3])),
             "{text}"
@@ -488,7 +500,7 @@ mod tests {
     #[test]
     fn render_includes_build_info() {
         let m = Metrics::new();
-        let text = m.render(&[], &Default::default(), &[], false);
+        let text = m.render(&[], &Default::default(), &[], &[], false);
         assert!(text.contains("corral_build_info{version="));
     }
 }

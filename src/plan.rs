@@ -79,9 +79,42 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
                 corral::format_bytes(need.bytes),
                 need.source
             );
+            if !config.devices.is_empty() {
+                let _ = writeln!(out, "  placed:     {}", placed_alone(config, m, need.bytes));
+            }
         }
     }
     out
+}
+
+/// Where a model would go if it were started alone on empty devices: each device and the bytes
+/// charged there (several for a split), or why it never fits.
+fn placed_alone(config: &Config, m: &corral::config::ModelConfig, need: u64) -> String {
+    use corral::{place, Placement};
+    if need == 0 {
+        return "anywhere (no memory figure)".into();
+    }
+    let pinned: Vec<usize> = m
+        .memory
+        .devices
+        .iter()
+        .filter_map(|name| config.devices.iter().position(|d| &d.name == name))
+        .collect();
+    match place(&config.devices, need, &pinned, &[]) {
+        Placement::Fits(charges) => charges
+            .iter()
+            .map(|(d, bytes)| {
+                format!(
+                    "{} {}",
+                    config.devices[*d].name,
+                    corral::format_bytes(*bytes)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" + "),
+        Placement::Never(why) => format!("never fits: {why}"),
+        other => format!("{other:?}"),
+    }
 }
 
 /// The words quoted as a shell needs them; masked secrets (`***`) stay unquoted, as they are

@@ -93,6 +93,7 @@ pub async fn run_with_reloads(
     let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), limits));
     let current = Arc::new(RwLock::new(app.clone()));
     let ttl = tokio::spawn(fleet.clone().run_ttl());
+    let device_refresh = tokio::spawn(fleet.clone().run_device_refresh());
     let reaper =
         crate::supervisor::reaper::needed().then(|| tokio::spawn(crate::supervisor::reaper::run()));
     let mut preload_task = tokio::spawn(preload(fleet.clone()));
@@ -164,6 +165,7 @@ pub async fn run_with_reloads(
     }
     workers.stop().await;
     ttl.abort();
+    device_refresh.abort();
     if let Some(reaper) = reaper {
         reaper.abort();
     }

@@ -1,6 +1,7 @@
 //! Placement the engines obey: each instance starts with exactly the devices the ledger charged it
 //! on, replicas of a pool land on different GPUs, and a model that picks its own devices keeps them.
-//! The GPUs are a fake `nvidia-smi` (`CORRAL_NVIDIA_SMI`) listing two 24 GiB cards.
+//! The GPUs are a fake `nvidia-smi` (`CORRAL_NVIDIA_SMI`) listing two 24 GiB cards; the processes
+//! it reports using them are whatever the test writes to [`COMPUTE_APPS`] in its directory.
 
 mod support;
 
@@ -10,13 +11,17 @@ use std::os::unix::fs::PermissionsExt;
 use support::process::*;
 use support::*;
 
+/// The file the fake nvidia-smi answers `--query-compute-apps` from (`uuid, pid, MiB` rows).
+const COMPUTE_APPS: &str = "compute-apps.csv";
+
 fn fake_nvidia_smi(dir: &std::path::Path) -> String {
     let path = dir.join("nvidia-smi");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\nprintf '0, GPU-aaaa-0000, 24576\\n1, GPU-bbbb-1111, 24576\\n'\n",
-    )
-    .unwrap();
+    let apps = dir.join(COMPUTE_APPS);
+    let script = format!(
+        "#!/bin/sh\ncase \"$1\" in --query-compute-apps*) cat '{}' 2>/dev/null; exit 0;; esac\nprintf '0, GPU-aaaa-0000, 24576\\n1, GPU-bbbb-1111, 24576\\n'\n",
+        apps.display()
+    );
+    std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path.display().to_string()
 }
@@ -30,7 +35,7 @@ fn corral_on_two_gpus(
     let smi = fake_nvidia_smi(dir.path());
     let config = dir.path().join("config.yaml");
     let yaml = format!(
-        "startPort: {}\ndevices: auto\nmodels:\n{models}",
+        "startPort: {}\ndevices: auto\ndeviceRefresh: 1\nmodels:\n{models}",
         free_port_range(8)
     );
     std::fs::write(&config, yaml).unwrap();
@@ -120,4 +125,172 @@ async fn a_model_too_big_for_one_gpu_is_split_over_two() {
         );
         assert!(metrics.contains(&line), "{line} in:\n{metrics}");
     }
+}
+
+/// The devices `/running` shows an instance of `model` on, or `None` while it is not running.
+async fn running_on(url: &str, model: &str) -> Option<Vec<String>> {
+    let running = get(&format!("{url}/running")).await.json();
+    let entry = running["running"]
+        .as_array()?
+        .iter()
+        .find(|r| r["model"] == model)?
+        .clone();
+    Some(
+        entry["devices"]
+            .as_array()?
+            .iter()
+            .map(|d| d["device"].as_str().unwrap_or("").to_string())
+            .collect(),
+    )
+}
+
+/// Polls `check` until it holds, for at most 15 s.
+async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Says that this test's own process uses `mib` on each GPU given: it is no engine of corral's.
+fn outside_use(dir: &std::path::Path, gpus: &[(&str, u64)]) {
+    let rows: String = gpus
+        .iter()
+        .map(|(uuid, mib)| format!("{uuid}, {}, {mib}\n", std::process::id()))
+        .collect();
+    std::fs::write(dir.join(COMPUTE_APPS), rows).unwrap();
+}
+
+const GPU0: &str = "GPU-aaaa-0000";
+const GPU1: &str = "GPU-bbbb-1111";
+
+/// Another program taking 20 GiB on the GPU that holds an idle model: corral stops the model
+/// (reason memory), reports the outside use, and the next model starts on the other GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_other_programs_take_evicts_an_idle_model() {
+    let models = format!(
+        "{}{}",
+        fake_model("a", "", "memory: 12GiB"),
+        fake_model("b", "", "memory: 12GiB")
+    );
+    let (p, dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    assert_eq!(running_on(&p.url, "a").await.unwrap(), ["cuda0"]);
+    outside_use(&dir, &[(GPU0, 20 * 1024)]);
+    until("a stopped for the outside use", || async {
+        running_on(&p.url, "a").await.is_none()
+    })
+    .await;
+    let metrics = get(&format!("{}/metrics", p.url)).await.text();
+    let line = format!(
+        "corral_device_memory_used_by_others_bytes{{device=\"cuda0\"}} {}",
+        20u64 << 30
+    );
+    assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    assert!(
+        metrics.contains(r#"reason="memory"} 1"#),
+        "a stop for memory in:\n{metrics}"
+    );
+    assert_eq!(post_json(&url, &chat("b")).await.status, 200);
+    assert_eq!(running_on(&p.url, "b").await.unwrap(), ["cuda1"]);
+}
+
+/// A model serving a request is never stopped for other programs' use, however much they take; a
+/// start that cannot fit waits its `queueTimeout` for that use to go, then is refused naming it;
+/// once idle, the model is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_other_programs_take_never_stops_a_busy_model() {
+    let models = format!(
+        "{}{}",
+        fake_model("slow", "--response-delay-ms 6000", "memory: 12GiB"),
+        fake_model("b", "", "memory: 12GiB\nqueueTimeout: 1")
+    );
+    let (p, dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    let request = tokio::spawn({
+        let url = url.clone();
+        async move { post_json(&url, &chat("slow")).await.status }
+    });
+    until("slow serving", || async {
+        let running = get(&format!("{}/running", p.url)).await.json();
+        running["running"][0]["inFlight"] == 1 && running["running"][0]["state"] == "ready"
+    })
+    .await;
+    outside_use(&dir, &[(GPU0, 20 * 1024), (GPU1, 20 * 1024)]);
+    let taken = format!(
+        "corral_device_memory_used_by_others_bytes{{device=\"cuda1\"}} {}",
+        20u64 << 30
+    );
+    until("the outside use read", || async {
+        get(&format!("{}/metrics", p.url))
+            .await
+            .text()
+            .contains(&taken)
+    })
+    .await;
+    let asked = std::time::Instant::now();
+    let refused = post_json(&url, &chat("b")).await;
+    assert!(
+        asked.elapsed() >= std::time::Duration::from_secs(1),
+        "waited for the outside use to go"
+    );
+    assert_eq!(refused.status, 503);
+    assert!(
+        refused.text().contains("insufficient_memory")
+            && refused
+                .text()
+                .contains("other programs use 20.00 GiB on cuda0"),
+        "{}",
+        refused.text()
+    );
+    assert!(
+        running_on(&p.url, "slow").await.is_some(),
+        "still running while busy"
+    );
+    assert_eq!(request.await.unwrap(), 200);
+    until("slow stopped once idle", || async {
+        running_on(&p.url, "slow").await.is_none()
+    })
+    .await;
+}
+
+/// An engine that reports allocating more on its GPU than it was charged: the ledger takes its
+/// report device by device, the overrun is counted, and the idle model it crowds out is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_takes_more_than_its_charge_crowds_out_idle_models() {
+    let report = "--buffer-report --report-device CUDA0 --report-model-mib 15000 --report-kv-mib 500 --report-compute-mib 200";
+    let models = format!(
+        "{}{}",
+        fake_model("a", "", "memory: 12GiB"),
+        fake_model("b", report, "memory: {bytes: 4GiB, devices: [cuda0]}")
+    );
+    let (p, _dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    assert_eq!(running_on(&p.url, "a").await.unwrap(), ["cuda0"]);
+    assert_eq!(post_json(&url, &chat("b")).await.status, 200);
+    let running = get(&format!("{}/running", p.url)).await.json();
+    let b = running["running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model"] == "b")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        b["devices"],
+        serde_json::json!([{"device": "cuda0", "bytes": 15700u64 << 20}]),
+        "{running}"
+    );
+    let metrics = get(&format!("{}/metrics", p.url)).await.text();
+    assert!(
+        metrics.contains(r#"corral_device_overrun_total{device="cuda0"} 1"#),
+        "{metrics}"
+    );
+    until("a stopped to make room for b's overrun", || async {
+        running_on(&p.url, "a").await.is_none()
+    })
+    .await;
 }

@@ -264,3 +264,40 @@ async fn progress_keeps_a_slow_load_alive() {
     );
     h.stop().await;
 }
+
+/// `corral check` shows where each model would be placed on its own: one device, a split in
+/// proportion to the room, a pinned split, or why it never fits.
+#[test]
+fn check_shows_where_each_model_would_be_placed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        "devices:\n  - {name: g0, capacity: 24GiB}\n  - {name: g1, capacity: 24GiB}\nmodels:\n  one: {cmd: 'srv --port ${PORT}', memory: 12GiB}\n  split: {cmd: 'srv --port ${PORT}', memory: 30GiB}\n  pinned: {cmd: 'srv --port ${PORT}', memory: {bytes: 8GiB, devices: [g0, g1]}}\n  huge: {cmd: 'srv --port ${PORT}', memory: 60GiB}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(CORRAL)
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let placed = |model: &str| {
+        text.split(&format!("model {model}\n"))
+            .nth(1)
+            .unwrap()
+            .lines()
+            .find(|l| l.contains("placed:"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(placed("one"), "placed:     g0 12.00 GiB");
+    assert_eq!(placed("split"), "placed:     g0 15.00 GiB + g1 15.00 GiB");
+    assert_eq!(placed("pinned"), "placed:     g0 4.00 GiB + g1 4.00 GiB");
+    assert!(
+        placed("huge").starts_with("placed:     never fits: "),
+        "{}",
+        placed("huge")
+    );
+}

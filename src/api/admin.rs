@@ -87,6 +87,7 @@ where
                 &app.fleet.snapshot(),
                 &app.fleet.queue_depths(),
                 &app.config.devices,
+                &app.fleet.used_by_others(),
                 app.config.vllm_metric_names,
             );
             Ok(Response::builder()

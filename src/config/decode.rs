@@ -37,6 +37,7 @@ const TOP_KEYS: &[&str] = &[
     "matrix",
     // corral's own
     "devices",
+    "deviceRefresh",
     "loadBandwidth",
     "loadStallTimeout",
     "maxConnections",
@@ -259,6 +260,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let peers = decode_peers(&top, &models, warnings)?;
 
     let load_bandwidth = super::memory::load_bandwidth(&top)?;
+    let device_refresh = super::memory::device_refresh(&top)?;
     let load_stall =
         super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
     let server = super::server::decode(&top, warnings)?;
@@ -267,6 +269,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         router,
         devices,
         load_bandwidth,
+        device_refresh,
         load_stall,
         health_check_timeout: secs(health),
         log_level,

@@ -161,9 +161,7 @@ pub fn devices(
 
 /// `devices: auto`: every GPU that nvidia-smi lists, with 5% kept in reserve.
 fn detect_nvidia(warnings: &mut Vec<String>) -> Vec<Device> {
-    // CORRAL_NVIDIA_SMI points elsewhere (tests use a fake that lists GPUs this machine lacks)
-    let smi = std::env::var("CORRAL_NVIDIA_SMI").unwrap_or_else(|_| "nvidia-smi".into());
-    let out = std::process::Command::new(smi)
+    let out = std::process::Command::new(nvidia_smi())
         .args([
             "--query-gpu=index,uuid,memory.total",
             "--format=csv,noheader,nounits",
@@ -198,6 +196,29 @@ fn nvidia_smi_row(line: &str) -> Option<Device> {
             .to_string(),
         ),
     })
+}
+
+/// `deviceRefresh`: seconds between readings of what other programs use on the GPUs, 5 unless
+/// set, 0 for never. Only devices found by `devices: auto` are read (nvidia-smi names them).
+pub fn device_refresh(top: &MapReader<'_>) -> Result<Option<Duration>, ConfigError> {
+    let auto = matches!(top.get("devices").map(|n| &n.value), Some(Value::Str(s)) if s == "auto");
+    match top.int("deviceRefresh")? {
+        Some(s) if s < 0 => Err(top.err("deviceRefresh", "must be a number of seconds, 0 for off")),
+        Some(0) => Ok(None),
+        _ if !auto => Ok(None),
+        s => Ok(Some(Duration::from_secs(
+            s.map_or(DEFAULT_DEVICE_REFRESH_S, |s| s as u64),
+        ))),
+    }
+}
+
+/// Seconds between readings of nvidia-smi when `deviceRefresh` is not set.
+pub const DEFAULT_DEVICE_REFRESH_S: u64 = 5;
+
+/// The command that reports the GPUs: `nvidia-smi`, or `CORRAL_NVIDIA_SMI` (tests use a fake
+/// that lists GPUs this machine lacks).
+pub fn nvidia_smi() -> String {
+    std::env::var("CORRAL_NVIDIA_SMI").unwrap_or_else(|_| "nvidia-smi".into())
 }
 
 pub fn load_bandwidth(top: &MapReader<'_>) -> Result<u64, ConfigError> {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use memory::{Device, MemorySpec, Vendor};
+pub use memory::{nvidia_smi, Device, MemorySpec, Vendor};
 pub use redact::Redactor;
 pub use server::ServerSettings;
 pub use yaml::Loc;
@@ -201,6 +201,9 @@ pub struct Config {
     pub devices: Vec<Device>,
     /// Bytes per second a load is expected to read at least; sets each model's load deadline.
     pub load_bandwidth: u64,
+    /// How often nvidia-smi is read again for the memory other programs use on the devices
+    /// (`deviceRefresh`); `None` when off, or when the devices were not found by `devices: auto`.
+    pub device_refresh: Option<Duration>,
     /// How long a loading engine may show no progress after its deadline before it is killed.
     pub load_stall: Duration,
     pub log_level: String,

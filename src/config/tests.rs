@@ -575,3 +575,22 @@ fn devices_say_how_an_engine_is_pinned_to_them() {
         "{err}"
     );
 }
+
+#[test]
+fn device_refresh_reads_nvidia_smi_only_for_auto_devices() {
+    let listed = "devices:\n  - {name: g, capacity: 8GiB}\n";
+    assert_eq!(load(listed).device_refresh, None);
+    assert_eq!(
+        load("devices: auto\n").device_refresh,
+        Some(Duration::from_secs(5))
+    );
+    assert_eq!(
+        load("devices: auto\ndeviceRefresh: 2\n").device_refresh,
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(
+        load("devices: auto\ndeviceRefresh: 0\n").device_refresh,
+        None
+    );
+    assert!(load_err("deviceRefresh: -1\n").contains("deviceRefresh"));
+}

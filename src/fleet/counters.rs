@@ -22,6 +22,8 @@ pub struct FleetCounters {
     pub restarts: IntCounterVec,
     /// Pool members taken out after server errors in a row: labels model, instance.
     pub ejections: IntCounterVec,
+    /// Engines that allocated more on a device than they were charged: label device.
+    pub overruns: IntCounterVec,
 }
 
 /// The `reason` label of a stop: the order's reason, or `crash` for an exit nobody ordered.

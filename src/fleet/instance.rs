@@ -249,7 +249,8 @@ pub(crate) async fn run(
         }
         _ => None,
     };
-    let measured = super::ledger::measured_from_log(&String::from_utf8_lossy(&log.history()));
+    let history = String::from_utf8_lossy(&log.history()).into_owned();
+    let measured = super::ledger::measured_from_log(&history);
     inner.update(&id, |i| {
         i.phase = Phase::Ready;
         i.last_used = Instant::now();
@@ -269,6 +270,7 @@ pub(crate) async fn run(
             i.need.bytes = m;
         }
     });
+    inner.read_back(&id, &history);
     let poller = slots_poll
         .map(|every| tokio::spawn(poll_slots(inner.clone(), id.clone(), spec.clone(), every)));
     let (uptime, reason) = tokio::select! {

@@ -295,6 +295,49 @@ fn consider(best: &mut Option<((u8, u64), Placement)>, key: (u8, u64), p: Placem
     }
 }
 
+/// The devices as placement sees them once other programs' use is taken out: what they hold counts
+/// as reserved (usable = capacity - reserve - used by others).
+pub fn less_outside_use(devices: &[Device], others: &[u64]) -> Vec<Device> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Device {
+            reserve: (d.reserve + others.get(i).copied().unwrap_or(0)).min(d.capacity),
+            ..d.clone()
+        })
+        .collect()
+}
+
+/// Idle instances to stop because a device holds more than it can (other programs grew, or an
+/// engine allocated more than it was charged): on each such device, least recently used first,
+/// until what is left fits. Busy instances are never chosen; stopping ones already count as gone.
+pub fn over_capacity(devices: &[Device], holders: &[Holder]) -> Vec<String> {
+    let mut chosen: Vec<&Holder> = Vec::new();
+    for (d, device) in devices.iter().enumerate() {
+        let staying = |chosen: &[&Holder]| {
+            holders
+                .iter()
+                .filter(|h| !h.stopping && !chosen.iter().any(|c| c.id == h.id))
+                .map(|h| h.on(d))
+                .sum::<u64>()
+        };
+        let mut idle: Vec<&Holder> = holders
+            .iter()
+            .filter(|h| !h.busy && !h.stopping && h.on(d) > 0)
+            .collect();
+        idle.sort_by_key(|h| h.last_used);
+        for h in idle {
+            if staying(&chosen) <= device.usable() {
+                break;
+            }
+            if !chosen.iter().any(|c| c.id == h.id) {
+                chosen.push(h);
+            }
+        }
+    }
+    chosen.into_iter().map(|h| h.id.clone()).collect()
+}
+
 /// What a loaded llama-server reported allocating on devices (host buffers left out), from its
 /// `... buffer size = N MiB` lines.
 pub fn measured_from_log(text: &str) -> Option<u64> {
@@ -310,6 +353,62 @@ pub fn measured_from_log(text: &str) -> Option<u64> {
         }
     }
     found.then_some(total)
+}
+
+/// How far an engine's report may exceed its charge on a device before it counts as an overrun
+/// (percent): estimates are rounded, and a few percent either way is normal.
+pub const OVERRUN_TOLERANCE_PERCENT: u64 = 10;
+
+/// What a loaded llama-server reported allocating on each device it was shown, by the device's
+/// position among them (`CUDA1` is the second device made visible), host buffers left out.
+pub fn measured_by_device(text: &str) -> Vec<(usize, u64)> {
+    let mut out: Vec<(usize, u64)> = Vec::new();
+    for line in text.lines() {
+        let Some((device, _kind, bytes)) = memory::parse_buffer_report(line) else {
+            continue;
+        };
+        if device.contains("CPU") || device.contains("Host") {
+            continue;
+        }
+        let digits = &device[device.trim_end_matches(|c: char| c.is_ascii_digit()).len()..];
+        let position = digits.parse().unwrap_or(0);
+        match out.iter_mut().find(|(p, _)| *p == position) {
+            Some((_, total)) => *total += bytes,
+            None => out.push((position, bytes)),
+        }
+    }
+    out
+}
+
+/// A device whose report exceeded its charge by more than the tolerance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overrun {
+    pub device: usize,
+    pub charged: u64,
+    pub reported: u64,
+}
+
+/// The charges with each reported device's figure in place of the estimate (`reported` by
+/// position among `placed`, the order the devices were made visible), and the devices that
+/// overran. Positions beyond the placement are ignored.
+pub fn corrected(placed: &Charges, reported: &[(usize, u64)]) -> (Charges, Vec<Overrun>) {
+    let mut charges = placed.clone();
+    let mut overruns = Vec::new();
+    for (position, bytes) in reported {
+        let Some((device, charge)) = charges.get_mut(*position) else {
+            continue;
+        };
+        let allowed = *charge + *charge * OVERRUN_TOLERANCE_PERCENT / 100;
+        if *bytes > allowed {
+            overruns.push(Overrun {
+                device: *device,
+                charged: *charge,
+                reported: *bytes,
+            });
+        }
+        *charge = *bytes;
+    }
+    (charges, overruns)
 }
 
 #[cfg(test)]
@@ -491,5 +590,64 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn outside_use_is_held_like_a_reserve() {
+        let devices = [gpu("g0", 24), gpu("g1", 24)];
+        let seen = less_outside_use(&devices, &[20 * GIB, 0]);
+        assert_eq!(seen[0].usable(), 4 * GIB);
+        assert_eq!(seen[1].usable(), 24 * GIB);
+        assert_eq!(
+            place(&seen, 12 * GIB, &[], &[]),
+            Placement::Fits(vec![(1, 12 * GIB)])
+        );
+        assert_eq!(less_outside_use(&devices, &[30 * GIB])[0].usable(), 0);
+    }
+
+    #[test]
+    fn an_overfull_device_sheds_idle_holders_least_recently_used_first() {
+        let devices = [gpu("g", 10)];
+        let holders = [
+            holder("busy", 4, true, 300),
+            holder("old", 3, false, 200),
+            holder("new", 3, false, 100),
+        ];
+        assert!(over_capacity(&devices, &holders).is_empty());
+        let shrunk = less_outside_use(&devices, &[2 * GIB]);
+        assert_eq!(over_capacity(&shrunk, &holders), ["old"]);
+        let tiny = less_outside_use(&devices, &[9 * GIB]);
+        assert_eq!(
+            over_capacity(&tiny, &holders),
+            ["old", "new"],
+            "never the busy one, even when it alone is too much"
+        );
+    }
+
+    #[test]
+    fn each_visible_device_is_read_back_in_placement_order() {
+        let log = "load_tensors:        CUDA0 model buffer size =  1024.00 MiB\nload_tensors:        CUDA1 model buffer size =  2048.00 MiB\nload_tensors:   CPU_Mapped model buffer size =   281.81 MiB\nllama_kv_cache:      CUDA1 KV buffer size =   256.00 MiB\n";
+        const MIB: u64 = 1 << 20;
+        let read = measured_by_device(log);
+        assert_eq!(read, [(0, 1024 * MIB), (1, 2304 * MIB)]);
+        // placed on device 3 first, then device 1: CUDA0 is device 3
+        let placed = vec![(3, 1024 * MIB), (1, 2048 * MIB)];
+        let (charges, overruns) = corrected(&placed, &read);
+        assert_eq!(charges, [(3, 1024 * MIB), (1, 2304 * MIB)]);
+        assert_eq!(
+            overruns,
+            [Overrun {
+                device: 1,
+                charged: 2048 * MIB,
+                reported: 2304 * MIB
+            }],
+            "12.5% over is an overrun; exactly the charge is not"
+        );
+        assert!(
+            corrected(&vec![(0, 1000 * MIB), (1, 2100 * MIB)], &read)
+                .1
+                .is_empty(),
+            "2.4% and 9.7% over are within the tolerance"
+        );
     }
 }

@@ -13,6 +13,7 @@
 
 mod build;
 pub mod counters;
+mod gpu_use;
 pub mod instance;
 mod lease;
 pub mod ledger;
@@ -21,6 +22,7 @@ pub mod pick;
 mod pinning;
 mod placement;
 mod pool;
+mod readback;
 pub mod swap;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -61,6 +63,8 @@ pub(crate) struct State {
     waiting: BTreeMap<u64, (i64, String)>,
     next_ticket: u64,
     picks: u64,
+    /// Memory other programs use on each configured device, as nvidia-smi last said.
+    used_by_others: Vec<u64>,
 }
 
 /// One instance's state, as `/running` and the events show it.
@@ -157,6 +161,7 @@ impl Fleet {
             waiting: BTreeMap::new(),
             next_ticket: 0,
             picks: 0,
+            used_by_others: Vec::new(),
             config,
             catalog,
         };

@@ -19,21 +19,10 @@ impl Fleet {
             .iter()
             .filter_map(|name| devices.iter().position(|d| &d.name == name))
             .collect();
-        let holders: Vec<ledger::Holder> = st
-            .instances
-            .values()
-            .filter(|i| i.phase != Phase::Stopped && i.id != id)
-            .map(|i| ledger::Holder {
-                id: i.id.clone(),
-                devices: i.placed.clone(),
-                bytes: i.need.bytes,
-                busy: busy(st, &i.id),
-                stopping: i.phase == Phase::Stopping
-                    || i.stop.as_ref().is_some_and(|s| s.borrow().is_some()),
-                last_used: i.last_used,
-            })
-            .collect();
-        match ledger::place(devices, need, &pinned, &holders) {
+        let holders = Self::holders(st, Some(id));
+        let seen = ledger::less_outside_use(devices, &st.used_by_others);
+        let outside = outside_use_note(devices, &st.used_by_others);
+        match ledger::place(&seen, need, &pinned, &holders) {
             ledger::Placement::Fits(on) => {
                 st.instances.get_mut(id).expect("known").placed = on;
                 None
@@ -49,16 +38,41 @@ impl Fleet {
             }
             ledger::Placement::WaitForStops => Some(Prepared::Waiting),
             ledger::Placement::Blocked(why) => Some(Prepared::NoRoom(format!(
-                "insufficient_memory: {id} needs {} ({}); {why}",
+                "insufficient_memory: {id} needs {} ({}); {why}{outside}",
                 crate::memory::format_bytes(need),
                 st.instances[id].need.source
             ))),
-            ledger::Placement::Never(why) => Some(Prepared::NeverFits(format!(
-                "insufficient_memory: {id} needs {} ({}) but {why}",
-                crate::memory::format_bytes(need),
-                st.instances[id].need.source
-            ))),
+            ledger::Placement::Never(why) => {
+                let message = format!(
+                    "insufficient_memory: {id} needs {} ({}) but {why}{outside}",
+                    crate::memory::format_bytes(need),
+                    st.instances[id].need.source
+                );
+                // other programs' use comes and goes: worth waiting for if it alone is in the way
+                let without_them = ledger::place(devices, need, &pinned, &[]);
+                Some(match without_them {
+                    ledger::Placement::Never(_) => Prepared::NeverFits(message),
+                    _ => Prepared::NoRoom(message),
+                })
+            }
         }
+    }
+
+    /// What every instance but `except` holds now, for the ledger.
+    pub(super) fn holders(st: &State, except: Option<&str>) -> Vec<ledger::Holder> {
+        st.instances
+            .values()
+            .filter(|i| i.phase != Phase::Stopped && Some(i.id.as_str()) != except)
+            .map(|i| ledger::Holder {
+                id: i.id.clone(),
+                devices: i.placed.clone(),
+                bytes: i.need.bytes,
+                busy: busy(st, &i.id),
+                stopping: i.phase == Phase::Stopping
+                    || i.stop.as_ref().is_some_and(|s| s.borrow().is_some()),
+                last_used: i.last_used,
+            })
+            .collect()
     }
 
     /// True when `id` could be served without evicting anything.
@@ -70,4 +84,18 @@ impl Fleet {
             .map(|(k, _)| k.as_str());
         swap::conflicts(&st.config, &st.catalog, id, running).is_empty()
     }
+}
+
+/// `" (other programs use 20.00 GiB on cuda0)"`, or nothing when they use none.
+fn outside_use_note(devices: &[crate::config::Device], used: &[u64]) -> String {
+    let parts: Vec<String> = devices
+        .iter()
+        .zip(used)
+        .filter(|(_, b)| **b > 0)
+        .map(|(d, b)| format!("{} on {}", crate::memory::format_bytes(*b), d.name))
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(" (other programs use {})", parts.join(", "))
 }

@@ -26,6 +26,25 @@ pub use spawner::Spawner;
 
 use crate::logs::{LogRing, Logs};
 
+/// Runs a short query (nvidia-smi) through the spawner and returns its output, or an error when it
+/// fails to start or outlasts `limit`. Forked there, it counts as one of corral's own children, so
+/// the orphan reaper (corral as PID 1) never takes its exit status from tokio.
+pub async fn query_output(
+    spawner: &Spawner,
+    mut cmd: tokio::process::Command,
+    limit: Duration,
+) -> std::io::Result<std::process::Output> {
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let child = spawner.spawn(cmd).await?;
+    let pid = child.id();
+    let out = tokio::time::timeout(limit, child.wait_with_output()).await;
+    if let Some(pid) = pid {
+        spawner::forget(pid);
+    }
+    out.map_err(|_| std::io::Error::other(format!("no answer within {}s", limit.as_secs())))?
+}
+
 /// What a process needs to run, resolved from the config.
 #[derive(Debug, Clone)]
 pub struct ProcessSpec {

@@ -1,0 +1,224 @@
+//! Memory that other programs use on the GPUs. The ledger knows only what corral's engines were
+//! charged; a desktop, a training run or a second server on the same card takes memory it never
+//! sees. So a task re-reads nvidia-smi's per-process use every `deviceRefresh` seconds, counts what
+//! is not an engine of corral's (nor a child of one) as held on that device, and stops idle
+//! instances when that leaves a device holding more than it can. Requests never wait on nvidia-smi:
+//! they read the last figures under the fleet's lock.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::{ledger, Fleet, StopReason};
+use crate::config::Device;
+
+/// How long one nvidia-smi reading may take before it is given up (a hung driver must not stall
+/// the refresh forever).
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Parents followed up from a process before giving up (a loop in /proc would be a kernel bug,
+/// but a bound costs nothing).
+const MAX_DEPTH: usize = 64;
+
+/// One `gpu_uuid, pid, used_memory` row of `--query-compute-apps` (MiB, no units).
+fn compute_app_row(line: &str) -> Option<(String, u32, u64)> {
+    let mut fields = line.split(',').map(str::trim);
+    let uuid = fields.next()?.to_string();
+    let pid = fields.next()?.parse().ok()?;
+    let mib: u64 = fields.next()?.parse().ok()?;
+    Some((uuid, pid, mib * 1024 * 1024))
+}
+
+/// The parent of a process, from `/proc/PID/stat` (the command name may hold spaces and parens,
+/// so the fields are read after its last `)`).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// True when `pid` is one of `engines` or runs under one.
+fn descends_from(pid: u32, engines: &HashSet<u32>, parent: impl Fn(u32) -> Option<u32>) -> bool {
+    let mut at = pid;
+    for _ in 0..MAX_DEPTH {
+        if engines.contains(&at) {
+            return true;
+        }
+        match parent(at) {
+            Some(p) if p > 1 && p != at => at = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Bytes used on each device by processes that are not engines: rows of `--query-compute-apps`
+/// matched to devices by UUID (`select_as` of `devices: auto`).
+fn used_by_others(devices: &[Device], text: &str, is_engine: impl Fn(u32) -> bool) -> Vec<u64> {
+    let mut used = vec![0; devices.len()];
+    for (uuid, pid, bytes) in text.lines().filter_map(compute_app_row) {
+        let Some(d) = devices
+            .iter()
+            .position(|d| d.select_as.as_deref() == Some(uuid.as_str()))
+        else {
+            continue;
+        };
+        if !is_engine(pid) {
+            used[d] += bytes;
+        }
+    }
+    used
+}
+
+/// One reading of every process's GPU memory, or `None` when nvidia-smi could not tell.
+async fn read_compute_apps(spawner: &crate::supervisor::Spawner) -> Option<String> {
+    let mut cmd = tokio::process::Command::new(crate::config::nvidia_smi());
+    cmd.args([
+        "--query-compute-apps=gpu_uuid,pid,used_memory",
+        "--format=csv,noheader,nounits",
+    ]);
+    match crate::supervisor::query_output(spawner, cmd, READ_TIMEOUT).await {
+        Ok(out) if out.status.success() => Some(String::from_utf8_lossy(&out.stdout).into()),
+        _ => None,
+    }
+}
+
+impl Fleet {
+    /// Re-reads what other programs use on the GPUs every `deviceRefresh` seconds (from the config
+    /// in force at each tick, so a reload can turn it on or off). Runs until aborted.
+    pub async fn run_device_refresh(self) {
+        let mut warned = false;
+        loop {
+            let every = self.config().device_refresh;
+            let Some(every) = every else {
+                // off (or turned off by a reload): forget the last reading
+                if !self.used_by_others().is_empty() {
+                    self.note_outside_use(Vec::new());
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            match read_compute_apps(&self.inner.spawner).await {
+                Some(text) => {
+                    warned = false;
+                    let engines = self.engine_pids();
+                    let is_engine = |pid| descends_from(pid, &engines, parent_of);
+                    let used = used_by_others(&self.config().devices, &text, is_engine);
+                    self.note_outside_use(used);
+                }
+                None if !warned => {
+                    warned = true;
+                    tracing::warn!(
+                        "nvidia-smi gave no per-process memory; keeping the last reading"
+                    );
+                }
+                None => {}
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    fn engine_pids(&self) -> HashSet<u32> {
+        self.inner
+            .lock()
+            .instances
+            .values()
+            .filter_map(|i| i.pid)
+            .collect()
+    }
+
+    /// Memory other programs use on each configured device, as last read.
+    pub fn used_by_others(&self) -> Vec<u64> {
+        self.inner.lock().used_by_others.clone()
+    }
+
+    /// Records a reading and stops idle instances on devices it leaves over capacity (at every
+    /// reading: an instance busy at the last one may be idle now).
+    fn note_outside_use(&self, used: Vec<u64>) {
+        let mut st = self.inner.lock();
+        let changed = st.used_by_others != used;
+        for (d, bytes) in used.iter().enumerate() {
+            if st.used_by_others.get(d) != Some(bytes) {
+                if let Some(device) = st.config.devices.get(d) {
+                    tracing::info!(
+                        "{}: other programs use {}",
+                        device.name,
+                        crate::memory::format_bytes(*bytes)
+                    );
+                }
+            }
+        }
+        st.used_by_others = used;
+        let stopped = shed_overfull(&mut st, "other programs use more memory");
+        drop(st);
+        if changed || stopped {
+            self.inner.touch();
+        }
+    }
+}
+
+/// Stops idle instances on devices that hold more than they can, least recently used first.
+/// True when it stopped any.
+pub(super) fn shed_overfull(st: &mut super::State, why: &str) -> bool {
+    let devices = ledger::less_outside_use(&st.config.devices, &st.used_by_others);
+    let holders = Fleet::holders(st, None);
+    let grace = st.config.health_check_timeout;
+    let victims = ledger::over_capacity(&devices, &holders);
+    for id in &victims {
+        tracing::warn!(instance = %id, "stopping: {why} than its device can hold");
+        if let Some(inst) = st.instances.get_mut(id) {
+            inst.order_stop(grace, StopReason::Memory);
+        }
+    }
+    !victims.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Vendor;
+
+    const GIB: u64 = 1 << 30;
+
+    fn gpu(uuid: &str) -> Device {
+        Device {
+            name: uuid.into(),
+            capacity: 24 * GIB,
+            reserve: 0,
+            vendor: Vendor::Nvidia,
+            select_as: Some(uuid.into()),
+        }
+    }
+
+    #[test]
+    fn only_processes_outside_the_engines_count() {
+        let devices = [gpu("GPU-a"), gpu("GPU-b")];
+        let text =
+            "GPU-a, 100, 20480\nGPU-a, 200, 1024\nGPU-b, 300, 512\nGPU-x, 400, 9\nnot a row\n";
+        let used = used_by_others(&devices, text, |pid| pid == 200);
+        assert_eq!(used, [20 * GIB, GIB / 2]);
+    }
+
+    #[test]
+    fn an_engines_children_are_the_engines() {
+        let engines = HashSet::from([10]);
+        // 12 -> 11 -> 10 (engine) -> 1; 20 -> 1
+        let parent = |pid| match pid {
+            12 => Some(11),
+            11 => Some(10),
+            10 | 20 => Some(1),
+            _ => None,
+        };
+        assert!(descends_from(12, &engines, parent));
+        assert!(descends_from(10, &engines, parent));
+        assert!(!descends_from(20, &engines, parent));
+        assert!(!descends_from(99, &engines, parent));
+    }
+
+    #[test]
+    fn a_parent_is_read_from_proc() {
+        assert_eq!(
+            parent_of(std::process::id()),
+            Some(nix::unistd::getppid().as_raw() as u32)
+        );
+    }
+}
