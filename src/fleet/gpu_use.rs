@@ -52,8 +52,15 @@ fn descends_from(pid: u32, engines: &HashSet<u32>, parent: impl Fn(u32) -> Optio
 }
 
 /// Bytes used on each device by processes that are not engines: rows of `--query-compute-apps`
-/// matched to devices by UUID (`select_as` of `devices: auto`).
-fn used_by_others(devices: &[Device], text: &str, is_engine: impl Fn(u32) -> bool) -> Vec<u64> {
+/// matched to devices by UUID (`select_as` of `devices: auto`). A process corral cannot see is not
+/// counted: in a container with its own PID namespace nvidia-smi names host processes, corral's
+/// engines among them, and counting those would evict idle models for their own memory.
+fn used_by_others(
+    devices: &[Device],
+    text: &str,
+    visible: impl Fn(u32) -> bool,
+    is_engine: impl Fn(u32) -> bool,
+) -> Vec<u64> {
     let mut used = vec![0; devices.len()];
     for (uuid, pid, bytes) in text.lines().filter_map(compute_app_row) {
         let Some(d) = devices
@@ -62,7 +69,7 @@ fn used_by_others(devices: &[Device], text: &str, is_engine: impl Fn(u32) -> boo
         else {
             continue;
         };
-        if !is_engine(pid) {
+        if visible(pid) && !is_engine(pid) {
             used[d] += bytes;
         }
     }
@@ -102,7 +109,8 @@ impl Fleet {
                     warned = false;
                     let engines = self.engine_pids();
                     let is_engine = |pid| descends_from(pid, &engines, parent_of);
-                    let used = used_by_others(&self.config().devices, &text, is_engine);
+                    let visible = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+                    let used = used_by_others(&self.config().devices, &text, visible, is_engine);
                     self.note_outside_use(used);
                 }
                 None if !warned => {
@@ -194,8 +202,11 @@ mod tests {
         let devices = [gpu("GPU-a"), gpu("GPU-b")];
         let text =
             "GPU-a, 100, 20480\nGPU-a, 200, 1024\nGPU-b, 300, 512\nGPU-x, 400, 9\nnot a row\n";
-        let used = used_by_others(&devices, text, |pid| pid == 200);
+        let used = used_by_others(&devices, text, |_| true, |pid| pid == 200);
         assert_eq!(used, [20 * GIB, GIB / 2]);
+        // in another PID namespace nothing can be told apart: nothing counts
+        let unseen = used_by_others(&devices, text, |pid| pid == 200, |pid| pid == 200);
+        assert_eq!(unseen, [0, 0]);
     }
 
     #[test]
