@@ -118,6 +118,18 @@ fn fleet_counters(r: &Registry) -> FleetCounters {
             "Pool members taken out after answering server errors in a row.",
             &["model", "instance"],
         ),
+        prefix_hits: counter(
+            r,
+            "corral_prefix_hits_total",
+            "Pool requests sent to the replica that last served the longest prefix of their prompt.",
+            &["model"],
+        ),
+        prefix_matched_bytes: counter(
+            r,
+            "corral_prefix_matched_bytes_total",
+            "Prompt bytes of prefix hits that the chosen replica had served before.",
+            &["model"],
+        ),
     }
 }
 

@@ -22,6 +22,11 @@ pub struct FleetCounters {
     pub restarts: IntCounterVec,
     /// Pool members taken out after server errors in a row: labels model, instance.
     pub ejections: IntCounterVec,
+    /// Requests sent to the replica holding their prompt's longest prefix (`balance: prefix`):
+    /// label model.
+    pub prefix_hits: IntCounterVec,
+    /// Prompt bytes those hits matched, in whole blocks: label model.
+    pub prefix_matched_bytes: IntCounterVec,
 }
 
 /// The `reason` label of a stop: the order's reason, or `crash` for an exit nobody ordered.
