@@ -125,6 +125,18 @@ fn fleet_counters(r: &Registry) -> FleetCounters {
             "Engines that reported allocating more on a device than they were charged (beyond 10%).",
             &["device"],
         ),
+        prefix_hits: counter(
+            r,
+            "corral_prefix_hits_total",
+            "Pool requests sent to the replica that last served the longest prefix of their prompt.",
+            &["model"],
+        ),
+        prefix_matched_bytes: counter(
+            r,
+            "corral_prefix_matched_bytes_total",
+            "Prompt bytes of prefix hits that the chosen replica had served before.",
+            &["model"],
+        ),
     }
 }
 

@@ -487,3 +487,63 @@ async fn server_errors_never_take_out_the_last_ready_member() {
     assert_eq!(h.running().await.len(), 1, "one member stays");
     h.stop().await;
 }
+
+/// The turns of one conversation: a long system prompt, then more user and assistant messages each
+/// turn, so every turn's `messages` starts with the whole of the turn before.
+fn conversation_turns(turns: usize) -> Vec<serde_json::Value> {
+    let system = "You are a careful assistant. ".repeat(40);
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    (0..turns)
+        .map(|t| {
+            messages.push(json!({"role": "user", "content": format!("question {t}")}));
+            let body = json!({"model": "chat", "messages": messages.clone()});
+            messages.push(json!({"role": "assistant", "content": format!("answer {t}")}));
+            body
+        })
+        .collect()
+}
+
+/// Sends the turns one after another; how many reached each replica.
+async fn run_conversation(h: &Harness, url: &str, turns: usize) -> Vec<usize> {
+    let before = per_replica(h, "chat");
+    for body in conversation_turns(turns) {
+        assert_eq!(post_json(url, &body).await.status, 200);
+    }
+    let after = per_replica(h, "chat");
+    after
+        .iter()
+        .map(|(port, n)| n - before.get(port).copied().unwrap_or(0))
+        .collect()
+}
+
+/// With `balance: prefix` (the default) every turn of a conversation lands on the replica that
+/// served the turn before, and `/metrics` counts each later turn as a hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_stays_on_the_replica_holding_its_prefix() {
+    let (h, url) = warm_pair("-np 1", "startReplicas: all").await;
+    let mut added = run_conversation(&h, &url, 6).await;
+    added.sort();
+    assert_eq!(added, [0, 6], "every turn on one replica");
+    let metrics = get(&format!("{}/metrics", h.url)).await.text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"corral_prefix_hits_total{model="chat"} 5"#),
+        "{metrics}"
+    );
+    let matched = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"corral_prefix_matched_bytes_total{model="chat"} "#))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(matched.is_some_and(|b| b >= 5 * 1024), "{metrics}");
+    h.stop().await;
+}
+
+/// With `balance: slots` the same turns go by free slots: both replicas idle, each turn goes to
+/// the one picked longer ago, so the conversation alternates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_balance_slots_a_conversation_alternates() {
+    let (h, url) = warm_pair("-np 1", "startReplicas: all\nbalance: slots").await;
+    assert_eq!(run_conversation(&h, &url, 6).await, [3, 3]);
+    h.stop().await;
+}

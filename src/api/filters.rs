@@ -54,6 +54,11 @@ impl<'a> JsonBody<'a> {
         serde_json::from_str(self.0.get(key)?.raw().get()).ok()
     }
 
+    /// A top-level value's JSON text as the client sent it (or as a rule set it), unparsed.
+    pub fn raw(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|slot| slot.raw().get())
+    }
+
     /// Sets a top-level key; true when that changed the body.
     pub fn set(&mut self, key: &str, value: &Value) -> bool {
         if self.get(key).as_ref() == Some(value) {

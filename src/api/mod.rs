@@ -546,7 +546,8 @@ pub(crate) async fn forward_local(
 ) -> Result<Response<Body>, Error> {
     let client = &app.clients[&model.id];
     let timeout = model.timeouts.response_header;
-    let lease = app.fleet.acquire(target, None).await?;
+    let prompt = prompt_blocks(model, target, &bytes);
+    let lease = app.fleet.acquire_for(target, None, prompt.as_ref()).await?;
     let out = |lease: &crate::fleet::Lease, parts: http::request::Parts| Outgoing {
         base: lease.proxy(),
         path_and_query: &path_and_query,
@@ -565,7 +566,10 @@ pub(crate) async fn forward_local(
             app.fleet.report_unreachable(&first_id);
             app.metrics.retries.with_label_values(&[&model.id]).inc();
             tracing::warn!(instance = %first_id, "retrying on another replica after: {e}");
-            let lease = app.fleet.acquire(target, Some(&first_id)).await?;
+            let lease = app
+                .fleet
+                .acquire_for(target, Some(&first_id), prompt.as_ref())
+                .await?;
             let id = lease.id().to_string();
             let req = out(&lease, parts);
             let answer = proxy::forward(client, req, timeout, lease).await;
@@ -580,6 +584,21 @@ pub(crate) async fn forward_local(
         }
         other => other,
     }
+}
+
+/// The prompt's chained block hashes, for a pool that balances by prefix: the JSON text of a chat
+/// body's `messages` or a completion's `prompt`, read without parsing the rest of the body.
+fn prompt_blocks(
+    model: &crate::config::ModelConfig,
+    target: &Target,
+    bytes: &[u8],
+) -> Option<crate::fleet::prefix::Prefix> {
+    if !matches!(target, Target::Pool(_)) || model.pool.balance != crate::config::Balance::Prefix {
+        return None;
+    }
+    let body = filters::JsonBody::parse(bytes).ok()?;
+    let text = body.raw("messages").or_else(|| body.raw("prompt"))?;
+    Some(crate::fleet::prefix::Prefix::of(text.as_bytes()))
 }
 
 /// Tries the peers that serve `model`, least loaded first: one that fails before answering (it

@@ -535,18 +535,20 @@ fn decode_pool(m: &MapReader<'_>) -> Result<PoolSettings, ConfigError> {
             ))
         }
     };
-    let round_robin = match m.string("balance")?.as_deref() {
-        None | Some("slots") => false,
-        Some("round-robin") => true,
+    let balance = match m.string("balance")?.as_deref() {
+        None => defaults.balance,
+        Some("prefix") => Balance::Prefix,
+        Some("slots") => Balance::Slots,
+        Some("round-robin") => Balance::RoundRobin,
         Some(other) => {
             return Err(m.err(
                 "balance",
-                format!("must be slots or round-robin, not {other:?}"),
+                format!("must be prefix, slots or round-robin, not {other:?}"),
             ))
         }
     };
     Ok(PoolSettings {
-        round_robin,
+        balance,
         start_all,
         queue_depth: depth,
         queue_timeout: timeout,

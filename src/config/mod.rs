@@ -302,16 +302,29 @@ pub struct PoolSettings {
     pub queue_timeout: Duration,
     /// How often a ready replica's `/slots` is polled to see work that reached it another way.
     pub slots_poll: Option<Duration>,
-    /// `balance: round-robin` ignores free slots (each replica queues for itself), for comparison
-    /// with the default slot-aware pick.
-    pub round_robin: bool,
+    /// How a request chooses among the ready replicas (`balance`).
+    pub balance: Balance,
+}
+
+/// `balance`: how a pool chooses a replica for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Balance {
+    /// The replica that last served the longest prefix of the prompt, when it has a free slot;
+    /// otherwise as `Slots`.
+    #[default]
+    Prefix,
+    /// The ready replica with the most free slots.
+    Slots,
+    /// Each ready replica in turn, ignoring free slots (each replica queues for itself), for
+    /// comparison with the slot-aware picks.
+    RoundRobin,
 }
 
 impl Default for PoolSettings {
     fn default() -> Self {
         PoolSettings {
             start_all: false,
-            round_robin: false,
+            balance: Balance::Prefix,
             queue_depth: 64,
             queue_timeout: Duration::from_secs(60),
             slots_poll: Some(Duration::from_secs(5)),

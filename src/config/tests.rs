@@ -594,3 +594,21 @@ fn device_refresh_reads_nvidia_smi_only_for_auto_devices() {
     );
     assert!(load_err("deviceRefresh: -1\n").contains("deviceRefresh"));
 }
+
+/// `balance` defaults to prefix; slots and round-robin stay as they were; anything else is refused.
+#[test]
+fn balance_defaults_to_prefix_and_names_three_modes() {
+    let pool = |extra: &str| {
+        format!("models:\n  m:\n    cmd: srv --port ${{PORT}}\n    replicas: 2\n{extra}")
+    };
+    assert_eq!(load(&pool("")).models["m"].pool.balance, Balance::Prefix);
+    for (name, mode) in [
+        ("prefix", Balance::Prefix),
+        ("slots", Balance::Slots),
+        ("round-robin", Balance::RoundRobin),
+    ] {
+        let c = load(&pool(&format!("    balance: {name}\n")));
+        assert_eq!(c.models["m"].pool.balance, mode, "{name}");
+    }
+    assert!(load_err(&pool("    balance: random\n")).contains("prefix, slots or round-robin"));
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::instance::Instance;
+use super::prefix::PrefixMemory;
 use super::{ledger, Phase, PoolState};
 use crate::catalog::Catalog;
 use crate::config::Config;
@@ -81,7 +82,8 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
     instances
 }
 
-/// The pools a catalog names; a pool that existed before keeps its queue.
+/// The pools a catalog names; a pool that existed before keeps its queue, and its prefix memory
+/// when its members are the same (the memory names members by their place in the list).
 pub(super) fn build_pools(
     config: &Config,
     catalog: &Catalog,
@@ -92,13 +94,18 @@ pub(super) fn build_pools(
         .values()
         .map(|p| {
             let settings = config.models[&p.model].pool.clone();
-            let queue = old.remove(&p.id).map(|o| o.queue).unwrap_or_default();
+            let (queue, prefixes) = match old.remove(&p.id) {
+                Some(o) if o.members == p.members => (o.queue, o.prefixes),
+                Some(o) => (o.queue, PrefixMemory::default()),
+                None => Default::default(),
+            };
             (
                 p.id.clone(),
                 PoolState {
                     members: p.members.clone(),
                     settings,
                     queue,
+                    prefixes,
                 },
             )
         })

@@ -24,6 +24,11 @@ pub struct FleetCounters {
     pub ejections: IntCounterVec,
     /// Engines that allocated more on a device than they were charged: label device.
     pub overruns: IntCounterVec,
+    /// Requests sent to the replica holding their prompt's longest prefix (`balance: prefix`):
+    /// label model.
+    pub prefix_hits: IntCounterVec,
+    /// Prompt bytes those hits matched, in whole blocks: label model.
+    pub prefix_matched_bytes: IntCounterVec,
 }
 
 /// The `reason` label of a stop: the order's reason, or `crash` for an exit nobody ordered.

@@ -22,6 +22,7 @@ pub mod pick;
 mod pinning;
 mod placement;
 mod pool;
+pub mod prefix;
 mod readback;
 pub mod swap;
 
@@ -52,6 +53,8 @@ struct PoolState {
     members: Vec<String>,
     settings: PoolSettings,
     queue: VecDeque<u64>,
+    /// Which member last served each prompt block (used by `balance: prefix`).
+    prefixes: prefix::PrefixMemory,
 }
 
 pub(crate) struct State {
@@ -275,9 +278,19 @@ impl Fleet {
 
     /// Waits for a lease on a ready instance for `target`; `avoid` skips one pool member (a retry).
     pub async fn acquire(&self, target: &Target, avoid: Option<&str>) -> Result<Lease, Error> {
+        self.acquire_for(target, avoid, None).await
+    }
+
+    /// As [`Fleet::acquire`], with the request's prompt blocks for a pool that balances by prefix.
+    pub async fn acquire_for(
+        &self,
+        target: &Target,
+        avoid: Option<&str>,
+        prompt: Option<&prefix::Prefix>,
+    ) -> Result<Lease, Error> {
         match target {
             Target::Instance(id) => self.acquire_instance(id).await,
-            Target::Pool(id) => self.acquire_pool(id, avoid).await,
+            Target::Pool(id) => self.acquire_pool(id, avoid, prompt).await,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Choosing a replica: the ready one with the most free slots, ties to the least recently picked.
+//! Choosing a replica: the ready one with the most free slots, ties to the least recently picked;
+//! with a preferred replica (the one holding the prompt's prefix), that one while it has a free slot.
 
 /// What the picker needs to know of one replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +17,14 @@ pub fn pick(candidates: &[Candidate]) -> Option<usize> {
         .filter(|c| c.free > 0)
         .max_by(|a, b| a.free.cmp(&b.free).then(b.last_picked.cmp(&a.last_picked)))
         .map(|c| c.index)
+}
+
+/// The preferred candidate when it has a free slot, else the best free one: a request never waits
+/// for the preferred replica while another has room.
+pub fn pick_preferring(candidates: &[Candidate], preferred: Option<usize>) -> Option<usize> {
+    preferred
+        .filter(|p| candidates.iter().any(|c| c.index == *p && c.free > 0))
+        .or_else(|| pick(candidates))
 }
 
 #[cfg(test)]
@@ -44,6 +53,38 @@ mod tests {
     fn nothing_free_means_no_pick() {
         assert_eq!(pick(&[c(0, 0, 0), c(1, 0, 0)]), None);
         assert_eq!(pick(&[]), None);
+    }
+
+    #[test]
+    fn the_preferred_replica_wins_while_it_has_a_free_slot() {
+        // replica 1 has fewer free slots and was picked more recently, yet holds the prefix
+        assert_eq!(pick_preferring(&[c(0, 3, 0), c(1, 1, 9)], Some(1)), Some(1));
+    }
+
+    #[test]
+    fn a_busy_preferred_replica_falls_back_to_the_free_one() {
+        assert_eq!(pick_preferring(&[c(0, 1, 9), c(1, 0, 0)], Some(1)), Some(0));
+    }
+
+    #[test]
+    fn a_preferred_replica_that_is_not_a_candidate_falls_back() {
+        // not ready, or the member a retry avoids
+        assert_eq!(pick_preferring(&[c(0, 1, 0), c(2, 2, 0)], Some(1)), Some(2));
+        assert_eq!(pick_preferring(&[c(0, 1, 0)], None), Some(0));
+    }
+
+    /// Every request to the same prefix, one at a time: none waits while a slot is free anywhere.
+    #[test]
+    fn a_burst_on_one_prefix_never_waits_while_another_replica_is_free() {
+        let mut used = [0usize; 3];
+        for _ in 0..6 {
+            let cands: Vec<_> = (0..3).map(|i| c(i, 2 - used[i], 0)).collect();
+            let i = pick_preferring(&cands, Some(0)).expect("a slot is free");
+            used[i] += 1;
+        }
+        assert_eq!(used, [2, 2, 2]);
+        let full: Vec<_> = (0..3).map(|i| c(i, 0, 0)).collect();
+        assert_eq!(pick_preferring(&full, Some(0)), None);
     }
 
     /// Simulates a burst: picking and reserving one slot at a time never oversubscribes and spreads evenly.

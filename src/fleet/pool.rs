@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use super::instance::Instance;
 use super::lease::{Lease, Ticket};
+use super::prefix::{Holder, Prefix};
 use super::{backoff_error, failed_start, pick, Fleet, Phase, Prepared, State};
+use crate::config::Balance;
 use crate::error::Error;
 
 impl Fleet {
@@ -15,6 +17,7 @@ impl Fleet {
         &self,
         pool: &str,
         avoid: Option<&str>,
+        prompt: Option<&Prefix>,
     ) -> Result<Lease, Error> {
         let ticket = {
             let mut st = self.inner.lock();
@@ -56,7 +59,7 @@ impl Fleet {
                 if !st.pools.contains_key(pool) {
                     return Err(Error::UnknownModel); // removed by a reload while waiting
                 }
-                if let Some(lease) = self.try_pick(&mut st, pool, ticket.id, avoid) {
+                if let Some(lease) = self.try_pick(&mut st, pool, ticket.id, avoid, prompt) {
                     return Ok(lease);
                 }
                 self.grow_pool(&mut st, pool, avoid, &mut awaited)?;
@@ -81,9 +84,12 @@ impl Fleet {
         pool: &str,
         ticket: u64,
         avoid: Option<&str>,
+        prompt: Option<&Prefix>,
     ) -> Option<Lease> {
         let p = &st.pools[pool];
-        let round_robin = p.settings.round_robin;
+        let round_robin = p.settings.balance == Balance::RoundRobin;
+        let prompt = prompt.filter(|_| p.settings.balance == Balance::Prefix);
+        let holder = prompt.and_then(|pr| p.prefixes.longest(pr));
         let position = p.queue.iter().position(|t| *t == ticket)?;
         let members: Vec<&Instance> = p.members.iter().map(|m| &st.instances[m]).collect();
         let candidates: Vec<pick::Candidate> = members
@@ -102,7 +108,11 @@ impl Fleet {
         if !round_robin && position >= free {
             return None;
         }
-        let chosen = members[pick::pick(&candidates)?].id.clone();
+        let index = pick::pick_preferring(&candidates, holder.map(|h| h.member))?;
+        let chosen = members[index].id.clone();
+        if let Some(prompt) = prompt {
+            self.remember_prefix(st, pool, prompt, holder, index);
+        }
         st.picks += 1;
         let picks = st.picks;
         let inst = st.instances.get_mut(&chosen).expect("member");
@@ -120,6 +130,31 @@ impl Fleet {
             proxy,
             direct: false,
         })
+    }
+
+    /// Records the request's blocks for the chosen member, and counts a hit when it held them.
+    fn remember_prefix(
+        &self,
+        st: &mut State,
+        pool: &str,
+        prompt: &Prefix,
+        holder: Option<Holder>,
+        chosen: usize,
+    ) {
+        let p = st.pools.get_mut(pool).expect("pool");
+        p.prefixes.record(prompt, chosen);
+        if let Some(h) = holder.filter(|h| h.member == chosen) {
+            let model = st
+                .catalog
+                .pools
+                .get(pool)
+                .map_or(pool, |c| c.model.as_str());
+            let c = &self.inner.counters;
+            c.prefix_hits.with_label_values(&[model]).inc();
+            c.prefix_matched_bytes
+                .with_label_values(&[model])
+                .inc_by(prompt.bytes_in(h.blocks) as u64);
+        }
     }
 
     /// Starts replicas when waiting requests exceed the slots on their way; fails when none can serve.
