@@ -294,3 +294,25 @@ async fn an_engine_that_takes_more_than_its_charge_crowds_out_idle_models() {
     })
     .await;
 }
+
+/// `placement: pack` puts a pool's replicas on the same GPU while it has room, keeping the other
+/// one whole for a big model; the default spreads them (the first test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_pack_keeps_a_gpu_whole() {
+    let models = fake_model(
+        "chat",
+        "",
+        "replicas: 2\nstartReplicas: all\nmemory: 4GiB\nplacement: pack",
+    );
+    let (p, events_dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
+    eventually(
+        std::time::Duration::from_secs(15),
+        "both replicas started",
+        || visible(&events_dir, "chat").len() == 2,
+    )
+    .await;
+    let seen: BTreeSet<String> = visible(&events_dir, "chat").into_iter().collect();
+    assert_eq!(seen.len(), 1, "both on one GPU: {seen:?}");
+}

@@ -76,6 +76,7 @@ const MODEL_KEYS: &[&str] = &[
     "slotsPollInterval",
     "balance",
     "memory",
+    "placement",
     "loadTimeout",
     super::expand::REPLICAS_KEY,
 ];
@@ -402,7 +403,17 @@ fn decode_model(
     let compat = m.child("compat", &["ignoreWebsockets"], warnings)?;
     let instances = decode_instances(id, &m, &argv, &cmd_stop, &proxy, port, &check_endpoint)?;
     let pool = decode_pool(&m)?;
-    let memory = super::memory::memory_spec(&m, &d.devices, warnings)?;
+    let mut memory = super::memory::memory_spec(&m, &d.devices, warnings)?;
+    memory.pack = match m.string("placement")?.as_deref() {
+        None | Some("spread") => false,
+        Some("pack") => true,
+        Some(other) => {
+            return Err(m.err(
+                "placement",
+                format!("must be spread or pack, not {other:?}"),
+            ))
+        }
+    };
     let load_timeout = super::memory::seconds(&m, "loadTimeout")?;
     Ok(ModelConfig {
         memory,

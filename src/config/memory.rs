@@ -80,6 +80,9 @@ pub struct MemorySpec {
     pub kv_bytes: u64,
     /// Devices the model must use (split evenly across them); empty means any one device.
     pub devices: Vec<String>,
+    /// `placement: pack`: put it on the fullest device it fits on, keeping whole devices free for
+    /// big models; the default (`spread`) takes the one with the most room, so replicas spread.
+    pub pack: bool,
 }
 
 pub(super) fn bytes_value(r: &MapReader<'_>, key: &str) -> Result<Option<u64>, ConfigError> {
@@ -298,5 +301,6 @@ pub fn memory_spec(
         quant,
         kv_bytes: bytes_value(&r, "kvBytes")?.unwrap_or(0),
         devices: wanted,
+        pack: false,
     })
 }

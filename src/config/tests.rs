@@ -612,3 +612,24 @@ fn balance_defaults_to_prefix_and_names_three_modes() {
     }
     assert!(load_err(&pool("    balance: random\n")).contains("prefix, slots or round-robin"));
 }
+
+#[test]
+fn placement_is_spread_or_pack() {
+    let model = |extra: &str| format!("models:\n  m:\n    cmd: srv --port ${{PORT}}\n{extra}");
+    assert!(!load(&model("")).models["m"].memory.pack);
+    assert!(
+        load(&model("    placement: pack\n")).models["m"]
+            .memory
+            .pack
+    );
+    assert!(
+        !load(&model("    placement: spread\n")).models["m"]
+            .memory
+            .pack
+    );
+    let err = load_err(&model("    placement: fill\n"));
+    assert!(
+        err.starts_with("t.yaml:4:") && err.contains("spread or pack"),
+        "{err}"
+    );
+}

@@ -143,6 +143,18 @@ pub fn charged(holders: &[Holder], device: usize) -> u64 {
 /// be split across evenly; empty means any single device, or, for a model no single device can
 /// hold, a split over the fewest devices that can.
 pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]) -> Placement {
+    place_by(devices, need, pinned, holders, false)
+}
+
+/// [`place`], choosing among the devices it fits on now by the least room left when `pack` (bin
+/// packing: whole devices stay free for big models) instead of the most (spreading).
+pub fn place_by(
+    devices: &[Device],
+    need: u64,
+    pinned: &[usize],
+    holders: &[Holder],
+    pack: bool,
+) -> Placement {
     let candidates: Vec<Charges> = if pinned.is_empty() {
         let singles = (0..devices.len()).map(|d| vec![(d, need)]);
         singles.chain(split(devices, need, holders)).collect()
@@ -171,8 +183,10 @@ pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]
                 .min()
                 .unwrap_or(0);
             // fitting now beats everything; one device beats a split; then the most headroom left
+            // (spread) or the least (pack)
             let class = if c.len() == 1 { 0 } else { 1 };
-            consider(&mut best, (class, u64::MAX - headroom), Placement::Fits(c));
+            let measure = if pack { headroom } else { u64::MAX - headroom };
+            consider(&mut best, (class, measure), Placement::Fits(c));
             continue;
         }
         let stopping = |d: usize| {
@@ -547,6 +561,30 @@ mod tests {
         assert_eq!(
             place(&three, 20 * GIB, &[], &[]),
             Placement::Fits(vec![(1, 20 * GIB)])
+        );
+    }
+
+    #[test]
+    fn pack_fills_the_fullest_device_that_fits_and_spread_the_emptiest() {
+        let devices = [gpu("g0", 24), gpu("g1", 24)];
+        let held = [Holder {
+            devices: vec![(1, 10 * GIB)],
+            ..holder("a", 10, true, 0)
+        }];
+        assert_eq!(
+            place(&devices, 4 * GIB, &[], &held),
+            Placement::Fits(vec![(0, 4 * GIB)]),
+            "spread: the most room"
+        );
+        assert_eq!(
+            place_by(&devices, 4 * GIB, &[], &held, true),
+            Placement::Fits(vec![(1, 4 * GIB)]),
+            "pack: the least room that still fits"
+        );
+        assert_eq!(
+            place_by(&devices, 20 * GIB, &[], &held, true),
+            Placement::Fits(vec![(0, 20 * GIB)]),
+            "pack: only where it fits"
         );
     }
 

@@ -22,7 +22,8 @@ impl Fleet {
         let holders = Self::holders(st, Some(id));
         let seen = ledger::less_outside_use(devices, &st.used_by_others);
         let outside = outside_use_note(devices, &st.used_by_others);
-        match ledger::place(&seen, need, &pinned, &holders) {
+        let pack = st.instances[id].model.memory.pack;
+        match ledger::place_by(&seen, need, &pinned, &holders, pack) {
             ledger::Placement::Fits(on) => {
                 st.instances.get_mut(id).expect("known").placed = on;
                 None
