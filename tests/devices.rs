@@ -46,6 +46,20 @@ fn corral_on_two_gpus(
     (p, events_dir, state)
 }
 
+/// Starts the pool `chat` (two replicas, `startReplicas: all`) with one request; the GPUs its
+/// two engines were given.
+async fn gpus_of_both_replicas(p: &Proc, events_dir: &std::path::Path) -> BTreeSet<String> {
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
+    eventually(
+        std::time::Duration::from_secs(15),
+        "both replicas started",
+        || visible(events_dir, "chat").len() == 2,
+    )
+    .await;
+    visible(events_dir, "chat").into_iter().collect()
+}
+
 /// The `CUDA_VISIBLE_DEVICES` each start of a model's engines saw.
 fn visible(dir: &std::path::Path, model: &str) -> Vec<String> {
     read_events(&dir.join(format!("{model}.events")))
@@ -67,15 +81,8 @@ async fn engines_see_only_the_gpus_they_are_charged_on() {
         fake_model("chat", "", "replicas: 2\nstartReplicas: all\nmemory: 4GiB"),
     );
     let (p, events_dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
+    let seen = gpus_of_both_replicas(&p, &events_dir).await;
     let url = format!("{}/v1/chat/completions", p.url);
-    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
-    eventually(
-        std::time::Duration::from_secs(15),
-        "both replicas started",
-        || visible(&events_dir, "chat").len() == 2,
-    )
-    .await;
-    let seen: BTreeSet<String> = visible(&events_dir, "chat").into_iter().collect();
     assert_eq!(
         seen,
         BTreeSet::from(["GPU-aaaa-0000".to_string(), "GPU-bbbb-1111".to_string()]),
@@ -305,14 +312,6 @@ async fn placement_pack_keeps_a_gpu_whole() {
         "replicas: 2\nstartReplicas: all\nmemory: 4GiB\nplacement: pack",
     );
     let (p, events_dir, _state) = corral_on_two_gpus(tempfile::tempdir().unwrap(), &models);
-    let url = format!("{}/v1/chat/completions", p.url);
-    assert_eq!(post_json(&url, &chat("chat")).await.status, 200);
-    eventually(
-        std::time::Duration::from_secs(15),
-        "both replicas started",
-        || visible(&events_dir, "chat").len() == 2,
-    )
-    .await;
-    let seen: BTreeSet<String> = visible(&events_dir, "chat").into_iter().collect();
+    let seen = gpus_of_both_replicas(&p, &events_dir).await;
     assert_eq!(seen.len(), 1, "both on one GPU: {seen:?}");
 }

@@ -123,7 +123,8 @@ pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) ->
         return false;
     }
     let has_key = headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key");
-    let ct = super::extract::content_type(headers).to_ascii_lowercase();
+    // no allocation: this runs for every model POST
+    let ct = super::extract::content_type(headers).as_bytes();
     let simple = ct.is_empty()
         || [
             "application/x-www-form-urlencoded",
@@ -131,7 +132,10 @@ pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) ->
             "text/plain",
         ]
         .iter()
-        .any(|t| ct.starts_with(t));
+        .any(|t| {
+            ct.get(..t.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(t.as_bytes()))
+        });
     simple && !has_key
 }
 

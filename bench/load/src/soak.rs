@@ -39,7 +39,7 @@ use tokio::net::TcpStream;
 use crate::http::{self, Limit, Load};
 use crate::procfs;
 use crate::sse;
-use crate::suite::{addr, free_port, free_port_run, wait_until_up, BoxError, Proc};
+use crate::suite::{addr, free_port, free_port_run, stream_body, wait_until_up, BoxError, Proc};
 
 const CHAT: &str = "/v1/chat/completions";
 /// How long any one request may take before it counts as failed (a swap waits for an engine start).
@@ -176,12 +176,6 @@ fn short(e: impl std::fmt::Display) -> String {
 fn json_body(model: &str) -> String {
     json!({"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8,
            "fakellm": {"chunks": 3}})
-    .to_string()
-}
-
-fn stream_body(model: &str, chunks: u64, interval_ms: u64) -> String {
-    json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "Count."}],
-           "fakellm": {"chunks": chunks, "interval_ms": interval_ms}})
     .to_string()
 }
 

@@ -167,7 +167,8 @@ fn small_body(model: &str) -> String {
     .to_string()
 }
 
-fn stream_body(model: &str, chunks: u64, interval_ms: u64) -> String {
+/// A streaming chat request of `chunks` SSE chunks `interval_ms` apart.
+pub(crate) fn stream_body(model: &str, chunks: u64, interval_ms: u64) -> String {
     json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "Count."}],
            "fakellm": {"chunks": chunks, "interval_ms": interval_ms}})
     .to_string()
