@@ -20,6 +20,7 @@ mod memory;
 mod metrics;
 mod model_server;
 mod proxy;
+mod rfc3339;
 mod server;
 mod slow_body;
 mod stall;

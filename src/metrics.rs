@@ -40,6 +40,7 @@ pub struct Metrics {
     slots_total: IntGaugeVec,
     slots_free: IntGaugeVec,
     state: IntGaugeVec,
+    model_status: IntGaugeVec,
     failures: IntGaugeVec,
     circuit_open: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -190,6 +191,7 @@ impl Metrics {
             slots_total: gauge(&r, "corral_slots", "Parallel slots of an instance.", &["model", "instance"]),
             slots_free: gauge(&r, "corral_slots_free", "Free slots of a ready instance.", &["model", "instance"]),
             state: gauge(&r, "corral_instance_state", "1 for the instance's current state, 0 for the others.", &["model", "instance", "state"]),
+            model_status: gauge(&r, "corral_model_status", "1 for the model's current lifecycle status, 0 for the others.", &["model", "status"]),
             failures: gauge(&r, "corral_instance_consecutive_failures", "Failed starts or crashes in a row.", &["model", "instance"]),
             circuit_open: gauge(&r, "corral_instance_circuit_open", "1 while an instance that keeps failing is held out.", &["model", "instance"]),
             queue_depth: gauge(&r, "corral_queue_depth", "Requests waiting for a free slot in a pool.", &["pool"]),
@@ -204,6 +206,21 @@ impl Metrics {
             uptime,
             started: std::time::Instant::now(),
             registry: r,
+        }
+    }
+
+    /// Sets each model's lifecycle status gauge: 1 for its status, 0 for every other.
+    pub fn set_model_statuses(
+        &self,
+        statuses: &std::collections::BTreeMap<String, crate::fleet::lifecycle::Status>,
+    ) {
+        use crate::fleet::lifecycle::ModelStatus;
+        for (model, now) in statuses {
+            for status in ModelStatus::iter() {
+                self.model_status
+                    .with_label_values(&[model.as_str(), status.as_str()])
+                    .set((now.status == status) as i64);
+            }
         }
     }
 

@@ -223,6 +223,8 @@ mod tests {
             measured: None,
             devices: Vec::new(),
             load_deadline: std::time::Duration::ZERO,
+            last_error: None,
+            download: None,
         }
     }
 

@@ -29,6 +29,8 @@ const ROUTES: &[&str] = &[
     "/api/metrics/stats",
     "/api/models/unload",
     "/api/models/load",
+    "/api/models",
+    "/api/lifecycle",
     "/api/inflight",
     "/upstream",
     "/upstream/a",

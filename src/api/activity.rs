@@ -203,7 +203,7 @@ fn row_json(r: &Row) -> Value {
     let rate = |v: Option<f64>| v.unwrap_or(-1.0);
     let mut v = json!({
         "id": r.id,
-        "timestamp": super::rfc3339::format(r.time),
+        "timestamp": crate::rfc3339::format(r.time),
         "model": &*r.model,
         "req_path": &*r.req_path,
         "resp_content_type": &*r.content_type,
@@ -313,7 +313,7 @@ impl Query {
                 .ok_or_else(|| format!("{k} must be a whole number from {min} to {max}, not {v:?}"))
         };
         let time = |k: &str, v: &str| {
-            super::rfc3339::parse(v)
+            crate::rfc3339::parse(v)
                 .ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
         };
         for (k, v) in super::extract::query_pairs(query) {

@@ -83,6 +83,7 @@ where
             Ok(json(StatusCode::OK, &stats))
         }
         "/metrics" if get => {
+            app.metrics.set_model_statuses(&app.fleet.statuses());
             let text = app.metrics.render(
                 &app.fleet.snapshot(),
                 &app.fleet.queue_depths(),
@@ -105,6 +106,17 @@ where
         "/api/models/unload" if *method == Method::POST => {
             app.fleet.unload(None).await;
             Ok(json(StatusCode::OK, &json!({"msg": "ok"})))
+        }
+        "/api/lifecycle" if get => Ok(json(
+            StatusCode::OK,
+            &json!({"events": app.fleet.recent_lifecycle_events()}),
+        )),
+        _ if get && model_detail_id(path).is_some() => {
+            let id = model_detail_id(path).unwrap_or_default();
+            Ok(json(
+                StatusCode::OK,
+                &super::model_detail::detail(app, &id)?,
+            ))
         }
         "/api/load" if get => Ok(json(StatusCode::OK, &load_report(app))),
         "/api/version" if get => Ok(json(
@@ -342,4 +354,17 @@ pub fn preflight(headers: &HeaderMap, any_origin: bool) -> Response<Body> {
 
 fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The model named by `GET /api/models/<id>` (percent-decoded), for any id but the routes below it.
+fn model_detail_id(path: &str) -> Option<String> {
+    let raw = path.strip_prefix("/api/models/")?;
+    if raw.is_empty() || raw.contains('/') {
+        return None;
+    }
+    Some(
+        percent_encoding::percent_decode_str(raw)
+            .decode_utf8_lossy()
+            .into_owned(),
+    )
 }

@@ -21,11 +21,13 @@ fn frame(kind: &str, data: &Value) -> Bytes {
 /// The state of every model and instance, as the UI lists them.
 pub fn model_status(app: &App) -> Value {
     let snapshot = app.fleet.snapshot();
+    let statuses = app.fleet.statuses();
     let mut out: Vec<Value> = snapshot
         .iter()
         .filter_map(|s| {
             let m = app.config.models.get(&s.model)?;
-            Some(json!({"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
+            let status = statuses.get(&s.model).map(|st| st.status.as_str());
+            Some(json!({"status": status, "download": s.download,"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
                 "state": s.state.as_str(), "unlisted": m.unlisted, "peerID": "", "aliases": m.aliases, "pool": s.pool}))
         })
         .collect();
@@ -53,6 +55,7 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
     let mut inflight = app.inflight.events.subscribe();
     let mut activity = app.activity.events.subscribe();
     let mut models = app.fleet.watch();
+    let mut lifecycle = app.fleet.lifecycle_events();
     let task = tokio::spawn(async move {
         let first = [
             frame(
@@ -89,6 +92,11 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
                 },
                 line = upstream_logs.recv() => match line {
                     Ok(data) => frame("logData", &log_data(&app, "upstream", &data)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                },
+                event = lifecycle.recv() => match event {
+                    Ok(e) => frame(e["type"].as_str().unwrap_or("lifecycle"), &e),
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 },

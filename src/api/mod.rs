@@ -10,10 +10,10 @@ mod filters;
 pub mod inflight;
 mod loading;
 pub mod meter;
+mod model_detail;
 mod models;
 mod peer_load;
 mod peers;
-pub mod rfc3339;
 pub mod routing;
 
 use std::collections::BTreeMap;

@@ -30,11 +30,25 @@ pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
             .any(|s| ids.contains(&s.instance) && s.state == Phase::Ready)
     };
     let catalog = app.fleet.catalog();
+    let statuses = app.fleet.statuses();
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
         let ids: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
         let loaded = ready(&ids);
-        data.push(model_record(m, created, loaded, &ids));
+        let mut r = model_record(m, created, loaded, &ids);
+        if let Some(st) = statuses.get(&m.id) {
+            r["status"]["lifecycle"] = json!(st.status.as_str());
+            if let Some(reason) = &st.reason {
+                r["status"]["reason"] = json!(reason);
+            }
+        }
+        let download = snapshot
+            .iter()
+            .find(|s| s.model == m.id && s.download.is_some());
+        if let Some(d) = download.and_then(|s| s.download.as_ref()) {
+            r["status"]["download"] = json!(d);
+        }
+        data.push(r);
         if ids.len() > 1 {
             for id in &ids {
                 let meta = json!({"type": "replica", "modelID": m.id, "pool": m.id});

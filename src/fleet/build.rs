@@ -74,6 +74,7 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
                 need,
                 placed: Vec::new(),
                 measured: None,
+                download: None,
                 retire: Retire::No,
             };
             instances.insert(spec.id.clone(), instance);

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use serde_json::json;
 use tokio::sync::watch;
 
 use super::Inner;
@@ -124,6 +125,8 @@ pub struct Instance {
     pub placed: super::ledger::Charges,
     /// What the engine reported allocating on devices, if it did.
     pub measured: Option<u64>,
+    /// Its weights' download, while one runs before the engine starts.
+    pub download: Option<super::Download>,
     /// Set by a reload that changed or removed this instance while it ran.
     pub retire: super::Retire,
 }
@@ -193,6 +196,10 @@ pub(crate) async fn run(
             .starts
             .with_label_values(&[&model, &id, result])
             .inc();
+        if counts {
+            let reason = json!({"instance": id, "reason": err.to_string()});
+            inner.lifecycle.publish("error", &model, reason);
+        }
         inner.update(&id, |i| {
             i.phase = Phase::Stopped;
             i.pid = None;
@@ -210,6 +217,8 @@ pub(crate) async fn run(
             Err(e) => return fail(e, true),
         };
     inner.state_file.record(process.pid);
+    let launched = json!({"instance": id, "pid": process.pid});
+    inner.lifecycle.publish("launched", &model, launched);
     inner.update(&id, |i| i.pid = Some(process.pid));
     let ready = tokio::select! {
         r = process.wait_ready(&spec, &inner.health) => r,
@@ -289,11 +298,14 @@ pub(crate) async fn run(
     if let Some(p) = poller {
         p.abort();
     }
+    let label = super::counters::stop_label(reason);
     inner
         .counters
         .stops
-        .with_label_values(&[&model, &id, super::counters::stop_label(reason)])
+        .with_label_values(&[&model, &id, label])
         .inc();
+    let destroyed = json!({"instance": id, "reason": label});
+    inner.lifecycle.publish("destroyed", &model, destroyed);
     inner.update(&id, |i| {
         i.phase = Phase::Stopped;
         i.pid = None;

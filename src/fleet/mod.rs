@@ -17,6 +17,7 @@ mod gpu_use;
 pub mod instance;
 mod lease;
 pub mod ledger;
+pub mod lifecycle;
 mod outside;
 pub mod pick;
 mod pinning;
@@ -93,6 +94,19 @@ pub struct Snapshot {
     /// The devices it is charged on, by name, with the bytes placed on each.
     pub devices: Vec<(String, u64)>,
     pub load_deadline: std::time::Duration,
+    /// Why its last start failed, when it did.
+    pub last_error: Option<String>,
+    /// Its weights' download, while one runs.
+    pub download: Option<Download>,
+}
+
+/// How far the download of an instance's weights has come.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Download {
+    pub bytes: u64,
+    pub total: Option<u64>,
+    pub bytes_per_second: f64,
+    pub eta_seconds: Option<f64>,
 }
 
 /// What instances that are not stopped hold on one device: charged (the estimate, or the engine's
@@ -137,6 +151,8 @@ pub(crate) struct Inner {
     counters: FleetCounters,
     state_file: StateFile,
     shutting_down: AtomicBool,
+    /// Each model's lifecycle status and the events that tell of its changes.
+    pub(super) lifecycle: lifecycle::Lifecycle,
     /// The control runtime (the one the fleet was made on), where instances are supervised.
     runtime: tokio::runtime::Handle,
 }
@@ -178,11 +194,14 @@ impl Fleet {
             counters,
             state_file,
             shutting_down: AtomicBool::new(false),
+            lifecycle: lifecycle::Lifecycle::default(),
             runtime: tokio::runtime::Handle::current(),
         };
-        Fleet {
-            inner: Arc::new(inner),
-        }
+        let inner = Arc::new(inner);
+        inner
+            .runtime
+            .spawn(lifecycle::follow(Arc::downgrade(&inner)));
+        Fleet { inner }
     }
 
     /// Applies a new config. Instances whose process would be the same keep running and serving;
@@ -669,34 +688,57 @@ impl Fleet {
     }
 
     pub fn snapshot(&self) -> Vec<Snapshot> {
-        let st = self.inner.lock();
-        let devices = &st.config.devices;
-        st.instances
-            .values()
-            .map(|i| Snapshot {
-                instance: i.id.clone(),
-                model: i.model.id.clone(),
-                pool: i.pool.clone(),
-                state: i.phase,
-                in_flight: i.in_flight,
-                waiting: i.reserved.saturating_sub(i.in_flight),
-                slots: i.slots,
-                free: i.free_slots(),
-                pid: i.pid,
-                failures: i.failures,
-                circuit_open: i.circuit_open(),
-                memory: i.need.bytes,
-                measured: i.measured,
-                devices: i
-                    .placed
-                    .iter()
-                    .filter_map(|(d, bytes)| Some((devices.get(*d)?.name.clone(), *bytes)))
-                    .collect(),
-                load_deadline: i.spec.load_timeout,
-            })
-            .collect()
+        snapshot_of(&self.inner.lock())
     }
 
+    /// Each model's lifecycle status, by model id.
+    pub fn statuses(&self) -> BTreeMap<String, lifecycle::Status> {
+        let (snapshot, queues) = self.inner.statuses_input();
+        lifecycle::statuses(&snapshot, &queues)
+    }
+
+    /// Lifecycle events as they happen.
+    pub fn lifecycle_events(&self) -> tokio::sync::broadcast::Receiver<serde_json::Value> {
+        self.inner.lifecycle.subscribe()
+    }
+
+    /// The most recent lifecycle events, oldest first.
+    pub fn recent_lifecycle_events(&self) -> Vec<serde_json::Value> {
+        self.inner.lifecycle.recent()
+    }
+}
+
+fn snapshot_of(st: &State) -> Vec<Snapshot> {
+    let devices = &st.config.devices;
+    st.instances
+        .values()
+        .map(|i| Snapshot {
+            instance: i.id.clone(),
+            model: i.model.id.clone(),
+            pool: i.pool.clone(),
+            state: i.phase,
+            in_flight: i.in_flight,
+            waiting: i.reserved.saturating_sub(i.in_flight),
+            slots: i.slots,
+            free: i.free_slots(),
+            pid: i.pid,
+            failures: i.failures,
+            circuit_open: i.circuit_open(),
+            memory: i.need.bytes,
+            measured: i.measured,
+            devices: i
+                .placed
+                .iter()
+                .filter_map(|(d, bytes)| Some((devices.get(*d)?.name.clone(), *bytes)))
+                .collect(),
+            load_deadline: i.spec.load_timeout,
+            last_error: i.last_error.as_ref().map(|(_, e)| e.to_string()),
+            download: i.download.clone(),
+        })
+        .collect()
+}
+
+impl Fleet {
     /// True when the target has a ready instance.
     pub fn is_ready(&self, target: &Target) -> bool {
         let st = self.inner.lock();
@@ -823,6 +865,20 @@ impl Inner {
             f(inst);
         }
         self.changed.notify_waiters();
+    }
+
+    /// A snapshot and each model's queued requests, what lifecycle statuses are computed from.
+    fn statuses_input(&self) -> (Vec<Snapshot>, BTreeMap<String, usize>) {
+        let st = self.lock();
+        let queues = st
+            .pools
+            .values()
+            .map(|p| {
+                let model = st.instances[&p.members[0]].model.id.clone();
+                (model, p.queue.len())
+            })
+            .collect();
+        (snapshot_of(&st), queues)
     }
 
     /// Wakes waiters and tells watchers (events, metrics) that something changed.

@@ -1,0 +1,50 @@
+//! `GET /api/models/<id>`: one model's lifecycle status, instances, download and recent events.
+
+use serde_json::{json, Value};
+
+use super::App;
+use crate::error::Error;
+use crate::fleet::lifecycle::{status_of, Status};
+use crate::fleet::Snapshot;
+
+/// The model `name` means (an id or an alias), as one JSON document.
+pub fn detail(app: &App, name: &str) -> Result<Value, Error> {
+    let id = app
+        .config
+        .real_model_name(name)
+        .ok_or_else(|| Error::NotFound(format!("model {name:?} not found")))?;
+    let snapshot = app.fleet.snapshot();
+    let members: Vec<&Snapshot> = snapshot.iter().filter(|s| s.model == id).collect();
+    let queued = app.fleet.queue_depths().get(id).copied().unwrap_or(0);
+    let Status { status, reason } = status_of(&members, queued);
+    let events: Vec<Value> = app
+        .fleet
+        .recent_lifecycle_events()
+        .into_iter()
+        .filter(|e| e["model"] == id)
+        .collect();
+    let download = members.iter().find_map(|s| s.download.clone());
+    Ok(json!({
+        "id": id,
+        "status": status.as_str(),
+        "reason": reason,
+        "download": download,
+        "queued": queued,
+        "instances": members.iter().map(|s| instance(app, s)).collect::<Vec<_>>(),
+        "events": events,
+    }))
+}
+
+fn instance(app: &App, s: &Snapshot) -> Value {
+    let cmd = app
+        .config
+        .models
+        .get(&s.model)
+        .and_then(|m| m.instances.iter().find(|i| i.id == s.instance))
+        .map(|spec| app.config.redactor.command_line(&spec.argv));
+    json!({
+        "id": s.instance, "state": s.state.as_str(), "pid": s.pid, "inFlight": s.in_flight,
+        "slots": s.slots, "free": s.free, "failures": s.failures, "lastError": s.last_error,
+        "devices": s.devices, "cmd": cmd,
+    })
+}
