@@ -23,6 +23,7 @@ mod proxy;
 mod rfc3339;
 mod server;
 mod slow_body;
+mod sources;
 mod stall;
 mod supervisor;
 mod trim;
@@ -43,4 +44,5 @@ pub use memory::{
 };
 pub use metrics::Metrics;
 pub use server::{run, run_with_reloads, Options, Reload};
+pub use sources::{FetchError, Fetched, Fetcher, Form, HfRef, Progress, Source, Want};
 pub use ui::{Asset, ASSETS as UI_ASSETS};

@@ -1,0 +1,233 @@
+//! One file's download: streamed to `<dest>.incomplete` beside its destination (the suffix the
+//! Hub's own client uses, so either side resumes the other's part), resumed with a range request
+//! after a dropped connection, digested while it streams, and renamed into place only once whole
+//! and verified.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+
+use super::progress::Reporter;
+use super::transport::{Failure, Transport};
+use super::verify::{Hasher, Verify};
+use super::{disk, FetchError};
+
+/// Tries per file before a network failure is final.
+const ATTEMPTS: u32 = 5;
+const FIRST_PAUSE: Duration = Duration::from_millis(200);
+
+/// What to download and how to check it.
+#[derive(Clone)]
+pub(crate) struct Job {
+    /// The model's source as shown.
+    pub src: String,
+    pub scheme: &'static str,
+    /// The file's name within the source, for progress and errors.
+    pub file: String,
+    pub dest: PathBuf,
+    pub size: Option<u64>,
+    pub verify: Verify,
+    pub transport: Transport,
+}
+
+/// The partial file beside `dest`.
+pub(crate) fn partial(dest: &Path) -> PathBuf {
+    let mut name = dest.file_name().unwrap_or_default().to_os_string();
+    name.push(".incomplete");
+    dest.with_file_name(name)
+}
+
+/// Bytes of `dest` already held in its partial file.
+pub(crate) fn held(dest: &Path) -> u64 {
+    std::fs::metadata(partial(dest)).map_or(0, |m| m.len())
+}
+
+/// Downloads `job.dest` and returns its size.
+pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchError> {
+    let part = partial(&job.dest);
+    let dir = job.dest.parent().unwrap_or(Path::new("."));
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| FetchError::io(&job.src, dir, e))?;
+    let mut failures = 0;
+    let mut last_error = String::new();
+    let mut state = Digest {
+        hasher: Hasher::new(&job.verify, job.size),
+        at: 0,
+    };
+    loop {
+        if failures > 0 {
+            if failures >= ATTEMPTS {
+                return Err(FetchError::Network {
+                    src: job.src.clone(),
+                    file: job.file.clone(),
+                    attempts: failures,
+                    detail: last_error,
+                });
+            }
+            tokio::time::sleep(FIRST_PAUSE * 2u32.pow(failures - 1)).await;
+        }
+        let have = std::fs::metadata(&part).map_or(0, |m| m.len());
+        if job.size.is_some_and(|s| have > s) {
+            remove(&part);
+            continue;
+        }
+        let opened = match job.transport.open(&job.src, &job.file, have).await {
+            Ok(o) => o,
+            Err(Failure::Fatal(e)) => return Err(e),
+            Err(Failure::Restart) => {
+                remove(&part);
+                failures += 1;
+                last_error = "the server refused the range of the partial file".into();
+                continue;
+            }
+            Err(Failure::Retry(why)) => {
+                failures += 1;
+                last_error = why;
+                continue;
+            }
+        };
+        let total = opened.total.or(job.size);
+        if let (Some(expected), Some(got)) = (job.size, opened.total) {
+            if expected != got {
+                return Err(FetchError::invalid(
+                    &job.src,
+                    format!(
+                        "{}: the server sends {got} bytes where {expected} were listed",
+                        job.file
+                    ),
+                ));
+            }
+        }
+        if let Some(t) = total {
+            disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
+        }
+        state.rewind(job, &part, opened.start)?;
+        report.restart(opened.start, total);
+        match stream_into(job, &part, opened, &mut state, report).await {
+            Ok(()) => {}
+            Err(Step::Retry(why)) => {
+                failures += 1;
+                last_error = why;
+                continue;
+            }
+            Err(Step::Fatal(e)) => return Err(e),
+        }
+        if let Some(t) = total.filter(|&t| t != state.at) {
+            failures += 1;
+            last_error = format!("the connection ended after {} of {t} bytes", state.at);
+            continue;
+        }
+        return finish(job, &part, state, report).await;
+    }
+}
+
+/// The digest of the first `at` bytes of the partial file.
+struct Digest {
+    hasher: Hasher,
+    at: u64,
+}
+
+impl Digest {
+    /// Brings the digest to `start`: kept when it is already there (a resume within this run),
+    /// else computed again from the bytes on disk (a part left by an earlier run).
+    fn rewind(&mut self, job: &Job, part: &Path, start: u64) -> Result<(), FetchError> {
+        if start == self.at {
+            return Ok(());
+        }
+        self.hasher = Hasher::new(&job.verify, job.size);
+        self.at = 0;
+        if start == 0 {
+            return Ok(());
+        }
+        let file = std::fs::File::open(part).map_err(|e| FetchError::io(&job.src, part, e))?;
+        let mut reader = std::io::BufReader::new(file.take(start));
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = reader
+                .read(&mut buf)
+                .map_err(|e| FetchError::io(&job.src, part, e))?;
+            if n == 0 {
+                break;
+            }
+            self.hasher.update(&buf[..n]);
+            self.at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+enum Step {
+    Retry(String),
+    Fatal(FetchError),
+}
+
+async fn stream_into(
+    job: &Job,
+    part: &Path,
+    opened: super::transport::Opened,
+    state: &mut Digest,
+    report: &mut Reporter,
+) -> Result<(), Step> {
+    let io = |e| Step::Fatal(FetchError::io(&job.src, part, e));
+    let file = tokio::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(part)
+        .await
+        .map_err(io)?;
+    file.set_len(opened.start).await.map_err(io)?;
+    let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
+    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(opened.start))
+        .await
+        .map_err(io)?;
+    let mut stream = opened.stream;
+    let mut outcome = Ok(());
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(data) => {
+                file.write_all(&data).await.map_err(io)?;
+                state.hasher.update(&data);
+                state.at += data.len() as u64;
+                report.advance(data.len() as u64);
+            }
+            Err(why) => {
+                outcome = Err(Step::Retry(why));
+                break;
+            }
+        }
+    }
+    file.flush().await.map_err(io)?;
+    file.get_mut().sync_data().await.map_err(io)?;
+    outcome
+}
+
+async fn finish(
+    job: &Job,
+    part: &Path,
+    state: Digest,
+    report: &mut Reporter,
+) -> Result<u64, FetchError> {
+    if let Err((expected, got)) = state.hasher.check(&job.verify) {
+        remove(part);
+        return Err(FetchError::Checksum {
+            src: job.src.clone(),
+            file: job.file.clone(),
+            expected,
+            got,
+        });
+    }
+    tokio::fs::rename(part, &job.dest)
+        .await
+        .map_err(|e| FetchError::io(&job.src, &job.dest, e))?;
+    report.finish();
+    Ok(state.at)
+}
+
+fn remove(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}

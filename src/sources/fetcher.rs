@@ -1,0 +1,176 @@
+//! The fetcher: caches and endpoints from the environment, one download per file however many
+//! callers wait on it, and progress for whoever watches.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, FutureExt, Shared};
+use tokio::sync::broadcast;
+
+use super::download::{self, Job};
+use super::progress::{Board, Progress, Reporter};
+use super::{hf, ollama, remote, FetchError, Fetched, Source, Want};
+
+type Flight = Shared<BoxFuture<'static, Result<u64, FetchError>>>;
+
+/// Fetches model sources into their caches. One per process; clones share everything.
+#[derive(Clone)]
+pub struct Fetcher {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub client: reqwest::Client,
+    pub hf_root: PathBuf,
+    pub hf_endpoint: String,
+    pub hf_token: Option<String>,
+    pub ollama_root: PathBuf,
+    pub ollama_registry: Option<String>,
+    pub corral_root: PathBuf,
+    /// `AWS_*` settings, read once.
+    pub aws: Vec<(String, String)>,
+    pub board: Arc<Board>,
+    flights: Mutex<HashMap<PathBuf, Flight>>,
+}
+
+/// The first set variable of `names`, non-empty.
+fn first(env: &dyn Fn(&str) -> Option<String>, names: &[&str]) -> Option<String> {
+    names.iter().find_map(|n| env(n).filter(|v| !v.is_empty()))
+}
+
+impl Fetcher {
+    /// Caches and endpoints from the standard environment (`env` answers variables; the binary
+    /// passes the process environment, tests a map).
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Fetcher {
+        // reqwest and object_store are built without a default TLS provider; corral uses ring.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let home = PathBuf::from(env("HOME").unwrap_or_else(|| "/root".into()));
+        let xdg = first(env, &["XDG_CACHE_HOME"]).map_or(home.join(".cache"), PathBuf::from);
+        let hf_home = first(env, &["HF_HOME"]).map_or(xdg.join("huggingface"), PathBuf::from);
+        let hf_root = first(env, &["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"])
+            .map_or(hf_home.join("hub"), PathBuf::from);
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("corral/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(30))
+            .read_timeout(Duration::from_secs(120))
+            .build()
+            .expect("an HTTP client with the ring provider");
+        let aws = remote::AWS_VARIABLES
+            .iter()
+            .filter_map(|n| env(n).map(|v| (n.to_string(), v)))
+            .collect();
+        Fetcher {
+            inner: Arc::new(Inner {
+                client,
+                hf_root,
+                hf_endpoint: first(env, &["HF_ENDPOINT"])
+                    .unwrap_or_else(|| "https://huggingface.co".into())
+                    .trim_end_matches('/')
+                    .to_string(),
+                hf_token: first(env, &["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"]),
+                ollama_root: first(env, &["OLLAMA_MODELS"])
+                    .map_or(home.join(".ollama/models"), PathBuf::from),
+                ollama_registry: first(env, &["OLLAMA_REGISTRY"])
+                    .map(|r| r.trim_end_matches('/').to_string()),
+                corral_root: first(env, &["CORRAL_CACHE"])
+                    .map_or(xdg.join("corral/models"), PathBuf::from),
+                aws,
+                board: Arc::new(Board::new()),
+                flights: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Downloads what is missing (one download per file however many callers wait on it),
+    /// verifies it, and returns where it lies. What the caches hold complete is used as is,
+    /// without asking the network.
+    pub async fn fetch(&self, source: &Source, want: &Want) -> Result<Fetched, FetchError> {
+        if let Some(done) = self.cached(source, want) {
+            return Ok(done);
+        }
+        match source {
+            Source::Path(p) => remote::path_missing(source, p, want),
+            Source::Url(url) => remote::fetch_url(self, source, url, want).await,
+            Source::HuggingFace(h) => hf::fetch(self, source, h, want).await,
+            Source::S3 { bucket, key } => remote::fetch_s3(self, source, bucket, key, want).await,
+            Source::Ollama { name, tag } => ollama::fetch(self, source, name, tag, want).await,
+        }
+    }
+
+    /// What is already complete in the caches, without touching the network (`None` when
+    /// anything is missing).
+    pub fn cached(&self, source: &Source, want: &Want) -> Option<Fetched> {
+        match source {
+            Source::Path(p) => remote::cached_path(p, want),
+            Source::Url(url) => remote::cached_url(self, url),
+            Source::HuggingFace(h) => hf::cached(self, h, want),
+            Source::S3 { bucket, key } => remote::cached_s3(self, bucket, key),
+            Source::Ollama { name, tag } => ollama::cached(self, name, tag, want),
+        }
+    }
+
+    /// Downloads in progress now (for the dashboard and `/v1/models`).
+    pub fn downloads(&self) -> Vec<Progress> {
+        self.inner.board.list()
+    }
+
+    /// Progress updates as they happen (at most four a second per download).
+    pub fn subscribe(&self) -> broadcast::Receiver<Progress> {
+        self.inner.board.subscribe()
+    }
+
+    /// `corral_download_bytes_total{scheme}`: bytes received, unregistered; the metrics
+    /// registry registers a clone.
+    pub fn download_bytes(&self) -> prometheus::IntCounterVec {
+        self.inner.board.bytes.clone()
+    }
+
+    /// Makes `job.dest` complete, joining the download already under way for it if there is
+    /// one. The download runs in its own task, so a caller that gives up leaves it going for the
+    /// others (and a later fetch resumes from its partial file in any case).
+    pub(crate) async fn ensure(&self, job: Job) -> Result<u64, FetchError> {
+        let flight = {
+            let mut flights = self.inner.flights.lock().unwrap();
+            if let Ok(meta) = std::fs::metadata(&job.dest) {
+                return Ok(meta.len());
+            }
+            let inner = self.inner.clone();
+            let dest = job.dest.clone();
+            flights
+                .entry(dest)
+                .or_insert_with(|| {
+                    let task = tokio::spawn(async move {
+                        let mut report = Reporter::new(
+                            inner.board.clone(),
+                            &job.dest,
+                            job.scheme,
+                            &job.src,
+                            &job.file,
+                        );
+                        let result = download::run(&job, &mut report).await;
+                        inner.flights.lock().unwrap().remove(&job.dest);
+                        result
+                    });
+                    async move {
+                        task.await
+                            .unwrap_or_else(|e| Err(FetchError::invalid("download", e.to_string())))
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        flight.await
+    }
+}
+
+/// Bytes still to come for `dest`: nothing when complete, else its size less the partial part.
+pub(crate) fn missing_bytes(dest: &Path, size: u64) -> u64 {
+    if dest.exists() {
+        0
+    } else {
+        size.saturating_sub(download::held(dest))
+    }
+}

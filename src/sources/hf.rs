@@ -1,0 +1,290 @@
+//! Hugging Face Hub sources: the revision's listing from the Hub API, the files the model takes,
+//! each blob downloaded once into the shared cache, and the snapshot links that name them.
+
+use futures_util::{StreamExt, TryStreamExt};
+use http::{HeaderMap, HeaderValue};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::Deserialize;
+
+use super::download::Job;
+use super::fetcher::missing_bytes;
+use super::gguf_pick::{self, Pick, PickError};
+use super::hf_cache::{cached_pick, within, RepoCache};
+use super::transport::{error_chain, http_failure, Failure, Transport};
+use super::verify::Verify;
+use super::{disk, FetchError, Fetched, Fetcher, Form, HfRef, Source, Want};
+
+/// Files downloaded at once for one model.
+const PARALLEL: usize = 4;
+const TOKEN_FIX: &str = "set HF_TOKEN to a token that can read the repository (and accept its terms on the Hub if it is gated)";
+
+/// A path segment keeps `-`, `_`, `.`, `~`; everything else is escaped.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+#[derive(Deserialize)]
+struct Revision {
+    sha: String,
+    #[serde(default)]
+    siblings: Vec<Sibling>,
+}
+
+#[derive(Deserialize, Clone)]
+struct Sibling {
+    rfilename: String,
+    size: Option<u64>,
+    #[serde(rename = "blobId")]
+    blob_id: Option<String>,
+    lfs: Option<Lfs>,
+}
+
+#[derive(Deserialize, Clone)]
+struct Lfs {
+    sha256: String,
+    size: u64,
+}
+
+impl Sibling {
+    /// The blob's name in the cache: the LFS sha256, else the git blob id (the Hub's ETag).
+    fn etag(&self) -> Option<&str> {
+        self.lfs
+            .as_ref()
+            .map(|l| l.sha256.as_str())
+            .or(self.blob_id.as_deref())
+    }
+
+    fn size(&self) -> Option<u64> {
+        self.lfs.as_ref().map(|l| l.size).or(self.size)
+    }
+}
+
+pub(crate) fn cached(f: &Fetcher, hf: &HfRef, want: &Want) -> Option<Fetched> {
+    let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
+    let commit = cache.commit_of(&hf.revision)?;
+    let snapshot = cache.snapshot(&commit);
+    let pick = cached_pick(&snapshot, hf, want.form)?;
+    let bytes = pick
+        .parts
+        .iter()
+        .filter_map(|p| std::fs::metadata(snapshot.join(p)).ok())
+        .map(|m| m.len())
+        .sum();
+    Some(fetched(&snapshot, &pick, bytes))
+}
+
+fn fetched(snapshot: &std::path::Path, pick: &Pick, bytes: u64) -> Fetched {
+    let model = if pick.model.is_empty() {
+        snapshot.to_path_buf()
+    } else {
+        snapshot.join(&pick.model)
+    };
+    Fetched {
+        model,
+        mmproj: pick.mmproj.as_ref().map(|m| snapshot.join(m)),
+        bytes,
+    }
+}
+
+pub(crate) async fn fetch(
+    f: &Fetcher,
+    source: &Source,
+    hf: &HfRef,
+    want: &Want,
+) -> Result<Fetched, FetchError> {
+    let src = source.to_string();
+    let listing = revision(f, &src, hf).await?;
+    let pick = select(&src, &listing, hf, want.form)?;
+    let by_name: std::collections::HashMap<&str, &Sibling> = listing
+        .siblings
+        .iter()
+        .map(|s| (s.rfilename.as_str(), s))
+        .collect();
+    let files: Vec<Sibling> = pick
+        .parts
+        .iter()
+        .chain(&pick.mmproj)
+        .filter_map(|p| by_name.get(p.as_str()).map(|s| (*s).clone()))
+        .collect();
+    let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
+    let mut need = 0;
+    for s in &files {
+        let etag = s.etag().ok_or_else(|| {
+            FetchError::invalid(
+                &src,
+                format!("the Hub lists {} without a blob id", s.rfilename),
+            )
+        })?;
+        need += missing_bytes(&cache.blob(etag), s.size().unwrap_or(0));
+    }
+    disk::ensure_room(&src, &cache.dir, need)?;
+    let jobs = files
+        .iter()
+        .map(|s| job(f, &src, hf, &listing.sha, &cache, s));
+    let sizes: Vec<u64> = futures_util::stream::iter(jobs)
+        .map(|j| f.ensure(j))
+        .buffer_unordered(PARALLEL)
+        .try_collect()
+        .await?;
+    let io = |e| FetchError::io(&src, &cache.dir, e);
+    for s in &files {
+        cache
+            .link(&listing.sha, &s.rfilename, s.etag().unwrap_or_default())
+            .map_err(io)?;
+    }
+    cache.write_ref(&hf.revision, &listing.sha).map_err(io)?;
+    Ok(fetched(
+        &cache.snapshot(&listing.sha),
+        &pick,
+        sizes.iter().sum(),
+    ))
+}
+
+fn job(f: &Fetcher, src: &str, hf: &HfRef, commit: &str, cache: &RepoCache, s: &Sibling) -> Job {
+    let etag = s.etag().unwrap_or_default();
+    let path: Vec<String> = s
+        .rfilename
+        .split('/')
+        .map(|seg| utf8_percent_encode(seg, SEGMENT).to_string())
+        .collect();
+    let url = format!(
+        "{}/{}/resolve/{commit}/{}",
+        f.inner.hf_endpoint,
+        hf.repo,
+        path.join("/")
+    );
+    Job {
+        src: src.to_string(),
+        scheme: "huggingface",
+        file: s.rfilename.clone(),
+        dest: cache.blob(etag),
+        size: s.size(),
+        verify: if s.lfs.is_some() {
+            Verify::Sha256(etag.to_string())
+        } else {
+            Verify::GitBlob(etag.to_string())
+        },
+        transport: Transport::Http {
+            client: f.inner.client.clone(),
+            url,
+            headers: auth(f),
+            auth_fix: TOKEN_FIX,
+        },
+    }
+}
+
+fn auth(f: &Fetcher) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Some(token) = &f.inner.hf_token {
+        if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {token}")) {
+            v.set_sensitive(true);
+            headers.insert(http::header::AUTHORIZATION, v);
+        }
+    }
+    headers
+}
+
+/// The files the model takes, out of the revision's listing.
+fn select(src: &str, listing: &Revision, hf: &HfRef, form: Form) -> Result<Pick, FetchError> {
+    let names: Vec<&str> = listing
+        .siblings
+        .iter()
+        .map(|s| s.rfilename.as_str())
+        .collect();
+    if let Some(path) = &hf.path {
+        let parts = if gguf_pick::part_count(path) > 1 {
+            gguf_pick::parts_of(path, &names)
+        } else {
+            names
+                .iter()
+                .filter(|n| within(n, path))
+                .map(|n| n.to_string())
+                .collect()
+        };
+        if parts.is_empty() || parts.len() < gguf_pick::part_count(path) {
+            let what = format!("file {path} in {} at revision {}", hf.repo, hf.revision);
+            return Err(FetchError::NotFound {
+                src: src.to_string(),
+                what,
+            });
+        }
+        return Ok(Pick {
+            model: path.clone(),
+            parts,
+            mmproj: None,
+        });
+    }
+    if hf.quant.is_none() && form == Form::Directory {
+        return Ok(Pick {
+            model: String::new(),
+            parts: names.iter().map(|n| n.to_string()).collect(),
+            mmproj: None,
+        });
+    }
+    gguf_pick::pick(&names, hf.quant.as_deref()).map_err(|e| match e {
+        PickError::NoQuant(available) => FetchError::NoQuant {
+            src: src.to_string(),
+            quant: hf.quant.clone().unwrap_or_default(),
+            available,
+        },
+        PickError::Ambiguous(available) => FetchError::Ambiguous {
+            src: src.to_string(),
+            available,
+        },
+    })
+}
+
+/// `GET /api/models/{repo}/revision/{rev}?blobs=true`: the commit and every file with its size
+/// and blob id, retried a few times over a flaky network.
+async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchError> {
+    let rev = utf8_percent_encode(&hf.revision, SEGMENT);
+    let url = format!(
+        "{}/api/models/{}/revision/{rev}?blobs=true",
+        f.inner.hf_endpoint, hf.repo
+    );
+    let mut last = String::new();
+    for attempt in 0..3u32 {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(300 << attempt)).await;
+        }
+        let resp = match f.inner.client.get(&url).headers(auth(f)).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                last = error_chain(&e);
+                continue;
+            }
+        };
+        let status = resp.status();
+        if status.is_success() {
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| FetchError::invalid(src, error_chain(&e)))?;
+            return serde_json::from_slice(&body)
+                .map_err(|e| FetchError::invalid(src, format!("the Hub's answer for {url}: {e}")));
+        }
+        let code = resp
+            .headers()
+            .get("x-error-code")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let what = match code.as_str() {
+            "RevisionNotFound" => format!("revision {} of {}", hf.revision, hf.repo),
+            _ => format!("repository {} (or its revision {})", hf.repo, hf.revision),
+        };
+        match http_failure(status, src, &what, TOKEN_FIX) {
+            Failure::Fatal(e) => return Err(e),
+            Failure::Retry(why) => last = why,
+            Failure::Restart => {}
+        }
+    }
+    Err(FetchError::Network {
+        src: src.to_string(),
+        file: "the revision's listing".into(),
+        attempts: 3,
+        detail: last,
+    })
+}

@@ -1,0 +1,230 @@
+//! Ollama sources, kept in Ollama's own store so `ollama` sees what corral pulled and corral
+//! uses what `ollama pull` fetched:
+//!
+//! ```text
+//! <root>/manifests/<host>/<namespace>/<model>/<tag>    the image manifest (JSON)
+//! <root>/blobs/sha256-<hex>                            each layer; the model layer is the GGUF
+//! ```
+//!
+//! A model missing from the store comes from the registry's v2 API (`OLLAMA_REGISTRY` replaces
+//! `https://registry.ollama.ai`), every blob checked against its digest, the manifest written last.
+
+use std::path::PathBuf;
+
+use futures_util::{StreamExt, TryStreamExt};
+use http::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+
+use super::download::Job;
+use super::fetcher::missing_bytes;
+use super::transport::{error_chain, http_failure, Failure, Transport};
+use super::verify::Verify;
+use super::{disk, FetchError, Fetched, Fetcher, Form, Source, Want};
+
+const DEFAULT_HOST: &str = "registry.ollama.ai";
+const MODEL: &str = "application/vnd.ollama.image.model";
+const PROJECTOR: &str = "application/vnd.ollama.image.projector";
+const ACCEPT: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+#[derive(Deserialize)]
+struct Manifest {
+    config: Option<Layer>,
+    #[serde(default)]
+    layers: Vec<Layer>,
+}
+
+#[derive(Deserialize, Clone)]
+struct Layer {
+    #[serde(rename = "mediaType")]
+    media_type: String,
+    digest: String,
+    size: u64,
+}
+
+impl Layer {
+    /// The hex of `sha256:<hex>`, refused unless it is exactly that (it becomes a file name).
+    fn hex(&self) -> Option<&str> {
+        let hex = self.digest.strip_prefix("sha256:")?;
+        (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(hex)
+    }
+}
+
+/// `name` → (registry host, namespace, model).
+fn split_name(name: &str) -> (&str, &str, &str) {
+    let parts: Vec<&str> = name.split('/').collect();
+    match parts.as_slice() {
+        [model] => (DEFAULT_HOST, "library", model),
+        [ns, model] => (DEFAULT_HOST, ns, model),
+        [host, ns, model, ..] => (host, ns, model),
+        [] => (DEFAULT_HOST, "library", name),
+    }
+}
+
+fn manifest_path(f: &Fetcher, name: &str, tag: &str) -> PathBuf {
+    let (host, ns, model) = split_name(name);
+    f.inner
+        .ollama_root
+        .join("manifests")
+        .join(host)
+        .join(ns)
+        .join(model)
+        .join(tag)
+}
+
+fn blob_path(f: &Fetcher, hex: &str) -> PathBuf {
+    f.inner
+        .ollama_root
+        .join("blobs")
+        .join(format!("sha256-{hex}"))
+}
+
+pub(crate) fn cached(f: &Fetcher, name: &str, tag: &str, want: &Want) -> Option<Fetched> {
+    if want.form == Form::Directory {
+        return None;
+    }
+    let text = std::fs::read(manifest_path(f, name, tag)).ok()?;
+    let manifest: Manifest = serde_json::from_slice(&text).ok()?;
+    let present = |l: &Layer| {
+        let path = blob_path(f, l.hex()?);
+        (std::fs::metadata(&path).ok()?.len() == l.size).then_some(path)
+    };
+    let model = manifest.layers.iter().find(|l| l.media_type == MODEL)?;
+    let mmproj = match manifest.layers.iter().find(|l| l.media_type == PROJECTOR) {
+        Some(p) => Some(present(p)?),
+        None => None,
+    };
+    Some(Fetched {
+        model: present(model)?,
+        mmproj,
+        bytes: model.size,
+    })
+}
+
+pub(crate) async fn fetch(
+    f: &Fetcher,
+    source: &Source,
+    name: &str,
+    tag: &str,
+    want: &Want,
+) -> Result<Fetched, FetchError> {
+    let src = source.to_string();
+    if want.form == Form::Directory {
+        return Err(FetchError::invalid(
+            &src,
+            "an Ollama model is one GGUF file; this engine wants a model directory (use hf://)",
+        ));
+    }
+    let (host, ns, model) = split_name(name);
+    let base = match (&f.inner.ollama_registry, host) {
+        (Some(r), DEFAULT_HOST) => r.clone(),
+        _ => format!("https://{host}"),
+    };
+    let raw = manifest(
+        f,
+        &src,
+        &format!("{base}/v2/{ns}/{model}/manifests/{tag}"),
+        name,
+        tag,
+    )
+    .await?;
+    let parsed: Manifest = serde_json::from_slice(&raw)
+        .map_err(|e| FetchError::invalid(&src, format!("the registry's manifest: {e}")))?;
+    if !parsed.layers.iter().any(|l| l.media_type == MODEL) {
+        return Err(FetchError::invalid(
+            &src,
+            "the manifest has no model layer; is this an Ollama model?",
+        ));
+    }
+    let layers: Vec<Layer> = parsed
+        .config
+        .iter()
+        .chain(&parsed.layers)
+        .cloned()
+        .collect();
+    let mut need = 0;
+    for l in &layers {
+        let hex = l.hex().ok_or_else(|| {
+            FetchError::invalid(&src, format!("bad digest {:?} in the manifest", l.digest))
+        })?;
+        need += missing_bytes(&blob_path(f, hex), l.size);
+    }
+    disk::ensure_room(&src, &f.inner.ollama_root, need)?;
+    let jobs = layers.iter().map(|l| {
+        let hex = l.hex().unwrap_or_default();
+        Job {
+            src: src.clone(),
+            scheme: "ollama",
+            file: l.digest.clone(),
+            dest: blob_path(f, hex),
+            size: Some(l.size),
+            verify: Verify::Sha256(hex.to_string()),
+            transport: Transport::Http {
+                client: f.inner.client.clone(),
+                url: format!("{base}/v2/{ns}/{model}/blobs/{}", l.digest),
+                headers: HeaderMap::new(),
+                auth_fix: "check the model's name; a private registry needs its credentials",
+            },
+        }
+    });
+    futures_util::stream::iter(jobs)
+        .map(|j| f.ensure(j))
+        .buffer_unordered(4)
+        .try_collect::<Vec<u64>>()
+        .await?;
+    let path = manifest_path(f, name, tag);
+    let io = |e| FetchError::io(&src, &path, e);
+    std::fs::create_dir_all(path.parent().expect("a manifest has a folder")).map_err(io)?;
+    let tmp = path.with_extension("corral-tmp");
+    std::fs::write(&tmp, &raw).map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    cached(f, name, tag, want)
+        .ok_or_else(|| FetchError::invalid(&src, "the store lacks a layer just downloaded"))
+}
+
+/// The manifest's bytes as the registry sent them (written to the store unchanged).
+async fn manifest(
+    f: &Fetcher,
+    src: &str,
+    url: &str,
+    name: &str,
+    tag: &str,
+) -> Result<Vec<u8>, FetchError> {
+    let mut last = String::new();
+    for attempt in 0..3u32 {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(300 << attempt)).await;
+        }
+        let req = f
+            .inner
+            .client
+            .get(url)
+            .header(http::header::ACCEPT, HeaderValue::from_static(ACCEPT));
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                last = error_chain(&e);
+                continue;
+            }
+        };
+        let status = resp.status();
+        if status.is_success() {
+            return resp
+                .bytes()
+                .await
+                .map(|b| b.to_vec())
+                .map_err(|e| FetchError::invalid(src, error_chain(&e)));
+        }
+        let what = format!("model {name}:{tag} in the registry");
+        match http_failure(status, src, &what, "check the model's name and tag") {
+            Failure::Fatal(e) => return Err(e),
+            Failure::Retry(why) => last = why,
+            Failure::Restart => {}
+        }
+    }
+    Err(FetchError::Network {
+        src: src.to_string(),
+        file: "the manifest".into(),
+        attempts: 3,
+        detail: last,
+    })
+}

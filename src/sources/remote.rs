@@ -1,0 +1,253 @@
+//! Plain paths, URLs and S3 objects: one file each, URLs and objects cached under corral's cache.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+
+use super::download::Job;
+use super::transport::{s3_failure, Failure, Transport};
+use super::verify::{sha256_hex, Verify};
+use super::{FetchError, Fetched, Fetcher, Form, Source, Want};
+
+/// The variables S3 settings are read from (object_store's names for them).
+pub(crate) const AWS_VARIABLES: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT",
+    "AWS_ALLOW_HTTP",
+    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_ENDPOINT_URL_STS",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_METADATA_ENDPOINT",
+    "AWS_IMDSV1_FALLBACK",
+    "AWS_SKIP_SIGNATURE",
+    "AWS_REQUEST_PAYER",
+];
+
+pub(crate) fn cached_path(path: &Path, want: &Want) -> Option<Fetched> {
+    let meta = std::fs::metadata(path).ok()?;
+    let fits = match want.form {
+        Form::File => meta.is_file(),
+        Form::Directory => true,
+    };
+    fits.then(|| Fetched {
+        model: path.to_path_buf(),
+        mmproj: None,
+        bytes: meta.len(),
+    })
+}
+
+pub(crate) fn path_missing(
+    source: &Source,
+    path: &Path,
+    want: &Want,
+) -> Result<Fetched, FetchError> {
+    if path.is_dir() && want.form == Form::File {
+        return Err(FetchError::invalid(
+            &source.to_string(),
+            format!(
+                "{} is a directory; name the .gguf file in it",
+                path.display()
+            ),
+        ));
+    }
+    Err(FetchError::PathMissing {
+        src: source.to_string(),
+        path: path.display().to_string(),
+    })
+}
+
+/// `url/<host>/<16 hex of the URL's sha256>/<last path segment>`: the file keeps its name (an
+/// engine may read the quantization from it) and two URLs never share a folder.
+fn url_dest(f: &Fetcher, url: &str) -> PathBuf {
+    let parsed = reqwest::Url::parse(url).ok();
+    let host = parsed
+        .as_ref()
+        .and_then(|u| u.host_str())
+        .unwrap_or("unknown")
+        .to_string();
+    let name = parsed
+        .as_ref()
+        .and_then(|u| u.path_segments()?.next_back().map(str::to_string))
+        .filter(|n| !n.is_empty() && n != "." && n != "..")
+        .unwrap_or_else(|| "model".into());
+    let name = percent_encoding::percent_decode_str(&name)
+        .decode_utf8_lossy()
+        .replace('/', "_");
+    f.inner
+        .corral_root
+        .join("url")
+        .join(host)
+        .join(&sha256_hex(url.as_bytes())[..16])
+        .join(name)
+}
+
+pub(crate) fn cached_url(f: &Fetcher, url: &str) -> Option<Fetched> {
+    let dest = url_dest(f, url);
+    let meta = std::fs::metadata(&dest).ok()?;
+    Some(Fetched {
+        model: dest,
+        mmproj: None,
+        bytes: meta.len(),
+    })
+}
+
+pub(crate) async fn fetch_url(
+    f: &Fetcher,
+    source: &Source,
+    url: &str,
+    want: &Want,
+) -> Result<Fetched, FetchError> {
+    let src = source.to_string();
+    if want.form == Form::Directory {
+        return Err(FetchError::invalid(
+            &src,
+            "a URL gives one file; this engine wants a model directory (use hf:// or a path)",
+        ));
+    }
+    let verify = match &want.sha256 {
+        Some(h) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
+        None => Verify::Size,
+    };
+    let dest = url_dest(f, url);
+    let job = Job {
+        src,
+        scheme: "url",
+        file: dest
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned(),
+        dest: dest.clone(),
+        size: None,
+        verify,
+        transport: Transport::Http {
+            client: f.inner.client.clone(),
+            url: url.to_string(),
+            headers: Default::default(),
+            auth_fix: "put the credentials the server wants in the URL, or download it to a path",
+        },
+    };
+    let bytes = f.ensure(job).await?;
+    Ok(Fetched {
+        model: dest,
+        mmproj: None,
+        bytes,
+    })
+}
+
+fn s3_dest(f: &Fetcher, bucket: &str, key: &str) -> PathBuf {
+    let mut dest = f.inner.corral_root.join("s3").join(bucket);
+    for seg in key
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != "." && *s != "..")
+    {
+        dest.push(seg);
+    }
+    dest
+}
+
+pub(crate) fn cached_s3(f: &Fetcher, bucket: &str, key: &str) -> Option<Fetched> {
+    let dest = s3_dest(f, bucket, key);
+    let meta = std::fs::metadata(&dest).ok().filter(|m| m.is_file())?;
+    Some(Fetched {
+        model: dest,
+        mmproj: None,
+        bytes: meta.len(),
+    })
+}
+
+fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>, FetchError> {
+    let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
+    for (name, value) in &f.inner.aws {
+        if let Ok(key) = name.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+            builder = builder.with_config(key, value);
+        }
+        // A plain-HTTP endpoint (MinIO, a test server) is meant as written.
+        if name.starts_with("AWS_ENDPOINT") && value.starts_with("http://") {
+            builder = builder.with_allow_http(true);
+        }
+    }
+    let retry = RetryConfig {
+        max_retries: 3,
+        ..Default::default()
+    };
+    let store = builder
+        .with_retry(retry)
+        .with_client_options(ClientOptions::new().with_timeout_disabled())
+        .build()
+        .map_err(|e| {
+            FetchError::invalid(src, format!("S3 settings: {e}; check the AWS_* variables"))
+        })?;
+    Ok(Arc::new(store))
+}
+
+pub(crate) async fn fetch_s3(
+    f: &Fetcher,
+    source: &Source,
+    bucket: &str,
+    key: &str,
+    want: &Want,
+) -> Result<Fetched, FetchError> {
+    let src = source.to_string();
+    if want.form == Form::Directory {
+        return Err(FetchError::invalid(
+            &src,
+            "an S3 object is one file; this engine wants a model directory",
+        ));
+    }
+    let store = s3_store(f, &src, bucket)?;
+    let path = object_store::path::Path::from(key);
+    let meta = match store.head(&path).await {
+        Ok(m) => m,
+        Err(e) => match s3_failure(e, &src, key) {
+            Failure::Fatal(e) => return Err(e),
+            Failure::Retry(why) => {
+                return Err(FetchError::Network {
+                    src,
+                    file: key.into(),
+                    attempts: 4,
+                    detail: why,
+                })
+            }
+            Failure::Restart => return Err(FetchError::invalid(&src, "unexpected range answer")),
+        },
+    };
+    // A single-part upload's ETag is the MD5 of the content; a multipart one's has a `-N` suffix.
+    let etag = meta
+        .e_tag
+        .as_deref()
+        .map(|e| e.trim_matches('"').to_ascii_lowercase());
+    let verify = match etag {
+        Some(e) if e.len() == 32 && e.bytes().all(|b| b.is_ascii_hexdigit()) => Verify::Md5(e),
+        _ => Verify::Size,
+    };
+    let dest = s3_dest(f, bucket, key);
+    let job = Job {
+        src,
+        scheme: "s3",
+        file: key.to_string(),
+        dest: dest.clone(),
+        size: Some(meta.size),
+        verify,
+        transport: Transport::S3 { store, path },
+    };
+    let bytes = f.ensure(job).await?;
+    Ok(Fetched {
+        model: dest,
+        mmproj: None,
+        bytes,
+    })
+}

@@ -1,0 +1,182 @@
+//! Opening a remote file at an offset, over HTTP or S3, with failures sorted into those worth
+//! another try and those that end the fetch.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
+use http::{HeaderMap, StatusCode};
+use object_store::{GetOptions, GetRange, ObjectStore};
+
+use super::FetchError;
+
+/// Where one file's bytes come from.
+#[derive(Clone)]
+pub(crate) enum Transport {
+    Http {
+        client: reqwest::Client,
+        url: String,
+        headers: HeaderMap,
+        /// What to tell the user on 401/403 (the variable that holds the token).
+        auth_fix: &'static str,
+    },
+    S3 {
+        store: Arc<dyn ObjectStore>,
+        path: object_store::path::Path,
+    },
+}
+
+/// A response under way: its bytes start at `start` (0 when a server ignored the range).
+pub(crate) struct Opened {
+    pub start: u64,
+    pub total: Option<u64>,
+    pub stream: BoxStream<'static, Result<Bytes, String>>,
+}
+
+/// Why an attempt to open failed.
+pub(crate) enum Failure {
+    /// A dropped connection, a 5xx, a timeout: try again after a pause.
+    Retry(String),
+    /// The part already held does not fit the file any more (416): start from zero.
+    Restart,
+    /// Nothing another try would change.
+    Fatal(FetchError),
+}
+
+impl Transport {
+    pub(crate) async fn open(&self, src: &str, file: &str, offset: u64) -> Result<Opened, Failure> {
+        match self {
+            Transport::Http {
+                client,
+                url,
+                headers,
+                auth_fix,
+            } => open_http(client, url, headers, offset, src, file, auth_fix).await,
+            Transport::S3 { store, path } => open_s3(store.as_ref(), path, offset, src, file).await,
+        }
+    }
+}
+
+async fn open_http(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &HeaderMap,
+    offset: u64,
+    src: &str,
+    file: &str,
+    auth_fix: &str,
+) -> Result<Opened, Failure> {
+    let mut req = client.get(url).headers(headers.clone());
+    if offset > 0 {
+        req = req.header(http::header::RANGE, format!("bytes={offset}-"));
+    }
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| Failure::Retry(error_chain(&e)))?;
+    let status = resp.status();
+    let start = match status {
+        StatusCode::OK => 0,
+        StatusCode::PARTIAL_CONTENT => offset,
+        StatusCode::RANGE_NOT_SATISFIABLE => return Err(Failure::Restart),
+        s => return Err(http_failure(s, src, file, auth_fix)),
+    };
+    let total = match status {
+        StatusCode::PARTIAL_CONTENT => content_range_total(resp.headers()),
+        _ => resp.content_length(),
+    };
+    let stream = resp.bytes_stream().map_err(|e| error_chain(&e)).boxed();
+    Ok(Opened {
+        start,
+        total,
+        stream,
+    })
+}
+
+/// Sorts an HTTP error status: 401/403 name the credentials, 404 the file, 5xx and 429 retry.
+pub(crate) fn http_failure(status: StatusCode, src: &str, file: &str, auth_fix: &str) -> Failure {
+    match status.as_u16() {
+        401 | 403 => Failure::Fatal(FetchError::Credentials {
+            src: src.to_string(),
+            status: status.as_u16(),
+            fix: auth_fix.to_string(),
+        }),
+        404 => Failure::Fatal(FetchError::NotFound {
+            src: src.to_string(),
+            what: file.to_string(),
+        }),
+        429 | 500..=599 => Failure::Retry(format!("HTTP {status}")),
+        _ => Failure::Fatal(FetchError::invalid(
+            src,
+            format!("{file}: unexpected HTTP {status}"),
+        )),
+    }
+}
+
+/// `Content-Range: bytes 100-199/200` → 200.
+fn content_range_total(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get(http::header::CONTENT_RANGE)?.to_str().ok()?;
+    value.rsplit_once('/')?.1.trim().parse().ok()
+}
+
+/// The error with its causes, which is where reqwest keeps the useful part.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+async fn open_s3(
+    store: &dyn ObjectStore,
+    path: &object_store::path::Path,
+    offset: u64,
+    src: &str,
+    file: &str,
+) -> Result<Opened, Failure> {
+    let options = GetOptions {
+        range: (offset > 0).then_some(GetRange::Offset(offset)),
+        ..Default::default()
+    };
+    match store.get_opts(path, options).await {
+        Ok(got) => {
+            let total = Some(got.meta.size);
+            let start = got.range.start;
+            let stream = got.into_stream().map_err(|e| error_chain(&e)).boxed();
+            Ok(Opened {
+                start,
+                total,
+                stream,
+            })
+        }
+        Err(e) => Err(s3_failure(e, src, file)),
+    }
+}
+
+pub(crate) fn s3_failure(e: object_store::Error, src: &str, file: &str) -> Failure {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } => Failure::Fatal(FetchError::NotFound {
+            src: src.to_string(),
+            what: format!("object {file}"),
+        }),
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
+            Failure::Fatal(FetchError::Credentials {
+                src: src.to_string(),
+                status: 403,
+                fix: format!(
+                    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a web identity) with read \
+                     access to the object ({})",
+                    error_chain(&e)
+                ),
+            })
+        }
+        E::Generic { .. } => Failure::Retry(error_chain(&e)),
+        other => Failure::Fatal(FetchError::invalid(src, error_chain(&other))),
+    }
+}
