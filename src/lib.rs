@@ -9,6 +9,7 @@ mod api;
 mod body;
 mod catalog;
 pub mod config;
+mod engines;
 mod error;
 pub mod fdlimit;
 mod fleet;
@@ -36,6 +37,10 @@ pub use api::extract::{classify, model_from_body, query_param, rewrite_multipart
 pub use api::meter::{Labels, Metered};
 pub use api::Limits;
 pub use body::BoxError;
+pub use engines::{
+    argv as engine_argv, diagnose, env as engine_env, read_capacity, read_load, Cause, Diagnosis,
+    EngineKind, Launch, Load, LoadFormat, LoadReport, ModelForm, Readiness, Task,
+};
 pub use fleet::ledger::{need_of, place, Placement};
 pub use logs::Logs;
 pub use memory::{

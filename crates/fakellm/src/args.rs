@@ -41,6 +41,12 @@ pub struct Config {
     /// Keep reporting a slot as processing in `/slots` for this long after its request ended
     /// (llama-server releases a slot a moment after the response is sent).
     pub slots_lag_ms: u64,
+    /// The engine imitated (`--imitate`; set from the command line before parsing).
+    pub imitate: crate::imitate::Kind,
+    /// Print the imitated engine's out-of-memory lines after loading, and exit 1.
+    pub fail_oom: bool,
+    /// Print the imitated engine's port-taken lines at once, and exit 1.
+    pub fail_port: bool,
     /// Human readable warnings about ignored arguments, printed at startup.
     pub warnings: Vec<String>,
 }
@@ -79,6 +85,9 @@ impl Default for Config {
             embedding_dim: 8,
             idle_close_ms: None,
             slots_lag_ms: 0,
+            imitate: crate::imitate::Kind::LlamaCpp,
+            fail_oom: false,
+            fail_port: false,
             warnings: Vec::new(),
         }
     }
@@ -122,6 +131,10 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --embedding-dim N        embedding vector size (default 8)
   --idle-close-ms MS       close keep-alive connections idle for MS
   --slots-lag-ms MS        /slots shows a slot busy for MS after its request ended
+  --imitate KIND           imitate vllm, tgi, sglang, tei or ollama (default llama_cpp): take
+                           that engine's command line, start up as it does, publish its metrics
+  --fail-oom               print the engine's out-of-memory lines after loading, exit 1
+  --fail-port              print the engine's port-taken lines, exit 1
 
 Unknown flags are ignored with a warning.
 
@@ -169,6 +182,8 @@ const BOOL_FLAGS: &[&str] = &[
     "--fork-grandchild",
     "--setpgrp-grandchild",
     "--buffer-report",
+    "--fail-oom",
+    "--fail-port",
 ];
 
 fn looks_like_value(tok: &str) -> bool {
@@ -227,6 +242,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--fork-grandchild" => cfg.fork_grandchild = true,
                 "--setpgrp-grandchild" => cfg.setpgrp_grandchild = true,
                 "--buffer-report" => cfg.buffer_report = true,
+                "--fail-oom" => cfg.fail_oom = true,
+                "--fail-port" => cfg.fail_port = true,
                 _ => unreachable!(),
             }
             continue;

@@ -16,6 +16,7 @@ macro_rules! elog {
 
 pub mod args;
 mod events;
+pub mod imitate;
 pub mod multipart;
 mod server;
 
@@ -26,7 +27,15 @@ use std::time::Duration;
 /// Builds its own tokio runtime and serves until killed, told to exit
 /// (`--exit-after-ms`) or sent SIGTERM; returns the process exit code.
 pub fn main_with_args(args: Vec<String>) -> i32 {
-    let cfg = match args::parse(&args) {
+    let env = |k: &str| std::env::var(k).ok();
+    let (kind, own_args) = match imitate::translate(&args, &env) {
+        Ok(x) => x,
+        Err(e) => {
+            elog!("error: {e}");
+            return 2;
+        }
+    };
+    let mut cfg = match args::parse(&own_args) {
         Ok(args::Parsed::Run(cfg)) => *cfg,
         Ok(args::Parsed::Help) => {
             print!("{}", args::USAGE);
@@ -38,6 +47,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
             return 2;
         }
     };
+    cfg.imitate = kind;
     for w in &cfg.warnings {
         elog!("{w}");
     }

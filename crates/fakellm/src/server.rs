@@ -25,6 +25,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::args::Config;
 use crate::events::Events;
+use crate::imitate;
 use crate::multipart;
 
 const LOADING_BODY: &[u8] =
@@ -132,16 +133,15 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
         }
     }
 
-    let host = cfg.host.trim_start_matches('[').trim_end_matches(']');
-    let listener = match TcpListener::bind((host, cfg.port)).await {
+    if cfg.fail_oom || cfg.fail_port {
+        return imitate::fail(&cfg, start).await;
+    }
+    let listener = match imitate::bind(&cfg, start).await {
         Ok(l) => l,
         Err(e) => {
-            elog!(
-                "couldn't bind HTTP server socket, hostname: {}, port: {}",
-                cfg.host,
-                cfg.port
-            );
-            elog!("bind error: {e}");
+            for line in imitate::port_lines(cfg.imitate, &cfg.host, cfg.port, &e.to_string()) {
+                elog!("{line}");
+            }
             return 1;
         }
     };
@@ -173,7 +173,7 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
     let st = Arc::new(State {
         port,
         pid,
-        loaded: AtomicBool::new(false),
+        loaded: AtomicBool::new(imitate::ready_at_bind(&cfg)),
         active: AtomicUsize::new(0),
         waiting: AtomicUsize::new(0),
         sem: Arc::new(Semaphore::new(cfg.slots)),
@@ -764,6 +764,13 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
     if !st.loaded.load(Ordering::Acquire) {
         return full(&st, 503, JSON, Bytes::from_static(LOADING_BODY), tracker);
     }
+    if parts.method == Method::GET {
+        let used = st.busy.iter().any(|b| b.load(Ordering::Acquire))
+            || st.prompt_tokens_total.load(Ordering::Relaxed) > 0;
+        if let Some((status, ctype, b)) = imitate::ollama_route(&st.cfg, path, used) {
+            return full(&st, status, ctype, b, tracker);
+        }
+    }
 
     match rt {
         Route::Health => full(&st, 200, JSON, Bytes::from_static(HEALTH_OK), tracker),
@@ -790,6 +797,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
         }
         Route::Metrics => {
             let processing = st.busy.iter().filter(|b| b.load(Ordering::Acquire)).count();
+            let waiting = st.waiting.load(Ordering::Acquire);
+            if let Some(text) = imitate::metrics(&st.cfg, processing, waiting) {
+                let ctype = "text/plain; version=0.0.4";
+                return full(&st, 200, ctype, Bytes::from(text), tracker);
+            }
             let s = format!(
                 "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n\
                  # TYPE llamacpp:prompt_tokens_total counter\n\
