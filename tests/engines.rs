@@ -121,7 +121,7 @@ async fn until_load(kind: EngineKind, port: u16, what: &str, f: impl Fn(u64) -> 
 
 /// Starts `kind`, checks its readiness against the documented behaviour, then its live load.
 async fn readiness_and_load(kind: EngineKind, task: Task) {
-    let loading_ms = 600;
+    let loading_ms = 1500;
     let (mut child, port) = start(kind, task, &["--loading-ms", &loading_ms.to_string()]);
     let started = Instant::now();
     let seen = until_ready(kind, port).await;
