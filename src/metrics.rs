@@ -41,6 +41,7 @@ pub struct Metrics {
     slots_free: IntGaugeVec,
     state: IntGaugeVec,
     model_status: IntGaugeVec,
+    download_progress: prometheus::GaugeVec,
     failures: IntGaugeVec,
     circuit_open: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -191,6 +192,12 @@ impl Metrics {
             slots_total: gauge(&r, "corral_slots", "Parallel slots of an instance.", &["model", "instance"]),
             slots_free: gauge(&r, "corral_slots_free", "Free slots of a ready instance.", &["model", "instance"]),
             state: gauge(&r, "corral_instance_state", "1 for the instance's current state, 0 for the others.", &["model", "instance", "state"]),
+            download_progress: {
+                let opts = Opts::new("corral_download_progress_ratio", "How far the download of a model's weights has come (0 to 1), while one runs.");
+                let g = prometheus::GaugeVec::new(opts, &["model"]).expect("valid metric");
+                r.register(Box::new(g.clone())).expect("registered once");
+                g
+            },
             model_status: gauge(&r, "corral_model_status", "1 for the model's current lifecycle status, 0 for the others.", &["model", "status"]),
             failures: gauge(&r, "corral_instance_consecutive_failures", "Failed starts or crashes in a row.", &["model", "instance"]),
             circuit_open: gauge(&r, "corral_instance_circuit_open", "1 while an instance that keeps failing is held out.", &["model", "instance"]),
@@ -224,6 +231,32 @@ impl Metrics {
         }
     }
 
+    /// Registers a collector made elsewhere (the download counter of the model sources).
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        self.registry.register(collector).expect("registered once");
+    }
+
+    /// Each model's download progress while one runs; the series goes when the download ends.
+    fn set_download_progress(&self, snapshot: &[Snapshot]) {
+        let mut by_model = std::collections::BTreeMap::new();
+        for s in snapshot {
+            let ratio = s.download.as_ref().map(|d| match d.total {
+                Some(t) if t > 0 => d.bytes as f64 / t as f64,
+                _ => 0.0,
+            });
+            let entry = by_model.entry(s.model.as_str()).or_insert(None);
+            *entry = entry.or(ratio);
+        }
+        for (model, ratio) in by_model {
+            match ratio {
+                Some(r) => self.download_progress.with_label_values(&[model]).set(r),
+                None => {
+                    let _ = self.download_progress.remove_label_values(&[model]);
+                }
+            }
+        }
+    }
+
     /// Creates each configured instance's series, so dashboards see zeros before the first event.
     pub fn register_instances(&self, snapshot: &[Snapshot]) {
         for s in snapshot {
@@ -243,6 +276,7 @@ impl Metrics {
         vllm_names: bool,
     ) -> String {
         self.model_server.update(snapshot, queues);
+        self.set_download_progress(snapshot);
         for (i, d) in devices.iter().enumerate() {
             self.memory_used_by_others
                 .with_label_values(&[&d.name])

@@ -29,6 +29,9 @@ pub struct Options {
     pub state_key: String,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub drain_timeout: Duration,
+    /// Variables that model sources read (`HF_ENDPOINT`, `HF_HUB_CACHE`, `AWS_*`, ...) set for
+    /// this corral only, over the process environment.
+    pub source_env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -38,6 +41,7 @@ impl Default for Options {
             state_dir: None,
             state_key: "corral".into(),
             drain_timeout: Duration::from_secs(30),
+            source_env: Vec::new(),
         }
     }
 }
@@ -78,12 +82,15 @@ pub async fn run_with_reloads(
     let admission = Admission::new(max_connections(&settings));
     let spawner = Spawner::start(tokio::runtime::Handle::current())?;
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    let fetcher = fetcher(&opts.source_env);
+    metrics.register(Box::new(fetcher.download_bytes()));
     let fleet = Fleet::new(
         Arc::new(config),
         spawner,
         logs.clone(),
         metrics.fleet.clone(),
         state_file,
+        fetcher,
     );
     metrics.register_instances(&fleet.snapshot());
     let mut limits = opts.limits;
@@ -229,4 +236,15 @@ impl Refusals {
             self.logged = Some(std::time::Instant::now());
         }
     }
+}
+
+/// The fetcher of model weights, reading the process environment under `overrides`.
+fn fetcher(overrides: &[(String, String)]) -> crate::sources::Fetcher {
+    crate::sources::Fetcher::from_env(&|name| {
+        overrides
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(name).ok())
+    })
 }

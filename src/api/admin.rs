@@ -305,7 +305,7 @@ fn running(app: &App) -> Response<Body> {
             // an instance a reload retired still runs until idle; the model may be gone from the config
             let m = app.config.models.get(&s.model)?;
             let spec = m.instances.iter().find(|i| i.id == s.instance).unwrap_or(&m.instances[0]);
-            Some(json!({"model": s.instance, "state": s.state.as_str(), "cmd": app.config.redactor.command_line(&spec.argv), "proxy": spec.proxy,
+            Some(json!({"model": s.instance, "state": s.state.as_str(), "cmd": app.config.redactor.command_line(s.argv.as_ref().unwrap_or(&spec.argv)), "proxy": spec.proxy,
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()), "name": m.name.clone().unwrap_or_default(),
                 "description": m.description.clone().unwrap_or_default(), "pool": s.pool,
                 "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open,

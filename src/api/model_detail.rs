@@ -41,7 +41,10 @@ fn instance(app: &App, s: &Snapshot) -> Value {
         .models
         .get(&s.model)
         .and_then(|m| m.instances.iter().find(|i| i.id == s.instance))
-        .map(|spec| app.config.redactor.command_line(&spec.argv));
+        .map(|spec| {
+            let argv = s.argv.as_ref().unwrap_or(&spec.argv);
+            app.config.redactor.command_line(argv)
+        });
     json!({
         "id": s.instance, "state": s.state.as_str(), "pid": s.pid, "inFlight": s.in_flight,
         "slots": s.slots, "free": s.free, "failures": s.failures, "lastError": s.last_error,

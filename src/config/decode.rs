@@ -44,6 +44,7 @@ const TOP_KEYS: &[&str] = &[
     "maxBufferedBodies",
     "vllmMetricNames",
     "clientTimeouts",
+    "engines",
 ];
 
 const MODEL_KEYS: &[&str] = &[
@@ -79,6 +80,16 @@ const MODEL_KEYS: &[&str] = &[
     "placement",
     "loadTimeout",
     super::expand::REPLICAS_KEY,
+    // what to serve and how (see `engine.rs`)
+    "engine",
+    "source",
+    "sha256",
+    "ctx",
+    "slots",
+    "args",
+    "task",
+    "quantization",
+    "params",
 ];
 
 const TIMEOUT_KEYS: &[&str] = &[
@@ -152,10 +163,12 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let send_loading_state = top.boolean("sendLoadingState")?.unwrap_or(false);
 
     let models_node = top.child("models", &[], &mut Vec::new())?;
+    let engines = super::engine::decode_engines(&top, warnings)?;
     let devices = super::memory::devices(&top, warnings)?;
     let mut models = BTreeMap::new();
     for (id, node) in models_node.entries() {
         let defaults = ModelDefaults {
+            engines: engines.clone(),
             global_ttl,
             unload,
             send_loading_state,
@@ -305,6 +318,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
 }
 
 struct ModelDefaults {
+    engines: BTreeMap<&'static str, super::engine::EngineSettings>,
     global_ttl: i64,
     unload: i64,
     send_loading_state: bool,
@@ -325,16 +339,22 @@ fn decode_model(
             "model ids must be non-empty and contain no spaces".into(),
         ));
     }
-    let cmd = m.string("cmd")?.unwrap_or_default();
-    let argv = split_command(&cmd).map_err(|e| m.err("cmd", e))?;
+    let engine = super::engine::decode_model_engine(id, &m, &d.engines, warnings)?;
+    let proxy = m.string("proxy")?.unwrap_or_default();
+    let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
+    let argv = match &engine {
+        Some(e) => e.argv(port.unwrap_or(0), None),
+        None => {
+            let cmd = m.string("cmd")?.unwrap_or_default();
+            split_command(&cmd).map_err(|e| m.err("cmd", e))?
+        }
+    };
     let cmd_stop = match m.string("cmdStop")? {
         Some(s) if !s.trim().is_empty() => {
             Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?)
         }
         _ => None,
     };
-    let proxy = m.string("proxy")?.unwrap_or_default();
-    let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
     let env = m
         .strings("env")?
         .into_iter()
@@ -344,7 +364,10 @@ fn decode_model(
         })
         .collect::<Result<Vec<_>, _>>()?;
     m.string("checkEndpoint")?; // a mapping or a list is an error
-    let check_endpoint = decode_check_endpoint(m.get("checkEndpoint"));
+    let check_endpoint = match (&engine, m.node.get("checkEndpoint")) {
+        (Some(e), None) => Some(e.kind.readiness().path.to_string()),
+        (_, given) => decode_check_endpoint(given),
+    };
     let ttl = match m.int("ttl")?.unwrap_or(-1) {
         -1 => d.global_ttl,
         t if t < 0 => {
@@ -401,9 +424,18 @@ fn decode_model(
         },
     };
     let compat = m.child("compat", &["ignoreWebsockets"], warnings)?;
-    let instances = decode_instances(id, &m, &argv, &cmd_stop, &proxy, port, &check_endpoint)?;
+    let shape = InstanceShape {
+        argv: &argv,
+        cmd_stop: &cmd_stop,
+        proxy: &proxy,
+        port,
+        check_endpoint: &check_endpoint,
+        engine: engine.as_ref(),
+    };
+    let instances = decode_instances(id, &m, &shape)?;
     let pool = decode_pool(&m)?;
     let mut memory = super::memory::memory_spec(&m, &d.devices, warnings)?;
+    super::memory::size_from_params(&m, &mut memory)?;
     memory.pack = match m.string("placement")?.as_deref() {
         None | Some("spread") => false,
         Some("pack") => true,
@@ -415,7 +447,9 @@ fn decode_model(
         }
     };
     let load_timeout = super::memory::seconds(&m, "loadTimeout")?;
+    let ollama_name = engine.as_ref().and_then(|e| e.ollama_name());
     Ok(ModelConfig {
+        engine: engine.map(std::sync::Arc::new),
         memory,
         load_timeout,
         instances,
@@ -431,7 +465,10 @@ fn decode_model(
         ttl: (ttl > 0).then(|| secs(ttl)),
         unload_timeout: secs(unload),
         unlisted: m.boolean("unlisted")?.unwrap_or(false),
-        use_model_name: m.string("useModelName")?.filter(|s| !s.is_empty()),
+        use_model_name: m
+            .string("useModelName")?
+            .filter(|s| !s.is_empty())
+            .or(ollama_name),
         name: name.filter(|s| !s.is_empty()),
         description: description.filter(|s| !s.is_empty()),
         concurrency_limit: if limit == 0 { 10 } else { limit as usize },
@@ -462,25 +499,36 @@ fn decode_check_endpoint(node: Option<&Node>) -> Option<String> {
     }
 }
 
+/// What every instance of a model shares, before each gets its port.
+struct InstanceShape<'a> {
+    argv: &'a [String],
+    cmd_stop: &'a Option<Vec<String>>,
+    proxy: &'a str,
+    port: Option<u16>,
+    check_endpoint: &'a Option<String>,
+    engine: Option<&'a super::engine::EngineModel>,
+}
+
 /// The instances a model runs: one, or `replicas` of them with their own ports.
 fn decode_instances(
     id: &str,
     m: &MapReader<'_>,
-    argv: &[String],
-    cmd_stop: &Option<Vec<String>>,
-    proxy: &str,
-    port: Option<u16>,
-    check_endpoint: &Option<String>,
+    shape: &InstanceShape<'_>,
 ) -> Result<Vec<InstanceSpec>, ConfigError> {
     let Some(replicas) = m.get(super::expand::REPLICAS_KEY) else {
+        let port = shape.port.unwrap_or(0);
         return Ok(vec![InstanceSpec {
             id: id.to_string(),
-            argv: argv.to_vec(),
-            cmd_stop: cmd_stop.clone(),
-            proxy: proxy.to_string(),
-            port,
-            check_endpoint: check_endpoint.clone(),
-            slots: slots_from_argv(argv),
+            argv: shape.argv.to_vec(),
+            cmd_stop: shape.cmd_stop.clone(),
+            proxy: shape.proxy.to_string(),
+            port: shape.port,
+            check_endpoint: shape.check_endpoint.clone(),
+            slots: shape
+                .engine
+                .and_then(|e| e.slots)
+                .or_else(|| slots_from_argv(shape.argv)),
+            env: shape.engine.map(|e| e.engine_env(port)).unwrap_or_default(),
         }]);
     };
     let Value::Seq(items) = &replicas.value else {
@@ -489,19 +537,32 @@ fn decode_instances(
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let text = |key: &str| item.get(key).and_then(Node::scalar_text);
-        let argv = split_command(&text("cmd").unwrap_or_default()).map_err(|e| m.err("cmd", e))?;
+        let proxy = text("proxy").unwrap_or_default();
+        let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
+        let argv = match shape.engine {
+            Some(e) => e.argv(port.unwrap_or(0), None),
+            None => split_command(&text("cmd").unwrap_or_default()).map_err(|e| m.err("cmd", e))?,
+        };
         let cmd_stop = match text("cmdStop") {
             Some(s) if !s.trim().is_empty() => {
                 Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?)
             }
             _ => None,
         };
-        let proxy = text("proxy").unwrap_or_default();
-        let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
-        let check_endpoint = decode_check_endpoint(item.get("checkEndpoint"));
-        let slots = slots_from_argv(&argv);
+        let check_endpoint = match (shape.engine, item.get("checkEndpoint")) {
+            (Some(_), None) => shape.check_endpoint.clone(),
+            (_, given) => decode_check_endpoint(given),
+        };
+        let slots = shape
+            .engine
+            .and_then(|e| e.slots)
+            .or_else(|| slots_from_argv(&argv));
         out.push(InstanceSpec {
             id: format!("{id}-{i}"),
+            env: shape
+                .engine
+                .map(|e| e.engine_env(port.unwrap_or(0)))
+                .unwrap_or_default(),
             argv,
             cmd_stop,
             proxy,

@@ -421,7 +421,9 @@ fn resolve_model(
     apply_macros(model, &list, growth)?;
     substitute_by_id_keys(model, &list, growth)?;
 
-    let cmd_uses_port = matches!(model.get("cmd"), Some(Node { value: Value::Str(s), .. }) if s.contains("${PORT}"));
+    // a model whose command corral builds from its engine listens on a port of its own
+    let cmd_uses_port = matches!(model.get("cmd"), Some(Node { value: Value::Str(s), .. }) if s.contains("${PORT}"))
+        || super::engine::builds_command(model);
     let replicas = match model.get("replicas").map(|n| &n.value) {
         None | Some(Value::Null) => 1,
         Some(Value::Int(n)) if (1..=64).contains(n) => *n,

@@ -304,3 +304,23 @@ pub fn memory_spec(
         pack: false,
     })
 }
+
+/// `params` and `quantization` on a model (what to serve, before any file is at hand) size it
+/// when `memory` does not.
+pub fn size_from_params(m: &MapReader<'_>, spec: &mut MemorySpec) -> Result<(), ConfigError> {
+    let Some(text) = m.string("params")? else {
+        if m.get("quantization").is_some() {
+            m.string("quantization")?;
+        }
+        return Ok(());
+    };
+    if spec.bytes.is_some() || spec.params.is_some() {
+        return Ok(());
+    }
+    let params = parse_params(&text).map_err(|e| m.err("params", e))?;
+    let quant = m.string("quantization")?.unwrap_or_else(|| "fp16".into());
+    crate::memory::estimate_params(1, &quant, 0).map_err(|e| m.err("quantization", e))?;
+    spec.params = Some(params);
+    spec.quant = Some(quant);
+    Ok(())
+}

@@ -4,6 +4,7 @@
 //! [`decode`] turns the tree into the typed, validated [`Config`] that the rest of corral uses.
 
 mod decode;
+pub mod engine;
 mod expand;
 mod memory;
 mod read;
@@ -287,8 +288,10 @@ pub struct InstanceSpec {
     pub proxy: String,
     pub port: Option<u16>,
     pub check_endpoint: Option<String>,
-    /// Parallel slots named on the command line (`-np`/`--parallel`).
+    /// Parallel slots named on the command line (`-np`/`--parallel`), or by `slots`.
     pub slots: Option<usize>,
+    /// Environment its engine kind needs for this instance (an address of its own, ...).
+    pub env: Vec<(String, String)>,
 }
 
 /// How requests wait for a free slot in a pool of replicas.
@@ -336,6 +339,8 @@ impl Default for PoolSettings {
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     pub id: String,
+    /// The engine and source it is served from, when named instead of a `cmd`.
+    pub engine: Option<Arc<engine::EngineModel>>,
     /// The processes this model runs: one, or one per replica.
     pub instances: Vec<InstanceSpec>,
     pub pool: PoolSettings,

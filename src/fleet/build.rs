@@ -22,7 +22,8 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
         for spec in &m.instances {
             let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
             let need = ledger::need_of(m, spec);
-            let mut env = m.env.clone();
+            let mut env = spec.env.clone();
+            env.extend(m.env.iter().cloned());
             if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
                 // llama-server prints its allocations at verbosity 4; the ledger reads them
                 env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
@@ -75,6 +76,7 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
                 placed: Vec::new(),
                 measured: None,
                 download: None,
+                running_argv: None,
                 retire: Retire::No,
             };
             instances.insert(spec.id.clone(), instance);

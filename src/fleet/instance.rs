@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use super::Inner;
 use crate::config::ModelConfig;
+use crate::engines::EngineKind;
 use crate::logs::LogRing;
 use crate::supervisor::{Process, ProcessSpec, Sinks, StartError};
 
@@ -125,6 +126,9 @@ pub struct Instance {
     pub placed: super::ledger::Charges,
     /// What the engine reported allocating on devices, if it did.
     pub measured: Option<u64>,
+    /// The command line of the process running now (the configured one, over fetched weights and
+    /// with its devices' split), while one runs.
+    pub running_argv: Option<Vec<String>>,
     /// Its weights' download, while one runs before the engine starts.
     pub download: Option<super::Download>,
     /// Set by a reload that changed or removed this instance while it ran.
@@ -204,6 +208,8 @@ pub(crate) async fn run(
             i.phase = Phase::Stopped;
             i.pid = None;
             i.stop = None;
+            i.download = None;
+            i.running_argv = None;
             if counts {
                 i.record_failure(None);
             }
@@ -211,6 +217,19 @@ pub(crate) async fn run(
         });
     };
     let log = sinks.model.clone();
+    let engine = inner
+        .lock()
+        .instances
+        .get(&id)
+        .and_then(|i| i.model.engine.clone());
+    let engine_kind = engine.as_ref().map(|e| e.kind);
+    let spec = tokio::select! {
+        prepared = super::weights::prepare(&inner, &id, engine, spec) => match prepared {
+            Ok(spec) => spec,
+            Err(e) => return fail(e, true),
+        },
+        _ = next_order(&mut stop) => return fail(StartError::Aborted, false),
+    };
     let process =
         match Process::spawn(&inner.spawner, &spec, sinks, &inner.state_file.marker()).await {
             Ok(p) => p,
@@ -219,7 +238,10 @@ pub(crate) async fn run(
     inner.state_file.record(process.pid);
     let launched = json!({"instance": id, "pid": process.pid});
     inner.lifecycle.publish("launched", &model, launched);
-    inner.update(&id, |i| i.pid = Some(process.pid));
+    inner.update(&id, |i| {
+        i.pid = Some(process.pid);
+        i.running_argv = Some(spec.argv.clone());
+    });
     let ready = tokio::select! {
         r = process.wait_ready(&spec, &inner.health) => r,
         order = next_order(&mut stop) => {
@@ -228,6 +250,7 @@ pub(crate) async fn run(
         }
     };
     if let Err(e) = ready {
+        let e = explain(e, engine_kind.unwrap_or(EngineKind::LlamaCpp));
         let counts = !matches!(e, StartError::Aborted);
         process
             .stop(&spec, Duration::from_secs(5), &inner.spawner)
@@ -310,6 +333,7 @@ pub(crate) async fn run(
         i.phase = Phase::Stopped;
         i.pid = None;
         i.stop = None;
+        i.running_argv = None;
         i.external_busy = 0;
         match reason {
             None => i.record_failure(uptime),
@@ -345,6 +369,22 @@ async fn poll_slots(inner: Arc<Inner>, id: String, spec: ProcessSpec, every: Dur
             let ended = i.recent_ends.around(asked);
             i.external_busy = super::outside::outside_work(processing, i.in_flight, ended);
         });
+    }
+}
+
+/// Puts what the engine's last output shows (out of GPU memory, port taken) before a failed
+/// start's error, so the first words say what to fix.
+fn explain(err: StartError, kind: EngineKind) -> StartError {
+    let tail = match &err {
+        StartError::Exited { tail, .. } | StartError::Timeout { tail, .. } => tail,
+        _ => return err,
+    };
+    match crate::engines::diagnose(kind, tail) {
+        Some(d) => StartError::Diagnosed {
+            diagnosis: d.to_string(),
+            cause: Box::new(err),
+        },
+        None => err,
     }
 }
 

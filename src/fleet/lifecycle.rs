@@ -202,6 +202,7 @@ mod tests {
             load_deadline: std::time::Duration::ZERO,
             last_error: None,
             download: None,
+            argv: None,
         }
     }
 

@@ -26,6 +26,7 @@ mod pool;
 pub mod prefix;
 mod readback;
 pub mod swap;
+mod weights;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,11 +99,15 @@ pub struct Snapshot {
     pub last_error: Option<String>,
     /// Its weights' download, while one runs.
     pub download: Option<Download>,
+    /// The command line of its process, while one runs.
+    pub argv: Option<Vec<String>>,
 }
 
 /// How far the download of an instance's weights has come.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Download {
+    /// The file being received (a path in the repository, a layer, an object key).
+    pub file: String,
     pub bytes: u64,
     pub total: Option<u64>,
     pub bytes_per_second: f64,
@@ -151,6 +156,8 @@ pub(crate) struct Inner {
     counters: FleetCounters,
     state_file: StateFile,
     shutting_down: AtomicBool,
+    /// Fetches models' weights from their sources before their engines start.
+    fetcher: crate::sources::Fetcher,
     /// Each model's lifecycle status and the events that tell of its changes.
     pub(super) lifecycle: lifecycle::Lifecycle,
     /// The control runtime (the one the fleet was made on), where instances are supervised.
@@ -170,6 +177,7 @@ impl Fleet {
         logs: Arc<Logs>,
         counters: FleetCounters,
         state_file: StateFile,
+        fetcher: crate::sources::Fetcher,
     ) -> Fleet {
         let catalog = Arc::new(Catalog::new(&config));
         let instances = build_instances(&config, &catalog);
@@ -194,6 +202,7 @@ impl Fleet {
             counters,
             state_file,
             shutting_down: AtomicBool::new(false),
+            fetcher,
             lifecycle: lifecycle::Lifecycle::default(),
             runtime: tokio::runtime::Handle::current(),
         };
@@ -734,6 +743,7 @@ fn snapshot_of(st: &State) -> Vec<Snapshot> {
             load_deadline: i.spec.load_timeout,
             last_error: i.last_error.as_ref().map(|(_, e)| e.to_string()),
             download: i.download.clone(),
+            argv: i.running_argv.clone(),
         })
         .collect()
 }

@@ -111,6 +111,11 @@ impl Fetcher {
         }
     }
 
+    /// The Ollama store this fetcher fills (`OLLAMA_MODELS`), which an `ollama serve` must read.
+    pub fn ollama_store(&self) -> PathBuf {
+        self.inner.ollama_root.clone()
+    }
+
     /// Downloads in progress now (for the dashboard and `/v1/models`).
     pub fn downloads(&self) -> Vec<Progress> {
         self.inner.board.list()

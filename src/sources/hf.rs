@@ -120,9 +120,12 @@ pub(crate) async fn fetch(
         need += missing_bytes(&cache.blob(etag), s.size().unwrap_or(0));
     }
     disk::ensure_room(&src, &cache.dir, need)?;
-    let jobs = files
+    // collected first: a lazy map would keep a closure over borrowed siblings in the future,
+    // which the compiler cannot prove `Send` for every lifetime (rust-lang/rust#102211)
+    let jobs: Vec<Job> = files
         .iter()
-        .map(|s| job(f, &src, hf, &listing.sha, &cache, s));
+        .map(|s| job(f, &src, hf, &listing.sha, &cache, s))
+        .collect();
     let sizes: Vec<u64> = futures_util::stream::iter(jobs)
         .map(|j| f.ensure(j))
         .buffer_unordered(PARALLEL)

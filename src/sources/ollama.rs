@@ -149,23 +149,27 @@ pub(crate) async fn fetch(
         need += missing_bytes(&blob_path(f, hex), l.size);
     }
     disk::ensure_room(&src, &f.inner.ollama_root, need)?;
-    let jobs = layers.iter().map(|l| {
-        let hex = l.hex().unwrap_or_default();
-        Job {
-            src: src.clone(),
-            scheme: "ollama",
-            file: l.digest.clone(),
-            dest: blob_path(f, hex),
-            size: Some(l.size),
-            verify: Verify::Sha256(hex.to_string()),
-            transport: Transport::Http {
-                client: f.inner.client.clone(),
-                url: format!("{base}/v2/{ns}/{model}/blobs/{}", l.digest),
-                headers: HeaderMap::new(),
-                auth_fix: "check the model's name; a private registry needs its credentials",
-            },
-        }
-    });
+    // collected first, so the future holds no closure over borrowed layers (rust-lang/rust#102211)
+    let jobs: Vec<Job> = layers
+        .iter()
+        .map(|l| {
+            let hex = l.hex().unwrap_or_default();
+            Job {
+                src: src.clone(),
+                scheme: "ollama",
+                file: l.digest.clone(),
+                dest: blob_path(f, hex),
+                size: Some(l.size),
+                verify: Verify::Sha256(hex.to_string()),
+                transport: Transport::Http {
+                    client: f.inner.client.clone(),
+                    url: format!("{base}/v2/{ns}/{model}/blobs/{}", l.digest),
+                    headers: HeaderMap::new(),
+                    auth_fix: "check the model's name; a private registry needs its credentials",
+                },
+            }
+        })
+        .collect();
     futures_util::stream::iter(jobs)
         .map(|j| f.ensure(j))
         .buffer_unordered(4)

@@ -86,6 +86,14 @@ pub enum StartError {
     PortInUse { port: u16, address: String },
     #[error("model unloaded")]
     Aborted,
+    #[error("could not get the model's weights: {error}")]
+    Fetch { error: String },
+    /// A failure whose cause the engine's output shows (out of memory, port taken), said first.
+    #[error("{diagnosis}; {cause}")]
+    Diagnosed {
+        diagnosis: String,
+        cause: Box<StartError>,
+    },
 }
 
 /// A loopback port the command is told to serve on that something else already listens on.

@@ -46,7 +46,10 @@ fn instance(app: &App, s: &Snapshot) -> Value {
         .models
         .get(&s.model)
         .and_then(|m| m.instances.iter().find(|i| i.id == s.instance))
-        .map(|spec| app.config.redactor.command_line(&spec.argv));
+        .map(|spec| {
+            let argv = s.argv.as_ref().unwrap_or(&spec.argv);
+            app.config.redactor.command_line(argv)
+        });
     let loading_for = (s.state == Phase::Starting)
         .then_some(s.pid)
         .flatten()

@@ -1,0 +1,128 @@
+//! Getting a model's weights before its engine starts: fetch them from the model's source (one
+//! download however many instances and requests wait), show the progress on the instance, then
+//! point the engine's command at the files.
+
+use std::sync::Arc;
+
+use super::{Download, Inner};
+use crate::config::engine::EngineModel;
+use crate::sources::{Fetched, Progress};
+use crate::supervisor::{ProcessSpec, StartError};
+
+/// Fetches the weights of `engine` and returns `spec` with the engine's command over them; a spec
+/// with nothing to fetch comes back as it was.
+pub(super) async fn prepare(
+    inner: &Arc<Inner>,
+    id: &str,
+    engine: Option<Arc<EngineModel>>,
+    mut spec: ProcessSpec,
+) -> Result<ProcessSpec, StartError> {
+    let Some(engine) = engine.filter(|e| e.needs_fetch()) else {
+        return Ok(spec);
+    };
+    let written = engine.source.to_string();
+    inner.update(id, |i| i.download = Some(Download::default()));
+    // ends with this function, or when the start is aborted and this future dropped
+    let _follower = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(follow_progress(
+        inner.clone(),
+        id.to_string(),
+        written.clone(),
+    )));
+    let fetched = fetch(inner, &engine).await;
+    inner.update(id, |i| i.download = None);
+    let fetched = fetched.map_err(|error| StartError::Fetch { error })?;
+    tracing::info!(
+        instance = id,
+        "weights of {written} at {} ({})",
+        fetched.model.display(),
+        crate::memory::format_bytes(fetched.bytes)
+    );
+    point_at(
+        &mut spec,
+        &engine,
+        &written,
+        &fetched,
+        &inner.fetcher.ollama_store(),
+    );
+    Ok(spec)
+}
+
+/// The fetch, in a task of its own: the download goes on for other waiters (and resumes later)
+/// whatever becomes of this start.
+async fn fetch(inner: &Inner, engine: &EngineModel) -> Result<Fetched, String> {
+    let fetcher = inner.fetcher.clone();
+    let (source, want) = (engine.source.clone(), engine.want());
+    let task = tokio::spawn(async move { fetcher.fetch(&source, &want).await });
+    match tokio_util::task::AbortOnDropHandle::new(task).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the download task failed: {e}")),
+    }
+}
+
+/// Replaces the source as written in the command with the fetched files, and adds what the engine
+/// needs knowing it has local files (a projector, offline mode).
+fn point_at(
+    spec: &mut ProcessSpec,
+    engine: &EngineModel,
+    written: &str,
+    fetched: &Fetched,
+    store: &std::path::Path,
+) {
+    let model = fetched.model.display().to_string();
+    for arg in spec.argv.iter_mut().filter(|a| a.as_str() == written) {
+        *arg = model.clone();
+    }
+    if let Some(mmproj) = &fetched.mmproj {
+        if engine.kind == crate::engines::EngineKind::LlamaCpp
+            && !spec.argv.iter().any(|a| a == "--mmproj" || a == "-mm")
+        {
+            spec.argv.push("--mmproj".into());
+            spec.argv.push(mmproj.display().to_string());
+        }
+    }
+    if engine.kind == crate::engines::EngineKind::Ollama {
+        // the engine reads the store corral filled
+        let store = ("OLLAMA_MODELS".to_string(), store.display().to_string());
+        if !spec.env.iter().any(|(k, _)| *k == store.0) {
+            spec.env.push(store);
+        }
+    }
+    let port = spec_port(spec);
+    for (key, value) in engine.engine_env_over(port, &model) {
+        if !spec.env.iter().any(|(k, _)| *k == key) {
+            spec.env.push((key, value));
+        }
+    }
+}
+
+fn spec_port(spec: &ProcessSpec) -> u16 {
+    spec.base
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.port_u16())
+        .unwrap_or(0)
+}
+
+/// Copies the fetcher's progress for this source onto the instance while the fetch runs.
+async fn follow_progress(inner: Arc<Inner>, id: String, source: String) {
+    let mut updates = inner.fetcher.subscribe();
+    loop {
+        match updates.recv().await {
+            Ok(p) if p.source == source => {
+                inner.update(&id, |i| i.download = Some(download_of(&p)));
+            }
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+fn download_of(p: &Progress) -> Download {
+    Download {
+        file: p.file.clone(),
+        bytes: p.bytes,
+        total: p.total,
+        bytes_per_second: p.bytes_per_second,
+        eta_seconds: p.eta_seconds,
+    }
+}

@@ -1,0 +1,357 @@
+//! Models named by engine and source, end to end on the fake engine: corral builds the command,
+//! fetches the weights before the start (showing the download as it runs), and points the engine
+//! at the fetched file.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// `engines:` running every llama_cpp model on the fake engine.
+fn fake_llama_cpp() -> String {
+    "engines:\n  llama_cpp: {command: '${env.ENGINE}'}\n".into()
+}
+
+fn engine_model(id: &str, source: &str, extra: &str) -> String {
+    format!(
+        "  {id}:\n    engine: llama_cpp\n    source: '{source}'\n    env: [\"${{env.MARKER}}\"]\n    args: [--events-file, '${{env.DIR}}/{id}.events']\n{extra}"
+    )
+}
+
+/// Serves one file over HTTP/1.1, `chunks` pieces `every` apart, and counts the requests.
+async fn slow_file_server(
+    body: Vec<u8>,
+    chunks: usize,
+    every: Duration,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://{}/weights/tiny.gguf",
+        listener.local_addr().unwrap()
+    );
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = vec![0u8; 4096];
+                let _ = sock.read(&mut head).await;
+                let header = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                sock.write_all(header.as_bytes()).await.unwrap();
+                let piece = body.len().div_ceil(chunks);
+                for part in body.chunks(piece) {
+                    if sock.write_all(part).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            });
+        }
+    });
+    (url, hits)
+}
+
+fn opts_with_cache(dir: &std::path::Path) -> corral::Options {
+    corral::Options {
+        source_env: vec![("CORRAL_CACHE".into(), dir.display().to_string())],
+        ..Default::default()
+    }
+}
+
+/// A model from a path: corral's command for it starts the engine, which answers as the model's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_source_runs_the_built_command() {
+    let weights = tempfile::NamedTempFile::new().unwrap();
+    let source = weights.path().display().to_string();
+    let yaml = format!(
+        "{}models:\n{}",
+        fake_llama_cpp(),
+        engine_model("tiny", &source, "    slots: 2\n")
+    );
+    let h = Harness::start(&yaml).await;
+    let answer = post_json(&format!("{}/v1/chat/completions", h.url), &chat("tiny")).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let running = get(&format!("{}/running", h.url)).await.json();
+    let cmd = running["running"][0]["cmd"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for part in [
+        format!("-m {source}"),
+        "--alias tiny".into(),
+        "-np 2".into(),
+    ] {
+        assert!(cmd.contains(&part), "{part:?} in {cmd}");
+    }
+    let state = get(&format!("{}/api/state", h.url)).await.json();
+    assert_eq!(state["instances"][0]["slots"], 2, "{state}");
+    h.stop().await;
+}
+
+/// A URL source is downloaded before the start: the model shows `downloading` with its progress
+/// while the bytes arrive, then `active`; the engine is given the cached file, and a second start
+/// downloads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_source_is_downloaded_with_progress_before_the_engine_starts() {
+    let body: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    let sha = {
+        use sha2::Digest;
+        hex(&sha2::Sha256::digest(&body))
+    };
+    let (url, hits) = slow_file_server(body, 16, Duration::from_millis(100)).await;
+    let cache = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "{}models:\n{}",
+        fake_llama_cpp(),
+        engine_model("web", &url, &format!("    sha256: {sha}\n"))
+    );
+    let h = Harness::start_with(&yaml, opts_with_cache(cache.path())).await;
+    let chat_url = format!("{}/v1/chat/completions", h.url);
+    let first = tokio::spawn(async move { post_json(&chat_url, &chat("web")).await });
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let detail = loop {
+        let detail = get(&format!("{}/api/models/web", h.url)).await.json();
+        if detail["status"] == "downloading" && detail["download"]["bytes"].as_u64() > Some(0) {
+            break detail;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no download seen: {detail}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(detail["download"]["total"], 64 * 1024, "{detail}");
+    let listed = model_entry(&h, "web").await;
+    assert!(
+        listed["status"]["lifecycle"] == "downloading"
+            || listed["status"]["lifecycle"] == "deploying",
+        "{listed}"
+    );
+
+    let answer = first.await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        model_entry(&h, "web").await["status"]["lifecycle"],
+        "active"
+    );
+    let running = get(&format!("{}/running", h.url)).await.json();
+    let cmd = running["running"][0]["cmd"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        cmd.contains(&format!("-m {}", cache.path().display())),
+        "{cmd}"
+    );
+    assert!(!cmd.contains("http://"), "{cmd}");
+    let metrics = get(&format!("{}/metrics", h.url)).await.text();
+    assert!(
+        metrics.contains("corral_download_bytes_total{scheme=\"url\"} 65536"),
+        "{metrics}"
+    );
+
+    assert_eq!(
+        post(&format!("{}/api/models/unload/web", h.url))
+            .await
+            .status,
+        200
+    );
+    let again = post_json(&format!("{}/v1/chat/completions", h.url), &chat("web")).await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one download"
+    );
+    h.stop().await;
+}
+
+/// A checksum that does not match fails the start with the reason, puts the model in `error`,
+/// and leaves nothing in the cache that looks complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_checksum_is_an_error_naming_the_source() {
+    let (url, _) = slow_file_server(vec![7u8; 4096], 1, Duration::ZERO).await;
+    let cache = tempfile::tempdir().unwrap();
+    let wrong = "0".repeat(64);
+    let yaml = format!(
+        "{}models:\n{}",
+        fake_llama_cpp(),
+        engine_model("bad", &url, &format!("    sha256: '{wrong}'\n"))
+    );
+    let h = Harness::start_with(&yaml, opts_with_cache(cache.path())).await;
+    let answer = post_json(&format!("{}/v1/chat/completions", h.url), &chat("bad")).await;
+    assert!(answer.status >= 500, "{}", answer.text());
+    assert!(
+        answer.text().contains("checksum mismatch"),
+        "{}",
+        answer.text()
+    );
+    let detail = get(&format!("{}/api/models/bad", h.url)).await.json();
+    assert_eq!(detail["status"], "error", "{detail}");
+    let files: Vec<_> = walk(cache.path());
+    assert!(
+        files.iter().all(|f| !f.ends_with("tiny.gguf")),
+        "nothing complete left: {files:?}"
+    );
+    h.stop().await;
+}
+
+async fn model_entry(h: &Harness, id: &str) -> Value {
+    let list = get(&format!("{}/v1/models", h.url)).await.json();
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path.display().to_string());
+        }
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An engine that dies out of memory: the error a client gets says so first, with the engine's
+/// own line, and the model's status reason carries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_memory_start_is_reported_as_such() {
+    let weights = tempfile::NamedTempFile::new().unwrap();
+    let yaml = format!(
+        "{}models:\n{}",
+        fake_llama_cpp(),
+        engine_model(
+            "oom",
+            &weights.path().display().to_string(),
+            "    ctx: 1024\n"
+        )
+        .replace("args: [", "args: [--fail-oom, ")
+    );
+    let h = Harness::start(&yaml).await;
+    let answer = post_json(&format!("{}/v1/chat/completions", h.url), &chat("oom")).await;
+    assert!(answer.status >= 500, "{}", answer.text());
+    assert!(
+        answer.text().contains("out of GPU memory: "),
+        "{}",
+        answer.text()
+    );
+    assert!(
+        answer.text().contains("cudaMalloc failed"),
+        "{}",
+        answer.text()
+    );
+    let detail = get(&format!("{}/api/models/oom", h.url)).await.json();
+    let reason = detail["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("out of GPU memory"), "{detail}");
+    h.stop().await;
+}
+
+/// An Ollama store holding `library/tiny:latest`: a manifest naming one model layer, and its blob.
+fn ollama_store(root: &std::path::Path) {
+    use sha2::Digest;
+    let blob = b"GGUF not really, but verified by digest".to_vec();
+    let digest = hex(&sha2::Sha256::digest(&blob));
+    let blobs = root.join("blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::write(blobs.join(format!("sha256-{digest}")), &blob).unwrap();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "layers": [{"mediaType": "application/vnd.ollama.image.model",
+            "digest": format!("sha256:{digest}"), "size": blob.len()}],
+    });
+    let dir = root.join("manifests/registry.ollama.ai/library/tiny");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("latest"), manifest.to_string()).unwrap();
+}
+
+/// An Ollama model from the local store: `ollama serve` (imitated) runs on the model's own port,
+/// reads the same store, and gets requests under the model's Ollama name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ollama_engine_serves_its_store_under_the_ollama_name() {
+    let store = tempfile::tempdir().unwrap();
+    ollama_store(store.path());
+    let yaml = "engines:\n  ollama: {command: '${env.ENGINE} --imitate ollama serve'}\nmodels:\n  local:\n    engine: ollama\n    source: ollama://tiny\n    env: [\"${env.MARKER}\"]\n    args: [--events-file, '${env.DIR}/local.events']\n";
+    let opts = corral::Options {
+        source_env: vec![("OLLAMA_MODELS".into(), store.path().display().to_string())],
+        ..Default::default()
+    };
+    let h = Harness::start_with(yaml, opts).await;
+    let answer = post_json(&format!("{}/v1/chat/completions", h.url), &chat("local")).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let asked: Vec<_> = h
+        .events("local")
+        .into_iter()
+        .filter(|e| e["event"] == "request" && e["path"] == "/v1/chat/completions")
+        .map(|e| e["model"].clone())
+        .collect();
+    assert_eq!(asked, [serde_json::json!("tiny:latest")]);
+    let pid = get(&format!("{}/api/models/local", h.url)).await.json()["instances"][0]["pid"]
+        .as_u64()
+        .unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(
+        environ.contains(&format!("OLLAMA_MODELS={}", store.path().display())),
+        "the engine reads corral's store"
+    );
+    assert!(
+        environ.contains("OLLAMA_HOST=127.0.0.1:"),
+        "its own address"
+    );
+    h.stop().await;
+}
+
+/// A vLLM model from a directory: vLLM refuses connections while it loads, so the model stays
+/// `deploying` until it answers, then serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vllm_engine_is_deploying_until_it_listens() {
+    let snapshot = tempfile::tempdir().unwrap();
+    std::fs::write(snapshot.path().join("config.json"), "{}").unwrap();
+    let yaml = format!(
+        "engines:\n  vllm: {{command: '${{env.ENGINE}} --imitate vllm serve'}}\nmodels:\n  big:\n    engine: vllm\n    source: {}\n    slots: 4\n    env: [\"${{env.MARKER}}\"]\n    args: [--loading-ms, '800']\n",
+        snapshot.path().display()
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let first = tokio::spawn(async move { post_json(&url, &chat("big")).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let detail = get(&format!("{}/api/models/big", h.url)).await.json();
+        if detail["status"] == "deploying" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{detail}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = first.await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let detail = get(&format!("{}/api/models/big", h.url)).await.json();
+    assert_eq!(detail["status"], "active", "{detail}");
+    let cmd = detail["instances"][0]["cmd"].as_str().unwrap_or_default();
+    assert!(cmd.contains("--served-model-name big"), "{cmd}");
+    assert!(cmd.contains("--max-num-seqs 4"), "{cmd}");
+    h.stop().await;
+}
