@@ -355,3 +355,25 @@ async fn a_vllm_engine_is_deploying_until_it_listens() {
     assert!(cmd.contains("--max-num-seqs 4"), "{cmd}");
     h.stop().await;
 }
+
+/// With `sendLoadingState`, a streaming chat to a model whose weights are still coming gets the
+/// download's progress in its loading messages, then the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loading_stream_shows_the_download() {
+    let (url, _) = slow_file_server(vec![1u8; 32 * 1024], 16, Duration::from_millis(150)).await;
+    let cache = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "sendLoadingState: true\n{}models:\n{}",
+        fake_llama_cpp(),
+        engine_model("web", &url, "")
+    );
+    let h = Harness::start_with(&yaml, opts_with_cache(cache.path())).await;
+    let mut body = chat("web");
+    body["stream"] = serde_json::json!(true);
+    let (resp, frames) = stream_frames(&format!("{}/v1/chat/completions", h.url), &body).await;
+    assert_eq!(resp.status, 200);
+    let text = frames_text(&frames);
+    assert!(text.contains("downloading tiny.gguf: "), "{text}");
+    assert!(text.contains("[DONE]"), "{text}");
+    h.stop().await;
+}

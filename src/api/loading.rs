@@ -48,7 +48,11 @@ pub fn stream(
             tokio::select! {
                 r = &mut forward => break r,
                 _ = dots.tick() => {
-                    if tx.send(reasoning(".")).await.is_err() {
+                    let line = match app.fleet.download_of(&model_id) {
+                        Some(d) => reasoning(&download_line(&d)),
+                        None => reasoning("."),
+                    };
+                    if tx.send(line).await.is_err() {
                         return;
                     }
                 }
@@ -77,4 +81,19 @@ pub fn stream(
         }
     });
     crate::body::sse_from_task(rx, task)
+}
+
+/// One progress line of a download: file, bytes of total, rate and time left.
+fn download_line(d: &crate::fleet::Download) -> String {
+    let size = crate::memory::format_bytes;
+    let total = d.total.map_or_else(|| "?".to_string(), size);
+    let eta = d
+        .eta_seconds
+        .map_or_else(String::new, |s| format!(", {s:.0}s left"));
+    format!(
+        "\ndownloading {}: {} of {total} ({}/s{eta})",
+        d.file,
+        size(d.bytes),
+        size(d.bytes_per_second as u64)
+    )
 }

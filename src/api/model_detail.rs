@@ -16,7 +16,7 @@ pub fn detail(app: &App, name: &str) -> Result<Value, Error> {
     let snapshot = app.fleet.snapshot();
     let members: Vec<&Snapshot> = snapshot.iter().filter(|s| s.model == id).collect();
     let queued = app.fleet.queue_depths().get(id).copied().unwrap_or(0);
-    let Status { status, reason } = status_of(&members, queued);
+    let Status { status, reason, .. } = status_of(&members, queued);
     let events: Vec<Value> = app
         .fleet
         .recent_lifecycle_events()

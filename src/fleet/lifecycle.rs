@@ -47,11 +47,20 @@ impl ModelStatus {
 pub struct Status {
     pub status: ModelStatus,
     pub reason: Option<String>,
+    /// Instances ready to serve, and how many the model has.
+    pub ready: usize,
+    pub members: usize,
 }
 
 /// The status of a model from its instances' snapshots and the requests queued for its pool.
 pub fn status_of(members: &[&Snapshot], queued: usize) -> Status {
-    let with = |status, reason| Status { status, reason };
+    let ready = members.iter().filter(|s| s.state == Phase::Ready).count();
+    let with = |status, reason| Status {
+        status,
+        reason,
+        ready,
+        members: members.len(),
+    };
     let failed = |s: &&&Snapshot| s.state == Phase::Stopped && s.failures > 0;
     let first_error = || {
         members
@@ -59,7 +68,6 @@ pub fn status_of(members: &[&Snapshot], queued: usize) -> Status {
             .filter(failed)
             .find_map(|s| s.last_error.clone())
     };
-    let ready = members.iter().filter(|s| s.state == Phase::Ready).count();
     let starting = members.iter().any(|s| s.state == Phase::Starting);
     if members.iter().any(|s| s.download.is_some()) {
         return with(ModelStatus::Downloading, None);
@@ -147,15 +155,23 @@ impl Lifecycle {
         recent.iter().cloned().collect()
     }
 
-    /// Compares `now` with the statuses seen last and publishes a `status_changed` for each move.
+    /// Compares `now` with the statuses seen last and publishes a `status_changed` for each move,
+    /// and a `nodes_scaled` when the ready replicas of a pool grow or shrink.
     fn observe(&self, now: BTreeMap<String, Status>) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         for (model, status) in &now {
-            let from = last.get(model).map_or(ModelStatus::Inactive, |s| s.status);
+            let before = last.get(model);
+            let from = before.map_or(ModelStatus::Inactive, |s| s.status);
             if from != status.status {
                 let fields = json!({"from": from.as_str(), "to": status.status.as_str(),
                     "reason": status.reason});
                 self.publish("status_changed", model, fields);
+            }
+            let was_ready = before.map_or(0, |s| s.ready);
+            if status.members > 1 && was_ready != status.ready {
+                let fields =
+                    json!({"from": was_ready, "to": status.ready, "replicas": status.members});
+                self.publish("nodes_scaled", model, fields);
             }
         }
         *last = now;
@@ -286,6 +302,8 @@ mod tests {
                 Status {
                     status: s,
                     reason: None,
+                    ready: 0,
+                    members: 1,
                 },
             )])
         };
@@ -309,5 +327,28 @@ mod tests {
         );
         assert!(rx.try_recv().is_err(), "no event without a change");
         assert_eq!(lifecycle.recent().len(), 2);
+    }
+
+    #[test]
+    fn a_pool_that_gains_or_loses_ready_replicas_is_scaled() {
+        let lifecycle = Lifecycle::default();
+        let mut rx = lifecycle.subscribe();
+        let pool = |ready| {
+            let status = Status {
+                status: ModelStatus::Active,
+                reason: None,
+                ready,
+                members: 3,
+            };
+            BTreeMap::from([("p".to_string(), status)])
+        };
+        for ready in [1, 3, 3, 2] {
+            lifecycle.observe(pool(ready));
+        }
+        let scaled: Vec<(u64, u64)> = std::iter::from_fn(|| rx.try_recv().ok())
+            .filter(|e| e["type"] == "nodes_scaled")
+            .map(|e| (e["from"].as_u64().unwrap(), e["to"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(scaled, [(0, 1), (1, 3), (3, 2)]);
     }
 }

@@ -700,6 +700,15 @@ impl Fleet {
         snapshot_of(&self.inner.lock())
     }
 
+    /// The download of a model's weights, while one runs for any of its instances.
+    pub fn download_of(&self, model: &str) -> Option<Download> {
+        let st = self.inner.lock();
+        st.instances
+            .values()
+            .filter(|i| i.model.id == model)
+            .find_map(|i| i.download.clone())
+    }
+
     /// Each model's lifecycle status, by model id.
     pub fn statuses(&self) -> BTreeMap<String, lifecycle::Status> {
         let (snapshot, queues) = self.inner.statuses_input();
