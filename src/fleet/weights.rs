@@ -108,9 +108,12 @@ async fn follow_progress(inner: Arc<Inner>, id: String, source: String) {
     let mut updates = inner.fetcher.subscribe();
     loop {
         match updates.recv().await {
-            Ok(p) if p.source == source => {
-                inner.update(&id, |i| i.download = Some(download_of(&p)));
-            }
+            Ok(p) if p.source == source => inner.update(&id, |i| {
+                // a late update must not bring back a download that has ended
+                if i.download.is_some() {
+                    i.download = Some(download_of(&p));
+                }
+            }),
             Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
             Err(_) => return,
         }
