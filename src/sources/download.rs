@@ -40,6 +40,14 @@ pub(crate) fn partial(dest: &Path) -> PathBuf {
     dest.with_file_name(name)
 }
 
+/// Writes a small file whole or not at all (a reader never sees half a manifest or ref).
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(".corral-tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, path)
+}
+
 /// Bytes of `dest` already held in its partial file.
 pub(crate) fn held(dest: &Path) -> u64 {
     std::fs::metadata(partial(dest)).map_or(0, |m| m.len())

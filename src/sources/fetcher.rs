@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
+use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::broadcast;
 
 use super::download::{self, Job};
@@ -104,7 +105,7 @@ impl Fetcher {
     pub fn cached(&self, source: &Source, want: &Want) -> Option<Fetched> {
         match source {
             Source::Path(p) => remote::cached_path(p, want),
-            Source::Url(url) => remote::cached_url(self, url),
+            Source::Url(url) => remote::cached_url(self, url, want),
             Source::HuggingFace(h) => hf::cached(self, h, want),
             Source::S3 { bucket, key } => remote::cached_s3(self, bucket, key),
             Source::Ollama { name, tag } => ollama::cached(self, name, tag, want),
@@ -169,6 +170,26 @@ impl Fetcher {
         };
         flight.await
     }
+}
+
+/// Downloads at most `parallel` of `jobs` at a time; their sizes, in no particular order.
+pub(crate) async fn ensure_all(
+    f: &Fetcher,
+    jobs: Vec<Job>,
+    parallel: usize,
+) -> Result<Vec<u64>, FetchError> {
+    // Boxed 'static futures keep the caller's future Send for any caller lifetime.
+    let flights: Vec<BoxFuture<'static, Result<u64, FetchError>>> = jobs
+        .into_iter()
+        .map(|job| {
+            let f = f.clone();
+            async move { f.ensure(job).await }.boxed()
+        })
+        .collect();
+    futures_util::stream::iter(flights)
+        .buffer_unordered(parallel)
+        .try_collect()
+        .await
 }
 
 /// Bytes still to come for `dest`: nothing when complete, else its size less the partial part.

@@ -1,13 +1,12 @@
 //! Hugging Face Hub sources: the revision's listing from the Hub API, the files the model takes,
 //! each blob downloaded once into the shared cache, and the snapshot links that name them.
 
-use futures_util::{StreamExt, TryStreamExt};
 use http::{HeaderMap, HeaderValue};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
 use super::download::Job;
-use super::fetcher::missing_bytes;
+use super::fetcher::{ensure_all, missing_bytes};
 use super::gguf_pick::{self, Pick, PickError};
 use super::hf_cache::{cached_pick, within, RepoCache};
 use super::transport::{error_chain, http_failure, Failure, Transport};
@@ -69,6 +68,7 @@ pub(crate) fn cached(f: &Fetcher, hf: &HfRef, want: &Want) -> Option<Fetched> {
     let bytes = pick
         .parts
         .iter()
+        .chain(&pick.mmproj)
         .filter_map(|p| std::fs::metadata(snapshot.join(p)).ok())
         .map(|m| m.len())
         .sum();
@@ -126,11 +126,7 @@ pub(crate) async fn fetch(
         .iter()
         .map(|s| job(f, &src, hf, &listing.sha, &cache, s))
         .collect();
-    let sizes: Vec<u64> = futures_util::stream::iter(jobs)
-        .map(|j| f.ensure(j))
-        .buffer_unordered(PARALLEL)
-        .try_collect()
-        .await?;
+    let sizes = ensure_all(f, jobs, PARALLEL).await?;
     let io = |e| FetchError::io(&src, &cache.dir, e);
     for s in &files {
         cache

@@ -53,9 +53,7 @@ impl RepoCache {
         }
         let path = self.ref_file(revision);
         std::fs::create_dir_all(path.parent().expect("refs has a parent"))?;
-        let tmp = path.with_extension("corral-tmp");
-        std::fs::write(&tmp, commit)?;
-        std::fs::rename(tmp, path)
+        super::download::write_atomic(&path, commit.as_bytes())
     }
 
     /// Points `snapshots/<commit>/<path>` at its blob with a relative link, as the Hub's client

@@ -11,12 +11,11 @@
 
 use std::path::PathBuf;
 
-use futures_util::{StreamExt, TryStreamExt};
 use http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 
 use super::download::Job;
-use super::fetcher::missing_bytes;
+use super::fetcher::{ensure_all, missing_bytes};
 use super::transport::{error_chain, http_failure, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, Source, Want};
@@ -149,7 +148,6 @@ pub(crate) async fn fetch(
         need += missing_bytes(&blob_path(f, hex), l.size);
     }
     disk::ensure_room(&src, &f.inner.ollama_root, need)?;
-    // collected first, so the future holds no closure over borrowed layers (rust-lang/rust#102211)
     let jobs: Vec<Job> = layers
         .iter()
         .map(|l| {
@@ -170,17 +168,11 @@ pub(crate) async fn fetch(
             }
         })
         .collect();
-    futures_util::stream::iter(jobs)
-        .map(|j| f.ensure(j))
-        .buffer_unordered(4)
-        .try_collect::<Vec<u64>>()
-        .await?;
+    ensure_all(f, jobs, 4).await?;
     let path = manifest_path(f, name, tag);
     let io = |e| FetchError::io(&src, &path, e);
     std::fs::create_dir_all(path.parent().expect("a manifest has a folder")).map_err(io)?;
-    let tmp = path.with_extension("corral-tmp");
-    std::fs::write(&tmp, &raw).map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)?;
+    super::download::write_atomic(&path, &raw).map_err(io)?;
     cached(f, name, tag, want)
         .ok_or_else(|| FetchError::invalid(&src, "the store lacks a layer just downloaded"))
 }

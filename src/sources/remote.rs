@@ -69,9 +69,10 @@ pub(crate) fn path_missing(
     })
 }
 
-/// `url/<host>/<16 hex of the URL's sha256>/<last path segment>`: the file keeps its name (an
-/// engine may read the quantization from it) and two URLs never share a folder.
-fn url_dest(f: &Fetcher, url: &str) -> PathBuf {
+/// `url/<host>/<16 hex of the sha256 of the URL and the expected sha256>/<last path segment>`:
+/// the file keeps its name (an engine may read the quantization from it), two URLs never share a
+/// folder, and a changed `sha256:` in the config is a new download rather than a stale hit.
+fn url_dest(f: &Fetcher, url: &str, want: &Want) -> PathBuf {
     let parsed = reqwest::Url::parse(url).ok();
     let host = parsed
         .as_ref()
@@ -90,12 +91,12 @@ fn url_dest(f: &Fetcher, url: &str) -> PathBuf {
         .corral_root
         .join("url")
         .join(host)
-        .join(&sha256_hex(url.as_bytes())[..16])
+        .join(&sha256_hex(format!("{url}\n{:?}", want.sha256).as_bytes())[..16])
         .join(name)
 }
 
-pub(crate) fn cached_url(f: &Fetcher, url: &str) -> Option<Fetched> {
-    let dest = url_dest(f, url);
+pub(crate) fn cached_url(f: &Fetcher, url: &str, want: &Want) -> Option<Fetched> {
+    let dest = url_dest(f, url, want);
     let meta = std::fs::metadata(&dest).ok()?;
     Some(Fetched {
         model: dest,
@@ -121,7 +122,7 @@ pub(crate) async fn fetch_url(
         Some(h) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
         None => Verify::Size,
     };
-    let dest = url_dest(f, url);
+    let dest = url_dest(f, url, want);
     let job = Job {
         src,
         scheme: "url",
@@ -170,7 +171,15 @@ pub(crate) fn cached_s3(f: &Fetcher, bucket: &str, key: &str) -> Option<Fetched>
 }
 
 fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>, FetchError> {
-    let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
+    let retry = RetryConfig {
+        max_retries: 3,
+        ..Default::default()
+    };
+    // Client options first: setting them later would replace what the variables set.
+    let mut builder = AmazonS3Builder::new()
+        .with_client_options(ClientOptions::new().with_timeout_disabled())
+        .with_retry(retry)
+        .with_bucket_name(bucket);
     for (name, value) in &f.inner.aws {
         if let Ok(key) = name.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
             builder = builder.with_config(key, value);
@@ -180,17 +189,9 @@ fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>
             builder = builder.with_allow_http(true);
         }
     }
-    let retry = RetryConfig {
-        max_retries: 3,
-        ..Default::default()
-    };
-    let store = builder
-        .with_retry(retry)
-        .with_client_options(ClientOptions::new().with_timeout_disabled())
-        .build()
-        .map_err(|e| {
-            FetchError::invalid(src, format!("S3 settings: {e}; check the AWS_* variables"))
-        })?;
+    let store = builder.build().map_err(|e| {
+        FetchError::invalid(src, format!("S3 settings: {e}; check the AWS_* variables"))
+    })?;
     Ok(Arc::new(store))
 }
 

@@ -1,0 +1,643 @@
+//! Model sources: parsing, and fetching from an imitation Hub, Ollama registry and file server on
+//! loopback, and from S3 as moto serves it.
+
+#[path = "support/hub.rs"]
+mod hub;
+#[path = "support/s3.rs"]
+mod s3;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use corral::{FetchError, Fetcher, Form, Source, Want};
+use hub::{bytes, sha256, Hub, RepoFile, COMMIT};
+
+const FILE: Want = Want {
+    form: Form::File,
+    sha256: None,
+};
+const DIR: Want = Want {
+    form: Form::Directory,
+    sha256: None,
+};
+
+fn fetcher(vars: &[(&str, String)]) -> Fetcher {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    Fetcher::from_env(&move |k| map.get(k).cloned())
+}
+
+/// A fetcher whose every cache lies in `dir` and whose endpoints are the imitation's.
+fn local(hub: &Hub, dir: &Path) -> Fetcher {
+    fetcher(&[
+        ("HOME", dir.join("home").display().to_string()),
+        ("HF_HUB_CACHE", dir.join("hf").display().to_string()),
+        ("HF_ENDPOINT", hub.url.clone()),
+        ("OLLAMA_MODELS", dir.join("ollama").display().to_string()),
+        ("OLLAMA_REGISTRY", hub.url.clone()),
+        ("CORRAL_CACHE", dir.join("corral").display().to_string()),
+    ])
+}
+
+fn src(text: &str) -> Source {
+    Source::parse(text).unwrap()
+}
+
+fn gguf_repo(hub: &Hub) -> Vec<RepoFile> {
+    let f = |path: &str, seed, len| RepoFile {
+        path: path.into(),
+        data: bytes(seed, len),
+        lfs: true,
+    };
+    let files = vec![
+        RepoFile {
+            path: "README.md".into(),
+            data: "# tiny\n".into(),
+            lfs: false,
+        },
+        f("Tiny-Q4_K_M.gguf", 1, 200_000),
+        f("Q8_0/Tiny-Q8_0-00001-of-00003.gguf", 2, 50_000),
+        f("Q8_0/Tiny-Q8_0-00002-of-00003.gguf", 3, 50_000),
+        f("Q8_0/Tiny-Q8_0-00003-of-00003.gguf", 4, 50_000),
+        f("mmproj-Tiny-F16.gguf", 5, 30_000),
+    ];
+    hub.add_repo("org/tiny-GGUF", files.clone());
+    files
+}
+
+fn file_named<'a>(files: &'a [RepoFile], path: &str) -> &'a RepoFile {
+    files.iter().find(|f| f.path == path).unwrap()
+}
+
+/// Every path under `dir` that ends in `.incomplete`.
+fn leftovers(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(".incomplete") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_scheme_parses_and_bad_ones_name_the_fix() {
+    let hf = |t| match src(t) {
+        Source::HuggingFace(h) => (h.repo, h.path, h.quant, h.revision),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        hf("hf://org/repo"),
+        ("org/repo".into(), None, None, "main".into())
+    );
+    assert_eq!(
+        hf("hf://org/repo:Q4_K_M"),
+        (
+            "org/repo".into(),
+            None,
+            Some("Q4_K_M".into()),
+            "main".into()
+        )
+    );
+    assert_eq!(
+        hf("hf://org/repo/sub/m.gguf@v1.0"),
+        (
+            "org/repo".into(),
+            Some("sub/m.gguf".into()),
+            None,
+            "v1.0".into()
+        )
+    );
+    assert_eq!(
+        src("s3://b/k/m.gguf"),
+        Source::S3 {
+            bucket: "b".into(),
+            key: "k/m.gguf".into()
+        }
+    );
+    assert_eq!(
+        src("ollama://llama3.2"),
+        Source::Ollama {
+            name: "llama3.2".into(),
+            tag: "latest".into()
+        }
+    );
+    assert_eq!(
+        src("ollama://user/m:7b"),
+        Source::Ollama {
+            name: "user/m".into(),
+            tag: "7b".into()
+        }
+    );
+    assert_eq!(src("/models/m.gguf"), Source::Path("/models/m.gguf".into()));
+    assert_eq!(
+        src("file:///models/m.gguf"),
+        Source::Path("/models/m.gguf".into())
+    );
+    let schemes: Vec<&str> = [
+        "/m",
+        "https://h/m.gguf",
+        "hf://a/b",
+        "s3://b/k",
+        "ollama://m",
+    ]
+    .iter()
+    .map(|t| src(t).scheme())
+    .collect();
+    assert_eq!(schemes, ["path", "url", "huggingface", "s3", "ollama"]);
+
+    let err = Source::parse("ftp://host/m.gguf").unwrap_err();
+    assert_eq!(
+        err,
+        "unknown source scheme \"ftp\": use hf://, s3://, ollama://, http(s):// or a path"
+    );
+    for (bad, fix) in [
+        ("hf://justname", "org/name"),
+        ("hf://org/repo:Q4/file.gguf", "not both"),
+        ("hf://org/repo@", "empty revision"),
+        ("s3://bucket", "s3://bucket/models/m.gguf"),
+        ("ollama://a/b/c/d", "ollama://name[:tag]"),
+        ("https://", "URL"),
+        ("", "use hf://"),
+    ] {
+        let err = Source::parse(bad).unwrap_err();
+        assert!(err.contains(fix), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn shown_urls_hide_their_credentials() {
+    let s = src("https://user:secret@host/m.gguf?token=abc&x=1");
+    let shown = s.to_string();
+    assert!(
+        !shown.contains("secret") && !shown.contains("abc"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("host/m.gguf") && shown.contains("token=***"),
+        "{shown}"
+    );
+    assert_eq!(
+        src("hf://org/repo:Q4_K_M@v2").to_string(),
+        "hf://org/repo:Q4_K_M@v2"
+    );
+}
+
+#[tokio::test]
+async fn a_split_quantization_and_its_projector_land_in_the_hub_cache_layout() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let got = local(&hub, dir.path())
+        .fetch(&src("hf://org/tiny-GGUF:Q8_0"), &FILE)
+        .await
+        .unwrap();
+
+    let repo = dir.path().join("hf/models--org--tiny-GGUF");
+    let snapshot = repo.join("snapshots").join(COMMIT);
+    assert_eq!(
+        got.model,
+        snapshot.join("Q8_0/Tiny-Q8_0-00001-of-00003.gguf")
+    );
+    assert_eq!(got.mmproj, Some(snapshot.join("mmproj-Tiny-F16.gguf")));
+    assert_eq!(got.bytes, 150_000 + 30_000);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("refs/main")).unwrap(),
+        COMMIT
+    );
+    for (path, ups) in [
+        ("Q8_0/Tiny-Q8_0-00001-of-00003.gguf", "../../../"),
+        ("Q8_0/Tiny-Q8_0-00003-of-00003.gguf", "../../../"),
+        ("mmproj-Tiny-F16.gguf", "../../"),
+    ] {
+        let f = file_named(&files, path);
+        let link = std::fs::read_link(snapshot.join(path)).unwrap();
+        assert_eq!(
+            link,
+            PathBuf::from(format!("{ups}blobs/{}", sha256(&f.data)))
+        );
+        assert_eq!(std::fs::read(snapshot.join(path)).unwrap(), f.data);
+    }
+    let mut blobs: Vec<String> = std::fs::read_dir(repo.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    blobs.sort();
+    let mut want: Vec<String> = files[2..].iter().map(|f| sha256(&f.data)).collect();
+    want.sort();
+    assert_eq!(
+        blobs, want,
+        "only the chosen files, each named by its sha256"
+    );
+    assert!(!snapshot.join("Tiny-Q4_K_M.gguf").exists());
+    // The resolve step redirected to the CDN path.
+    assert_eq!(hub.hits(&format!("/cdn/{}", sha256(&files[5].data))), 1);
+}
+
+#[tokio::test]
+async fn a_burst_of_fetches_downloads_once_and_a_cached_model_needs_no_network() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let f = local(&hub, dir.path());
+    let source = src("hf://org/tiny-GGUF:Q4_K_M");
+    assert!(f.cached(&source, &FILE).is_none());
+    let burst = (0..8).map(|_| {
+        let (f, source) = (f.clone(), source.clone());
+        tokio::spawn(async move { f.fetch(&source, &FILE).await })
+    });
+    let results: Vec<_> = futures_util::future::join_all(burst).await;
+    let first = results[0].as_ref().unwrap().as_ref().unwrap().clone();
+    for r in results {
+        assert_eq!(r.unwrap().unwrap(), first);
+    }
+    let blob = sha256(&file_named(&files, "Tiny-Q4_K_M.gguf").data);
+    assert_eq!(
+        hub.hits(&format!("/cdn/{blob}")),
+        1,
+        "one download for eight callers"
+    );
+    assert_eq!(
+        std::fs::read(&first.model).unwrap(),
+        file_named(&files, "Tiny-Q4_K_M.gguf").data
+    );
+
+    let before = hub.total_hits();
+    let again = local(&hub, dir.path());
+    assert_eq!(again.cached(&source, &FILE), Some(first.clone()));
+    assert_eq!(again.fetch(&source, &FILE).await.unwrap(), first);
+    assert_eq!(
+        hub.total_hits(),
+        before,
+        "a cached model asks the network nothing"
+    );
+    assert!(f.downloads().is_empty());
+    assert_eq!(
+        f.download_bytes().with_label_values(&["huggingface"]).get(),
+        200_000 + 30_000
+    );
+}
+
+#[tokio::test]
+async fn a_whole_snapshot_for_a_directory_engine() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let config = RepoFile {
+        path: "config.json".into(),
+        data: "{\"model_type\":\"llama\"}".into(),
+        lfs: false,
+    };
+    let weights = RepoFile {
+        path: "model.safetensors".into(),
+        data: bytes(9, 64_000),
+        lfs: true,
+    };
+    hub.add_repo("org/tiny-st", vec![config.clone(), weights.clone()]);
+    let got = local(&hub, dir.path())
+        .fetch(&src("hf://org/tiny-st"), &DIR)
+        .await
+        .unwrap();
+    let repo = dir.path().join("hf/models--org--tiny-st");
+    assert_eq!(got.model, repo.join("snapshots").join(COMMIT));
+    assert_eq!(got.mmproj, None);
+    assert_eq!(
+        std::fs::read(got.model.join("config.json")).unwrap(),
+        config.data
+    );
+    // A small file is a git blob, named by its git id in the cache as the Hub names it.
+    let link = std::fs::read_link(got.model.join("config.json")).unwrap();
+    assert_eq!(
+        link,
+        PathBuf::from(format!("../../blobs/{}", config.etag()))
+    );
+    assert_eq!(
+        std::fs::read(got.model.join("model.safetensors")).unwrap(),
+        weights.data
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_connection_resumes_with_a_range_request() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let data = file_named(&files, "Tiny-Q4_K_M.gguf").data.clone();
+    let cdn = format!("/cdn/{}", sha256(&data));
+    hub.state
+        .lock()
+        .unwrap()
+        .drop_after
+        .insert(cdn.clone(), 70_000);
+    let f = local(&hub, dir.path());
+    let mut updates = f.subscribe();
+    let got = f
+        .fetch(&src("hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf"), &FILE)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
+    assert_eq!(hub.hits(&cdn), 2);
+    let resumed = hub.resumed_at(&cdn);
+    assert!(
+        resumed.len() == 1 && resumed[0] > 0 && resumed[0] <= 70_000,
+        "{resumed:?}"
+    );
+    assert!(leftovers(dir.path()).is_empty());
+    let mut last = None;
+    while let Ok(p) = updates.try_recv() {
+        last = Some(p);
+    }
+    let last = last.expect("progress was published");
+    assert_eq!(
+        (last.bytes, last.total, last.file.as_str()),
+        (200_000, Some(200_000), "Tiny-Q4_K_M.gguf")
+    );
+    assert_eq!(last.source, "hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf");
+}
+
+#[tokio::test]
+async fn wrong_bytes_fail_the_checksum_and_leave_nothing_complete() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let expected = sha256(&file_named(&files, "Tiny-Q4_K_M.gguf").data);
+    hub.state
+        .lock()
+        .unwrap()
+        .corrupt
+        .insert(format!("/cdn/{expected}"));
+    let err = local(&hub, dir.path())
+        .fetch(&src("hf://org/tiny-GGUF:Q4_K_M"), &FILE)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, FetchError::Checksum { .. }), "{text}");
+    assert!(
+        text.contains(&expected) && text.contains("hf://org/tiny-GGUF:Q4_K_M"),
+        "{text}"
+    );
+    let repo = dir.path().join("hf/models--org--tiny-GGUF");
+    assert!(!repo.join("blobs").join(&expected).exists());
+    assert!(!repo
+        .join("snapshots")
+        .join(COMMIT)
+        .join("Tiny-Q4_K_M.gguf")
+        .exists());
+    // (The projector's download may still be under way; the bad file's part is gone.)
+    assert!(!repo
+        .join("blobs")
+        .join(format!("{expected}.incomplete"))
+        .exists());
+}
+
+#[tokio::test]
+async fn hub_errors_say_what_is_missing_and_what_to_do() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    gguf_repo(&hub);
+    let f = local(&hub, dir.path());
+    let fail = |text: &'static str, want: Want| {
+        let f = f.clone();
+        async move { f.fetch(&src(text), &want).await.unwrap_err() }
+    };
+    let e = fail("hf://org/nothing:Q4_K_M", FILE).await;
+    assert!(
+        matches!(e, FetchError::NotFound { .. }) && e.to_string().contains("org/nothing"),
+        "{e}"
+    );
+    let e = fail("hf://org/tiny-GGUF:Q4_K_M@v9", FILE).await;
+    assert!(e.to_string().contains("revision v9"), "{e}");
+    let e = fail("hf://org/tiny-GGUF/absent.gguf", FILE).await;
+    assert!(e.to_string().contains("absent.gguf"), "{e}");
+    let e = fail("hf://org/tiny-GGUF:Q2_K", FILE).await;
+    assert!(
+        e.to_string().contains("the repository has: Q4_K_M, Q8_0"),
+        "{e}"
+    );
+    let e = fail("hf://org/tiny-GGUF", FILE).await;
+    assert!(e.to_string().contains(":Q4_K_M"), "{e}");
+
+    hub.state.lock().unwrap().token = Some("hf_secret".into());
+    let e = fail("hf://org/tiny-GGUF:Q4_K_M", FILE).await;
+    assert!(
+        matches!(e, FetchError::Credentials { status: 401, .. })
+            && e.to_string().contains("set HF_TOKEN"),
+        "{e}"
+    );
+    let with_token = fetcher(&[
+        ("HF_HUB_CACHE", dir.path().join("hf").display().to_string()),
+        ("HF_ENDPOINT", hub.url.clone()),
+        ("HF_TOKEN", "hf_secret".into()),
+    ]);
+    with_token
+        .fetch(&src("hf://org/tiny-GGUF:Q4_K_M"), &FILE)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn paths_are_used_where_they_lie() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    std::fs::write(&model, b"GGUF....").unwrap();
+    let f = fetcher(&[]);
+    let got = f.fetch(&Source::Path(model.clone()), &FILE).await.unwrap();
+    assert_eq!((got.model, got.bytes), (model, 8));
+    let e = f
+        .fetch(&Source::Path(dir.path().join("gone.gguf")), &FILE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, FetchError::PathMissing { .. }) && e.to_string().contains("gone.gguf"),
+        "{e}"
+    );
+    let e = f
+        .fetch(&Source::Path(dir.path().to_path_buf()), &FILE)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is a directory"), "{e}");
+}
+
+#[tokio::test]
+async fn urls_are_checked_against_their_sha256_and_resumed() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let data = bytes(7, 120_000);
+    hub.state
+        .lock()
+        .unwrap()
+        .files
+        .insert("m.gguf".into(), data.clone());
+    let url = format!("{}/files/m.gguf", hub.url);
+    let f = local(&hub, dir.path());
+
+    let wrong = Want {
+        form: Form::File,
+        sha256: Some(sha256(b"other")),
+    };
+    let e = f
+        .fetch(&Source::Url(url.clone()), &wrong)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, FetchError::Checksum { .. }) && e.to_string().contains(&sha256(b"other")),
+        "{e}"
+    );
+    assert!(
+        f.cached(&Source::Url(url.clone()), &wrong).is_none(),
+        "nothing left as complete"
+    );
+    assert!(leftovers(dir.path()).is_empty());
+
+    hub.state
+        .lock()
+        .unwrap()
+        .drop_after
+        .insert("/files/m.gguf".into(), 50_000);
+    let right = Want {
+        form: Form::File,
+        sha256: Some(format!("sha256:{}", sha256(&data))),
+    };
+    let got = f.fetch(&Source::Url(url.clone()), &right).await.unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
+    assert!(
+        got.model
+            .starts_with(dir.path().join("corral/url/127.0.0.1"))
+            && got.model.ends_with("m.gguf")
+    );
+    let resumed = hub.resumed_at("/files/m.gguf");
+    assert!(
+        resumed.len() == 1 && resumed[0] > 0 && resumed[0] <= 50_000,
+        "{resumed:?}"
+    );
+    let e = f
+        .fetch(&src(&format!("{}/files/absent.gguf", hub.url)), &FILE)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, FetchError::NotFound { .. }), "{e}");
+}
+
+const MODEL: &str = "application/vnd.ollama.image.model";
+const PROJECTOR: &str = "application/vnd.ollama.image.projector";
+
+#[tokio::test]
+async fn an_ollama_store_answers_without_the_network() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let (model, proj) = (bytes(11, 40_000), bytes(12, 9_000));
+    // The same manifest as the registry would send, written into a store by hand.
+    let manifest = hub.add_ollama(
+        "library/tiny/q4",
+        &[(MODEL, model.clone()), (PROJECTOR, proj.clone())],
+    );
+    hub.state.lock().unwrap().manifests.clear();
+    let store = dir.path().join("ollama");
+    let mdir = store.join("manifests/registry.ollama.ai/library/tiny");
+    std::fs::create_dir_all(&mdir).unwrap();
+    std::fs::write(mdir.join("q4"), manifest).unwrap();
+    std::fs::create_dir_all(store.join("blobs")).unwrap();
+    for d in [&model, &proj] {
+        std::fs::write(store.join(format!("blobs/sha256-{}", sha256(d))), d).unwrap();
+    }
+    let got = local(&hub, dir.path())
+        .fetch(&src("ollama://tiny:q4"), &FILE)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.model,
+        store.join(format!("blobs/sha256-{}", sha256(&model)))
+    );
+    assert_eq!(
+        got.mmproj,
+        Some(store.join(format!("blobs/sha256-{}", sha256(&proj))))
+    );
+    assert_eq!(hub.total_hits(), 0);
+}
+
+#[tokio::test]
+async fn the_ollama_registry_fills_the_store_as_ollama_lays_it_out() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let model = bytes(13, 80_000);
+    let manifest = hub.add_ollama("user/tiny/latest", &[(MODEL, model.clone())]);
+    let f = local(&hub, dir.path());
+    let got = f.fetch(&src("ollama://user/tiny"), &FILE).await.unwrap();
+    let store = dir.path().join("ollama");
+    assert_eq!(
+        got.model,
+        store.join(format!("blobs/sha256-{}", sha256(&model)))
+    );
+    assert_eq!(std::fs::read(&got.model).unwrap(), model);
+    let written = store.join("manifests/registry.ollama.ai/user/tiny/latest");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), manifest);
+    assert_eq!(
+        std::fs::read_dir(store.join("blobs")).unwrap().count(),
+        2,
+        "the config blob too"
+    );
+    let before = hub.total_hits();
+    assert_eq!(
+        f.fetch(&src("ollama://user/tiny:latest"), &FILE)
+            .await
+            .unwrap(),
+        got
+    );
+    assert_eq!(hub.total_hits(), before);
+    let e = f.fetch(&src("ollama://nothing"), &FILE).await.unwrap_err();
+    assert!(
+        matches!(e, FetchError::NotFound { .. }) && e.to_string().contains("nothing:latest"),
+        "{e}"
+    );
+}
+
+fn s3_fetcher(dir: &Path, s3: &s3::S3, key: &str, secret: &str) -> Fetcher {
+    fetcher(&[
+        ("CORRAL_CACHE", dir.join("corral").display().to_string()),
+        ("AWS_ENDPOINT_URL", s3.url.clone()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", key.into()),
+        ("AWS_SECRET_ACCESS_KEY", secret.into()),
+    ])
+}
+
+#[tokio::test]
+async fn s3_objects_download_resume_and_refuse_wrong_keys() {
+    let data = bytes(21, 90_000);
+    let Some(server) = s3::S3::start("models", "tiny/m.gguf", &data) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = s3_fetcher(dir.path(), &server, &server.key, &server.secret);
+    let dest = dir.path().join("corral/s3/models/tiny/m.gguf");
+
+    // A part left by an earlier run is resumed with a ranged GET, and the whole checked.
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::write(dest.with_file_name("m.gguf.incomplete"), &data[..30_000]).unwrap();
+    let got = f
+        .fetch(&src("s3://models/tiny/m.gguf"), &FILE)
+        .await
+        .unwrap();
+    assert_eq!((got.model.as_path(), got.bytes), (dest.as_path(), 90_000));
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(
+        f.download_bytes().with_label_values(&["s3"]).get(),
+        60_000,
+        "only the rest came"
+    );
+
+    let e = f
+        .fetch(&src("s3://models/tiny/absent.gguf"), &FILE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, FetchError::NotFound { .. }) && e.to_string().contains("absent.gguf"),
+        "{e}"
+    );
+    let wrong = s3_fetcher(dir.path(), &server, "AKIAWRONGWRONGWRONG0", "nope");
+    let e = wrong
+        .fetch(&src("s3://models/tiny/other.gguf"), &FILE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, FetchError::Credentials { .. }) && e.to_string().contains("AWS_ACCESS_KEY_ID"),
+        "{e}"
+    );
+}
