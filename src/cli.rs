@@ -8,6 +8,7 @@ use corral::config::Sources;
 pub const USAGE: &str =
     "usage: corral [--config FILE] [--config-dir DIR] [--listen ADDR] [--watch-config]
        corral check --config FILE [--config-dir DIR] [--show-secrets]
+       corral pull --config FILE [--config-dir DIR] [MODEL...]   (fetch weights, start nothing)
        corral estimate FILE.gguf [-c N] [-np N] [-ngl N] [-ctk T] [-ctv T]
        corral fake-engine --port N [...]   (a small llama-server imitation for demos and tests)
        corral --version
@@ -23,26 +24,44 @@ pub struct ServeOptions {
     pub show_secrets: bool,
 }
 
+/// `corral pull`: the config, and the models named (ids or aliases; none means every model
+/// with a source).
+pub struct PullOptions {
+    pub sources: Sources,
+    pub models: Vec<String>,
+}
+
 pub enum Command {
     Serve(ServeOptions),
     Check(ServeOptions),
+    Pull(PullOptions),
     FakeEngine(Vec<String>),
     Estimate(Vec<String>),
     Version,
     Help,
 }
 
+/// Which command the flags belong to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Serve,
+    Check,
+    Pull,
+}
+
 pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut args = args.to_vec();
-    let check = match args.first().map(String::as_str) {
+    let mode = match args.first().map(String::as_str) {
         Some("fake-engine") => return Ok(Command::FakeEngine(args[1..].to_vec())),
         Some("estimate") => return Ok(Command::Estimate(args[1..].to_vec())),
-        Some("check") => {
-            args.remove(0);
-            true
-        }
-        _ => false,
+        Some("check") => Mode::Check,
+        Some("pull") => Mode::Pull,
+        _ => Mode::Serve,
     };
+    if mode != Mode::Serve {
+        args.remove(0);
+    }
+    let mut models = Vec::new();
     let mut opts = ServeOptions {
         sources: Sources::default(),
         listen: parse_listen(":8080")?,
@@ -55,6 +74,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
             _ => (arg.clone(), None),
         };
+        if mode == Mode::Pull && !flag.starts_with('-') {
+            models.push(arg);
+            continue;
+        }
         let flag = flag.trim_start_matches('-');
         let mut value = |name: &str| {
             inline
@@ -65,18 +88,21 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         match flag {
             "config" => opts.sources.file = Some(PathBuf::from(value("config")?)),
             "config-dir" => opts.sources.dir = Some(PathBuf::from(value("config-dir")?)),
-            "listen" => opts.listen = parse_listen(&value("listen")?)?,
-            "watch-config" => opts.watch_config = true,
-            "show-secrets" if check => opts.show_secrets = true,
+            "listen" if mode != Mode::Pull => opts.listen = parse_listen(&value("listen")?)?,
+            "watch-config" if mode != Mode::Pull => opts.watch_config = true,
+            "show-secrets" if mode == Mode::Check => opts.show_secrets = true,
             "version" => return Ok(Command::Version),
             "help" | "h" => return Ok(Command::Help),
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
-    Ok(if check {
-        Command::Check(opts)
-    } else {
-        Command::Serve(opts)
+    Ok(match mode {
+        Mode::Check => Command::Check(opts),
+        Mode::Pull => Command::Pull(PullOptions {
+            sources: opts.sources,
+            models,
+        }),
+        Mode::Serve => Command::Serve(opts),
     })
 }
 

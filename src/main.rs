@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 mod cli;
 mod plan;
+mod pull;
 mod reload;
 
 const EXIT_CONFIG: u8 = 64;
@@ -44,11 +45,15 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        cli::Command::Check(opts) => match load(&opts) {
+        cli::Command::Check(opts) => match load(&opts.sources) {
             Ok(loaded) => {
                 print!("{}", plan::render(&loaded.config, opts.show_secrets));
                 ExitCode::SUCCESS
             }
+            Err(code) => code,
+        },
+        cli::Command::Pull(opts) => match load(&opts.sources) {
+            Ok(loaded) => pull::run(&loaded.config, &opts.models),
             Err(code) => code,
         },
         cli::Command::Serve(opts) => serve(opts),
@@ -68,11 +73,11 @@ pub(crate) fn env_lookup(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-fn load(opts: &cli::ServeOptions) -> Result<config::Loaded, ExitCode> {
-    let result = if opts.sources.file.is_none() && opts.sources.dir.is_none() {
+fn load(sources: &Sources) -> Result<config::Loaded, ExitCode> {
+    let result = if sources.file.is_none() && sources.dir.is_none() {
         config::load_str("config/demo.yaml (embedded)", DEMO_CONFIG, &env_lookup)
     } else {
-        config::load(&opts.sources, &env_lookup)
+        config::load(sources, &env_lookup)
     };
     match result {
         Ok(loaded) => {
@@ -89,7 +94,7 @@ fn load(opts: &cli::ServeOptions) -> Result<config::Loaded, ExitCode> {
 }
 
 fn serve(opts: cli::ServeOptions) -> ExitCode {
-    let loaded = match load(&opts) {
+    let loaded = match load(&opts.sources) {
         Ok(l) => l,
         Err(code) => return code,
     };
