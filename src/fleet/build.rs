@@ -77,6 +77,7 @@ pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<St
                 measured: None,
                 download: None,
                 running_argv: None,
+                oom_retried: false,
                 retire: Retire::No,
             };
             instances.insert(spec.id.clone(), instance);

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::Inner;
 use crate::config::ModelConfig;
-use crate::engines::EngineKind;
+use crate::engines::{Cause, EngineKind};
 use crate::logs::LogRing;
 use crate::supervisor::{Process, ProcessSpec, Sinks, StartError};
 
@@ -126,6 +126,9 @@ pub struct Instance {
     pub placed: super::ledger::Charges,
     /// What the engine reported allocating on devices, if it did.
     pub measured: Option<u64>,
+    /// Whether its last start was already a retry with a charge raised after running out of
+    /// memory (the next such failure is final).
+    pub oom_retried: bool,
     /// The command line of the process running now (the configured one, over fetched weights and
     /// with its devices' split), while one runs.
     pub running_argv: Option<Vec<String>>,
@@ -255,6 +258,15 @@ pub(crate) async fn run(
         process
             .stop(&spec, Duration::from_secs(5), &inner.spawner)
             .await;
+        if inner.retry_after_out_of_memory(&id, &e) {
+            tracing::warn!(instance = %id, "{e}; starting again with the larger charge");
+            inner
+                .counters
+                .starts
+                .with_label_values(&[&model, &id, "failed"])
+                .inc();
+            return;
+        }
         return fail(e, counts);
     }
     let ready_at = Instant::now();
@@ -285,6 +297,7 @@ pub(crate) async fn run(
     let measured = super::ledger::measured_from_log(&history);
     inner.update(&id, |i| {
         i.phase = Phase::Ready;
+        i.oom_retried = false;
         i.last_used = Instant::now();
         if let Some(n) = reported_slots {
             i.slots = n;
@@ -382,6 +395,10 @@ fn explain(err: StartError, kind: EngineKind) -> StartError {
     match crate::engines::diagnose(kind, tail) {
         Some(d) => StartError::Diagnosed {
             diagnosis: d.to_string(),
+            out_of_memory: match d.cause {
+                Cause::OutOfMemory { requested_bytes } => Some(requested_bytes),
+                Cause::PortTaken => None,
+            },
             cause: Box::new(err),
         },
         None => err,

@@ -18,6 +18,7 @@ pub mod instance;
 mod lease;
 pub mod ledger;
 pub mod lifecycle;
+mod oom;
 mod outside;
 pub mod pick;
 mod pinning;
@@ -858,6 +859,10 @@ fn failed_start(inst: &Instance, awaited: Option<u64>) -> Option<Error> {
         Some((generation, err)) if *generation == awaited && inst.phase == Phase::Stopped => {
             Some(match **err {
                 StartError::Aborted => Error::Unloaded,
+                ref e @ StartError::Diagnosed {
+                    out_of_memory: Some(_),
+                    ..
+                } => Error::InsufficientMemory(oom::insufficient(&inst.id, inst.need.bytes, e)),
                 ref e => Error::StartFailed(e.to_string()),
             })
         }

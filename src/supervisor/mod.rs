@@ -93,6 +93,8 @@ pub enum StartError {
     Diagnosed {
         diagnosis: String,
         cause: Box<StartError>,
+        /// The engine ran out of device memory, asking for this much more when it said.
+        out_of_memory: Option<Option<u64>>,
     },
 }
 

@@ -45,6 +45,8 @@ pub struct Config {
     pub imitate: crate::imitate::Kind,
     /// Print the imitated engine's out-of-memory lines after loading, and exit 1.
     pub fail_oom: bool,
+    /// Fail out of memory only while this file does not exist (the failure creates it).
+    pub fail_oom_once: Option<String>,
     /// Print the imitated engine's port-taken lines at once, and exit 1.
     pub fail_port: bool,
     /// Human readable warnings about ignored arguments, printed at startup.
@@ -87,6 +89,7 @@ impl Default for Config {
             slots_lag_ms: 0,
             imitate: crate::imitate::Kind::LlamaCpp,
             fail_oom: false,
+            fail_oom_once: None,
             fail_port: false,
             warnings: Vec::new(),
         }
@@ -135,6 +138,7 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
                            that engine's command line, start up as it does, publish its metrics
   --fail-oom               print the engine's out-of-memory lines after loading, exit 1
   --fail-port              print the engine's port-taken lines, exit 1
+  --fail-oom-once PATH     as --fail-oom when PATH does not exist, creating it; else start
 
 Unknown flags are ignored with a warning.
 
@@ -173,6 +177,7 @@ const VALUE_FLAGS: &[&str] = &[
     "--report-device",
     "--threads",
     "--embedding-dim",
+    "--fail-oom-once",
 ];
 
 const BOOL_FLAGS: &[&str] = &[
@@ -286,6 +291,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                     cfg.completion_status = Some(s);
                 }
                 "--events-file" => cfg.events_file = Some(v),
+                "--fail-oom-once" => cfg.fail_oom_once = Some(v),
                 "--report-model-mib" => cfg.report_model_mib = num(flag, &v)?,
                 "--report-kv-mib" => cfg.report_kv_mib = num(flag, &v)?,
                 "--report-compute-mib" => cfg.report_compute_mib = num(flag, &v)?,

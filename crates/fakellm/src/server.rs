@@ -133,7 +133,11 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
         }
     }
 
-    if cfg.fail_oom || cfg.fail_port {
+    let oom_now = cfg
+        .fail_oom_once
+        .as_ref()
+        .is_some_and(|f| std::fs::File::create_new(f).is_ok());
+    if cfg.fail_oom || cfg.fail_port || oom_now {
         return imitate::fail(&cfg, start).await;
     }
     let listener = match imitate::bind(&cfg, start).await {
