@@ -377,3 +377,31 @@ async fn the_loading_stream_shows_the_download() {
     assert!(text.contains("[DONE]"), "{text}");
     h.stop().await;
 }
+
+/// Weights already in the cache size the model from their header before it starts, and the load
+/// deadline scales with them; weights not fetched yet size it at nothing until they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_weights_size_the_model_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    gguf::write_tiny_llama(&path, &gguf::TinyOptions::default()).unwrap();
+    let (url, _) = slow_file_server(std::fs::read(&path).unwrap(), 1, Duration::ZERO).await;
+    let cache = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "devices:\n  - {{name: gpu0, capacity: 8GiB}}\n{}models:\n{}",
+        fake_llama_cpp(),
+        engine_model("web", &url, "    ctx: 512\n")
+    );
+    let memory = |state: &Value| state["instances"][0]["memory"].as_u64().unwrap_or(0);
+    let first = Harness::start_with(&yaml, opts_with_cache(cache.path())).await;
+    let state = get(&format!("{}/api/state", first.url)).await.json();
+    assert_eq!(memory(&state), 0, "nothing to read yet: {state}");
+    let answer = post_json(&format!("{}/v1/chat/completions", first.url), &chat("web")).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    first.stop().await;
+
+    let second = Harness::start_with(&yaml, opts_with_cache(cache.path())).await;
+    let state = get(&format!("{}/api/state", second.url)).await.json();
+    assert!(memory(&state) > 0, "sized from the cached header: {state}");
+    second.stop().await;
+}

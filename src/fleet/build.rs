@@ -10,18 +10,23 @@ use super::instance::Instance;
 use super::prefix::PrefixMemory;
 use super::{ledger, Phase, PoolState};
 use crate::catalog::Catalog;
-use crate::config::Config;
+use crate::config::{Config, InstanceSpec, ModelConfig};
 use crate::logs::LogRing;
+use crate::sources::Fetcher;
 use crate::supervisor::ProcessSpec;
 
 /// Every instance a config describes, stopped.
-pub(super) fn build_instances(config: &Config, catalog: &Catalog) -> BTreeMap<String, Instance> {
+pub(super) fn build_instances(
+    config: &Config,
+    catalog: &Catalog,
+    fetcher: &Fetcher,
+) -> BTreeMap<String, Instance> {
     let mut instances = BTreeMap::new();
     for m in config.models.values() {
         let model = Arc::new(m.clone());
         for spec in &m.instances {
             let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
-            let need = ledger::need_of(m, spec);
+            let need = ledger::need_of(m, &sized_spec(m, spec, fetcher));
             let mut env = spec.env.clone();
             env.extend(m.env.iter().cloned());
             if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
@@ -138,6 +143,25 @@ impl PartialEq for Retire {
     fn eq(&self, other: &Self) -> bool {
         std::mem::discriminant(self) == std::mem::discriminant(other)
     }
+}
+
+/// The spec to size an instance by: for a model named by source whose weights are in the caches
+/// already, its command over the cached files, so the estimate reads their headers.
+fn sized_spec(m: &ModelConfig, spec: &InstanceSpec, fetcher: &Fetcher) -> InstanceSpec {
+    let Some(engine) = m.engine.as_ref().filter(|e| e.needs_fetch()) else {
+        return spec.clone();
+    };
+    let Some(cached) = fetcher.cached(&engine.source, &engine.want()) else {
+        return spec.clone();
+    };
+    let model = cached.model.display().to_string();
+    let mut sized = spec.clone();
+    let weights = crate::config::engine::Weights {
+        model: &model,
+        mmproj: None,
+    };
+    sized.argv = engine.argv(spec.port.unwrap_or(0), Some(weights));
+    sized
 }
 
 /// A llama-server whose verbosity the user did not set.

@@ -181,7 +181,7 @@ impl Fleet {
         fetcher: crate::sources::Fetcher,
     ) -> Fleet {
         let catalog = Arc::new(Catalog::new(&config));
-        let instances = build_instances(&config, &catalog);
+        let instances = build_instances(&config, &catalog, &fetcher);
         let pools = build_pools(&config, &catalog, &mut BTreeMap::new());
         let state = State {
             instances,
@@ -219,7 +219,7 @@ impl Fleet {
     /// once idle. Requests waiting in a pool that still exists keep their place.
     pub fn reconfigure(&self, config: Arc<Config>) {
         let catalog = Arc::new(Catalog::new(&config));
-        let fresh = build_instances(&config, &catalog);
+        let fresh = build_instances(&config, &catalog, &self.inner.fetcher);
         let mut guard = self.inner.lock();
         let st = &mut *guard;
         let mut kept = 0;

@@ -44,6 +44,7 @@ pub(super) async fn prepare(
         &fetched,
         &inner.fetcher.ollama_store(),
     );
+    scale_deadline(inner, id, &mut spec, fetched.bytes);
     Ok(spec)
 }
 
@@ -57,6 +58,19 @@ async fn fetch(inner: &Inner, engine: &EngineModel) -> Result<Fetched, String> {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(e) => Err(format!("the download task failed: {e}")),
     }
+}
+
+/// The load deadline scaled with the weights' size, now that it is known (it was the plain
+/// health-check timeout while the source was only a name).
+fn scale_deadline(inner: &Inner, id: &str, spec: &mut ProcessSpec, weights: u64) {
+    let st = inner.lock();
+    let Some(explicit) = st.instances.get(id).map(|i| i.model.load_timeout) else {
+        return;
+    };
+    let health = st.config.health_check_timeout;
+    spec.load_timeout =
+        crate::memory::load_deadline(health, weights, st.config.load_bandwidth, explicit);
+    spec.extend_on_progress = explicit.is_some() || spec.load_timeout > health;
 }
 
 /// Replaces the source as written in the command with the fetched files, and adds what the engine
