@@ -405,3 +405,60 @@ async fn cached_weights_size_the_model_before_it_starts() {
     assert!(memory(&state) > 0, "sized from the cached header: {state}");
     second.stop().await;
 }
+
+/// Work that reaches a vLLM replica behind corral's back shows in vLLM's own gauges
+/// (`vllm:num_requests_running`), which corral polls: that replica has no free slot meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vllm_replicas_outside_work_is_read_from_its_gauges() {
+    let snapshot = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "engines:\n  vllm: {{command: '${{env.ENGINE}} --imitate vllm serve'}}\nmodels:\n  big:\n    engine: vllm\n    source: {}\n    slots: 1\n    replicas: 2\n    startReplicas: all\n    slotsPollInterval: 1\n    env: [\"${{env.MARKER}}\"]\n",
+        snapshot.path().display()
+    );
+    let h = Harness::start(&yaml).await;
+    let answer = post_json(&format!("{}/v1/chat/completions", h.url), &chat("big")).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    h.wait_ready(&["big-0", "big-1"], Duration::from_secs(10))
+        .await;
+    let free = |state: &Value, id: &str| {
+        state["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == id)
+            .map(|i| i["free"].as_u64().unwrap_or(9))
+    };
+    let state = get(&format!("{}/api/state", h.url)).await.json();
+    let proxy = get(&format!("{}/running", h.url)).await.json()["running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model"] == "big-0")
+        .unwrap()["proxy"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(free(&state, "big-0"), Some(1), "{state}");
+    let mut slow = chat("big");
+    slow["stream"] = serde_json::json!(true);
+    slow["fakellm"] = serde_json::json!({"chunks": 60, "interval_ms": 100});
+    let direct =
+        tokio::spawn(
+            async move { stream_frames(&format!("{proxy}/v1/chat/completions"), &slow).await },
+        );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = get(&format!("{}/api/state", h.url)).await.json();
+        if free(&state, "big-0") == Some(0) {
+            assert_eq!(free(&state, "big-1"), Some(1), "{state}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not seen busy: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    direct.abort();
+    h.stop().await;
+}

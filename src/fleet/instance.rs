@@ -316,8 +316,16 @@ pub(crate) async fn run(
         }
     });
     inner.read_back(&id, &history);
-    let poller = slots_poll
-        .map(|every| tokio::spawn(poll_slots(inner.clone(), id.clone(), spec.clone(), every)));
+    let poller = slots_poll.map(|every| {
+        let kind = engine_kind.unwrap_or(EngineKind::LlamaCpp);
+        tokio::spawn(poll_slots(
+            inner.clone(),
+            id.clone(),
+            spec.clone(),
+            kind,
+            every,
+        ))
+    });
     let (uptime, reason) = tokio::select! {
         status = process.exited() => {
             tracing::warn!(instance = %id, "upstream process exited unexpectedly ({status})");
@@ -368,15 +376,28 @@ impl Instance {
     }
 }
 
-/// Reads `/slots` now and then, so work sent to the engine by other clients counts as busy.
-async fn poll_slots(inner: Arc<Inner>, id: String, spec: ProcessSpec, every: Duration) {
+/// Reads the engine's load now and then (llama-server's `/slots`, other engines' own gauges), so
+/// work sent to it by other clients counts as busy.
+async fn poll_slots(
+    inner: Arc<Inner>,
+    id: String,
+    spec: ProcessSpec,
+    kind: EngineKind,
+    every: Duration,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
         let asked = Instant::now();
-        let Some(processing) = inner.health.slots_processing(&spec).await else {
-            return; // the engine has no /slots: stop asking
+        let processing = match kind {
+            EngineKind::LlamaCpp => inner.health.slots_processing(&spec).await,
+            // Ollama counts a model loaded for its keep-alive as in use: no sign of outside work
+            EngineKind::Ollama => None,
+            other => inner.health.engine_load(&spec, other).await,
+        };
+        let Some(processing) = processing else {
+            return; // the engine publishes no load: stop asking
         };
         inner.update(&id, |i| {
             let ended = i.recent_ends.around(asked);

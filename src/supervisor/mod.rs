@@ -430,19 +430,41 @@ impl Default for HealthClient {
 
 impl HealthClient {
     async fn get_json(&self, url: String) -> Option<(http::StatusCode, serde_json::Value)> {
+        let (status, body) = self.get(url).await?;
+        let value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        Some((status, value))
+    }
+
+    /// A GET within two seconds: its status and body.
+    async fn get(&self, url: String) -> Option<(http::StatusCode, bytes::Bytes)> {
         let fut = async {
             let resp = self.client.get(url.parse().ok()?).await.ok()?;
             let status = resp.status();
             let body = resp.into_body().collect().await.ok()?.to_bytes();
-            Some((
-                status,
-                serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
-            ))
+            Some((status, body))
         };
         tokio::time::timeout(Duration::from_secs(2), fut)
             .await
             .ok()
             .flatten()
+    }
+
+    /// Requests an engine of `kind` holds (running and waiting), from its own load report
+    /// (`vllm:num_requests_running`, `tgi_queue_size`, Ollama's `/api/ps`, ...); `None` when it
+    /// publishes none or does not answer.
+    pub async fn engine_load(
+        &self,
+        spec: &ProcessSpec,
+        kind: crate::engines::EngineKind,
+    ) -> Option<usize> {
+        let path = kind.load_report().path?;
+        let url = format!("{}{path}", spec.base.trim_end_matches('/'));
+        let (status, body) = self.get(url).await?;
+        let text = std::str::from_utf8(&body)
+            .ok()
+            .filter(|_| status.is_success())?;
+        let load = crate::engines::read_load(kind, text)?;
+        Some((load.running + load.waiting) as usize)
     }
 
     /// Slots the engine reports: `/props` `total_slots`, else the length of `/slots`.
