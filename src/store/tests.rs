@@ -42,6 +42,12 @@ fn rows_survive_a_reopen_and_ids_continue() {
         opened.store.save(row(id, Duration::ZERO));
     }
     drop(opened); // commits what the writer holds
+    let conn = Connection::open(&path).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    drop(conn);
     let again = Store::open(&path, 2, Retention::default()).unwrap();
     assert_eq!(again.next_id, 4);
     let ids: Vec<u64> = again.rows.iter().map(|r| r.id).collect();
