@@ -26,6 +26,7 @@ mod server;
 mod slow_body;
 mod sources;
 mod stall;
+mod store;
 mod supervisor;
 mod trim;
 mod ui;

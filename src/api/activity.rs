@@ -1,5 +1,7 @@
 //! The activity log: one row per model request, kept in memory (`metricsMaxInMemory` rows), served
 //! as llama-swap serves it (`/api/metrics/activity`, `/api/metrics/stats`, `activity` events).
+//! With `store.path` every row is also written to SQLite (`crate::store`) and the newest rows are
+//! read back at start; with `captureBuffer` the bodies of recent requests are kept beside it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +24,11 @@ pub struct Row {
     pub content_type: std::borrow::Cow<'static, str>,
     pub tokens: Option<Tokens>,
     pub duration_ms: u64,
+    /// Time to the first byte of the response, when one came.
+    pub ttft_ms: Option<u64>,
     pub error: Option<String>,
+    /// Its request and response are in the captures.
+    pub has_capture: bool,
 }
 
 /// A response's content type, shared when it is one of the usual ones.
@@ -48,7 +54,10 @@ pub struct Entry {
     pub content_type: std::borrow::Cow<'static, str>,
     pub tokens: Option<Tokens>,
     pub duration_ms: u64,
+    pub ttft_ms: Option<u64>,
     pub error: Option<String>,
+    /// The request and response to keep, when captures are on.
+    pub capture: Option<super::captures::Capture>,
 }
 
 pub struct Activity {
@@ -57,6 +66,12 @@ pub struct Activity {
     max: usize,
     /// Ids of new rows, for the events stream.
     pub events: broadcast::Sender<u64>,
+    /// The copy on disk (`store.path`).
+    store: Option<crate::store::Store>,
+    /// Bodies of recent requests (`captureBuffer`).
+    pub captures: Option<super::captures::Captures>,
+    /// Per-model counts since the last performance sample.
+    pub tally: Arc<super::performance::Tally>,
 }
 
 /// The rows, and the model names and paths they share. Rows are written when requests end,
@@ -99,12 +114,47 @@ impl Activity {
             next: AtomicU64::new(1),
             max,
             events: broadcast::channel(256).0,
+            store: None,
+            captures: None,
+            tally: Default::default(),
         }
     }
 
-    pub fn record(&self, e: Entry) {
+    /// The log a config asks for: kept at `store.path` when set, with captures when
+    /// `captureBuffer` is above 0.
+    pub fn for_config(config: &crate::config::Config) -> Activity {
+        let mut log = Activity::new(config.metrics_max_in_memory);
+        log.captures = (config.capture_buffer_mb > 0)
+            .then(|| super::captures::Captures::new(config.capture_buffer_mb << 20));
+        if let Some(path) = &config.store_path {
+            let retention = crate::store::Retention::default();
+            if let Some(opened) = crate::store::Store::open(path.as_ref(), log.max, retention) {
+                log.restore(opened.rows, opened.next_id);
+                log.store = Some(opened.store);
+            }
+        }
+        log
+    }
+
+    /// Takes back rows read from the store; new rows continue after `next_id`.
+    fn restore(&self, saved: Vec<Row>, next_id: u64) {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        for mut row in saved.into_iter().rev().take(self.max).rev() {
+            row.model = rows.shared(row.model.to_string());
+            row.req_path = rows.shared(row.req_path.to_string());
+            rows.rows.push_back(row);
+        }
+        self.next.store(next_id.max(1), Ordering::Relaxed);
+    }
+
+    /// Logs a finished request; returns its id.
+    pub fn record(&self, e: Entry) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        {
+        let has_capture = match (e.capture, &self.captures) {
+            (Some(capture), Some(captures)) => captures.put(id, capture),
+            _ => false,
+        };
+        let saved = {
             let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
             let row = Row {
                 id,
@@ -115,16 +165,25 @@ impl Activity {
                 content_type: e.content_type,
                 tokens: e.tokens,
                 duration_ms: e.duration_ms,
+                ttft_ms: e.ttft_ms,
                 error: e.error,
+                has_capture,
             };
+            self.tally.count(&row);
             if rows.rows.len() >= self.max {
                 rows.rows.pop_front();
             }
+            let saved = self.store.as_ref().map(|_| row.clone());
             rows.rows.push_back(row);
+            saved
+        };
+        if let (Some(store), Some(row)) = (&self.store, saved) {
+            store.save(row);
         }
         if self.events.receiver_count() > 0 {
             let _ = self.events.send(id);
         }
+        id
     }
 
     fn rows(&self) -> Vec<Row> {
@@ -218,7 +277,7 @@ fn row_json(r: &Row) -> Value {
             "tokens_per_second": rate(t.tokens_per_second),
         },
         "duration_ms": r.duration_ms,
-        "has_capture": false,
+        "has_capture": r.has_capture,
     });
     if let Some(e) = &r.error {
         v["error_msg"] = Value::String(e.clone());
@@ -382,7 +441,9 @@ mod tests {
                 ..Default::default()
             }),
             duration_ms: 5,
+            ttft_ms: Some(1),
             error: (status >= 400).then(|| "boom".to_string()),
+            capture: None,
         }
     }
 

@@ -107,6 +107,9 @@ where
             app.fleet.unload(None).await;
             Ok(json(StatusCode::OK, &json!({"msg": "ok"})))
         }
+        _ if get && super::performance::serves(path) => {
+            super::performance::answer(app, path, req.uri().query()).await
+        }
         "/api/lifecycle" if get => Ok(json(
             StatusCode::OK,
             &json!({"events": app.fleet.recent_lifecycle_events()}),

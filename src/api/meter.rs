@@ -74,6 +74,10 @@ pub struct Metered {
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Where the finished request is logged: the log, the request path, status and content type.
     activity: Option<ActivityRecord>,
+    /// Time to the first byte, for the log.
+    ttft_ms: Option<u64>,
+    /// The response body kept for the request's capture (frames shared, not copied).
+    recording: Option<super::captures::Recording>,
 }
 
 struct ActivityRecord {
@@ -113,7 +117,15 @@ impl Metered {
             last_data: tokio::time::Instant::now(),
             idle_timer: None,
             activity: None,
+            ttft_ms: None,
+            recording: None,
         }
+    }
+
+    /// Keeps the response body for the request's capture (captures on only).
+    pub fn recording(mut self, recording: Option<super::captures::Recording>) -> Self {
+        self.recording = recording;
+        self
     }
 
     /// Logs the request in the activity log when it ends.
@@ -186,8 +198,12 @@ impl Metered {
     }
 
     fn observe(&mut self, data: &Bytes) {
+        if let Some(recording) = &mut self.recording {
+            recording.push(data);
+        }
         if !self.first_byte {
             self.first_byte = true;
+            self.ttft_ms = Some(self.started.elapsed().as_millis() as u64);
             let l = [self.labels.model.as_str(), self.labels.route.as_str()];
             self.metrics
                 .time_to_first_byte
@@ -288,7 +304,12 @@ impl Metered {
                 content_type: a.content_type,
                 tokens: self.tokens,
                 duration_ms: self.started.elapsed().as_millis() as u64,
+                ttft_ms: self.ttft_ms,
                 error,
+                capture: self
+                    .recording
+                    .take()
+                    .map(super::captures::Recording::finish),
             });
         }
     }

@@ -4,9 +4,11 @@ pub mod activity;
 mod admin;
 pub mod auth;
 pub mod budget;
+mod captures;
 mod events;
 pub mod extract;
 mod filters;
+mod hardware;
 pub mod inflight;
 mod loading;
 pub mod meter;
@@ -14,6 +16,7 @@ mod model_detail;
 mod models;
 mod peer_load;
 mod peers;
+mod performance;
 pub mod routing;
 
 use std::collections::BTreeMap;
@@ -66,6 +69,8 @@ pub struct App {
     peer_loads: peer_load::PeerLoads,
     pub inflight: Arc<inflight::Inflight>,
     pub activity: Arc<activity::Activity>,
+    /// The samples behind `/api/performance`.
+    performance: Arc<performance::Performance>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub config: Arc<Config>,
     pub logs: Arc<Logs>,
@@ -80,16 +85,19 @@ impl App {
     /// The same service for a reloaded config: fleet, metrics, logs, requests in flight and the
     /// shutdown signal carry over; routes, clients and keys come from the new config, and the
     /// active profile is reset, as llama-swap does.
+    /// The activity log (and its store, which is not reopened) and the performance samples carry
+    /// over too.
     pub fn reloaded(&self) -> App {
-        let mut next = App::new(
+        let logged = (self.activity.clone(), self.performance.clone());
+        let mut next = App::with_log(
             self.fleet.clone(),
             self.logs.clone(),
             self.metrics.clone(),
             self.limits,
+            logged,
         );
         next.inflight = self.inflight.clone();
         next.budget = self.budget.clone();
-        next.activity = self.activity.clone();
         next.closing = self.closing.clone();
         next
     }
@@ -99,6 +107,18 @@ impl App {
         logs: Arc<Logs>,
         metrics: Arc<crate::metrics::Metrics>,
         limits: Limits,
+    ) -> App {
+        let activity = Arc::new(activity::Activity::for_config(&fleet.config()));
+        let performance = performance::Performance::start(fleet.clone(), activity.tally.clone());
+        App::with_log(fleet, logs, metrics, limits, (activity, performance))
+    }
+
+    fn with_log(
+        fleet: Fleet,
+        logs: Arc<Logs>,
+        metrics: Arc<crate::metrics::Metrics>,
+        limits: Limits,
+        (activity, performance): (Arc<activity::Activity>, Arc<performance::Performance>),
     ) -> App {
         let config = fleet.config().clone();
         let clients = config
@@ -140,7 +160,8 @@ impl App {
             spillover: Default::default(),
             peer_clients,
             inflight: Default::default(),
-            activity: Arc::new(activity::Activity::new(config.metrics_max_in_memory)),
+            activity,
+            performance,
             keys: auth::Keys::new(&config.api_keys),
             config,
             fleet,
@@ -255,7 +276,8 @@ where
     app.keys.strip_own(req.headers_mut());
     if let Some(rest) = path.strip_prefix("/upstream/") {
         let rest = rest.to_string();
-        let (started, mut seen) = (std::time::Instant::now(), Seen::new(&method, &path, remote));
+        let seen = Seen::new(app, &method, &path, req.headers(), remote);
+        let (started, mut seen) = (std::time::Instant::now(), seen);
         let token = seen.token.clone();
         let result = cancellable(
             &token,
@@ -266,8 +288,8 @@ where
     }
     if method == Method::POST {
         if let Some(upstream_path) = model_route(&path) {
-            let (started, mut seen) =
-                (std::time::Instant::now(), Seen::new(&method, &path, remote));
+            let seen = Seen::new(app, &method, &path, req.headers(), remote);
+            let (started, mut seen) = (std::time::Instant::now(), seen);
             let token = seen.token.clone();
             let result =
                 cancellable(&token, dispatch(app, req, upstream_path, remote, &mut seen)).await;
@@ -276,7 +298,8 @@ where
     }
     if (method == Method::GET || method == Method::HEAD) && query_route(&path) {
         let upstream_path = path.as_str();
-        let (started, mut seen) = (std::time::Instant::now(), Seen::new(&method, &path, remote));
+        let seen = Seen::new(app, &method, &path, req.headers(), remote);
+        let (started, mut seen) = (std::time::Instant::now(), seen);
         let token = seen.token.clone();
         let result =
             cancellable(&token, dispatch(app, req, upstream_path, remote, &mut seen)).await;
@@ -295,10 +318,23 @@ pub struct Seen {
     method: Method,
     path: String,
     remote: SocketAddr,
+    /// Its request, when captures are on.
+    capture: Option<captures::Capture>,
 }
 
 impl Seen {
-    fn new(method: &Method, path: &str, remote: SocketAddr) -> Seen {
+    fn new(
+        app: &App,
+        method: &Method,
+        path: &str,
+        headers: &http::HeaderMap,
+        remote: SocketAddr,
+    ) -> Seen {
+        let capture = app
+            .activity
+            .captures
+            .as_ref()
+            .map(|c| c.begin(path, headers));
         Seen {
             model: None,
             holds: Vec::new(),
@@ -307,6 +343,7 @@ impl Seen {
             method: method.clone(),
             path: path.to_string(),
             remote,
+            capture,
         }
     }
 
@@ -356,6 +393,7 @@ fn metered(
         token,
         holds,
         path,
+        capture,
         ..
     } = seen;
     let Some(model) = model else {
@@ -383,7 +421,9 @@ fn metered(
                 content_type: "application/json".into(),
                 tokens: None,
                 duration_ms: started.elapsed().as_millis() as u64,
+                ttft_ms: None,
                 error: Some(app.config.redactor.text(&e.to_string()).into_owned()),
+                capture,
             });
             Err(e)
         }
@@ -396,12 +436,16 @@ fn metered(
                 .unwrap_or("");
             let idle_limit = stream_idle_limit(&app.config, &labels.model);
             let length_framed = parts.headers.contains_key(header::CONTENT_LENGTH);
+            let recording = capture
+                .zip(app.activity.captures.as_ref())
+                .map(|(c, captures)| captures.record(c, &parts.headers));
             let body =
                 meter::Metered::new(body, app.metrics.clone(), labels, started, content_type)
                     .with_inflight(guard, token)
                     .with_idle_limit(idle_limit)
                     .length_framed(length_framed)
                     .logged_in(app.activity.clone(), path, status, content_type)
+                    .recording(recording)
                     .holding(holds);
             Ok(Response::from_parts(parts, BodyExt::boxed(body)))
         }
@@ -442,6 +486,9 @@ where
         let (bytes, held) =
             extract::read_body(&parts.headers, body, app.limits.body_bytes, &app.budget).await?;
         charge = held;
+        if let Some(capture) = &mut seen.capture {
+            capture.request_body(&bytes);
+        }
         let kind = extract::classify(&parts.headers, &bytes);
         let (name, streaming) = extract::model_from_body(&kind, &bytes);
         (name, bytes, kind, streaming)

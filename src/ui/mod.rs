@@ -42,6 +42,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("markdown.js", JS),
     asset!("models.js", JS),
     asset!("activity.js", JS),
+    asset!("performance.js", JS),
     asset!("logs.js", JS),
     asset!("playground.js", JS),
     asset!("events.js", JS),

@@ -1,6 +1,7 @@
 """The dashboard in a real browser: headless Chromium driven by selenium, against a running corral.
 
-    ui_browser.py URL open [SCREENSHOT_DIR]   models, load/unload, live updates, playground, logs
+    ui_browser.py URL open [SCREENSHOT_DIR]   models, load/unload, live updates, playground, logs,
+                                              performance charts
     ui_browser.py URL keys KEY                with apiKeys: nothing shows before the key is given
 
 Exits 0 when every check passed, 77 when Chromium or chromedriver is not installed, 1 otherwise.
@@ -134,7 +135,8 @@ def model_state(page, model):
 def check_pages(page, url, shots):
     """Each page loads, draws its heading and logs no console error."""
     for path, heading in [("/ui/", "Models"), ("/ui/models", "Models"), ("/ui/activity", "Activity"),
-                          ("/ui/logs", "Logs"), ("/ui/playground", "Playground"), ("/ui/events", "Events")]:
+                          ("/ui/performance", "Performance"), ("/ui/logs", "Logs"),
+                          ("/ui/playground", "Playground"), ("/ui/events", "Events")]:
         page.open(path)
         page.wait(f"the {heading} heading on {path}", lambda: page.text("main h1") == heading)
         time.sleep(0.3)
@@ -253,6 +255,35 @@ def check_logs(page, url, shots):
     page.no_console_errors("logs")
 
 
+def check_performance(page, url, shots):
+    """The performance page draws its charts as SVG paths: the system's at once, a model's once it
+    has served requests; each chart is reachable by keyboard and reads its latest values."""
+    http("POST", url + "/v1/chat/completions", body={"model": "m1", "messages": [{"role": "user", "content": "hi"}]})
+    page.open("/ui/performance")
+    page.wait("the Performance heading", lambda: page.text("main h1") == "Performance")
+    page.wait("a system chart drawn", lambda: page.css("#perf-system svg path.line"))
+    page.wait("a model chart drawn (the sampler ticks every 5 s)",
+              lambda: page.css("#perf-models svg path.line"), timeout=20)
+    label = page.text("#perf-models figure.chart", "aria-label")
+    if "m1" not in label or "Latest" not in label:
+        fail(f"the model chart's label does not read its values: {label!r}")
+    # by keyboard: the window picker, then Pause (a real button), then the charts themselves
+    page.d.execute_script("document.querySelector('#perf-window').focus()")
+    active = lambda: page.d.execute_script(
+        "const a = document.activeElement; return a.id || a.tagName")
+    page.d.switch_to.active_element.send_keys(Keys.TAB)
+    if active() != "perf-pause":
+        fail(f"Pause does not follow the window picker by keyboard (focus on {active()})")
+    page.d.switch_to.active_element.send_keys(Keys.ENTER)
+    page.wait("Pause pressed", lambda: page.text("#perf-pause", "aria-pressed") == "true")
+    page.d.switch_to.active_element.send_keys(Keys.ENTER)
+    page.d.switch_to.active_element.send_keys(Keys.TAB)
+    if active() != "FIGURE":
+        fail(f"the charts are not reachable by keyboard (focus on {active()})")
+    page.no_console_errors("performance")
+    page.shot(shots, "performance")
+
+
 def screenshots(page, url, shots):
     """Each page once it has drawn its data (the activity page also proves rows arrive)."""
     for path, name, drawn in [("/ui/models", "models", 'tr[data-model="m1"]'),
@@ -270,7 +301,7 @@ def open_mode(driver, url, shots):
     started = time.time()
     for check in (check_pages, check_load_and_unload, check_live_update, check_load_progress,
                   check_playground,
-                  check_logs, screenshots):
+                  check_logs, check_performance, screenshots):
         check(page, url, shots)
         print(f"{check.__name__}: done at {time.time() - started:.1f} s", flush=True)
 

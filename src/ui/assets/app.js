@@ -3,11 +3,12 @@ import { keys, request, readEvents, HttpError } from '/ui/api.js';
 import { h, fill } from '/ui/dom.js';
 import * as models from '/ui/models.js';
 import * as activity from '/ui/activity.js';
+import * as perf from '/ui/performance.js';
 import * as logs from '/ui/logs.js';
 import * as playground from '/ui/playground.js';
 import * as events from '/ui/events.js';
 
-const PAGES = { models, activity, logs, playground, events };
+const PAGES = { models, activity, performance: perf, logs, playground, events };
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 const conn = document.getElementById('conn');

@@ -1,0 +1,296 @@
+//! Captures (`captureBuffer`, in MB): the request and response of recent model requests, kept in
+//! memory by activity id and served as llama-swap serves them (`GET /api/captures/<id>`).
+//!
+//! The bodies are the bytes that passed anyway, shared rather than copied while the request runs
+//! (the request body is the buffer corral read it into; the response's frames are kept up to the
+//! budget). A capture larger than the whole budget is cut and marked `*_truncated`; the oldest
+//! captures go when new ones need the room. Secrets in headers are never kept.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use base64::Engine;
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::{json, Map, Value};
+
+/// Headers whose values are replaced, as llama-swap does.
+const SENSITIVE: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+];
+
+/// One request's capture, filled as the request goes.
+pub struct Capture {
+    req_path: String,
+    req_headers: Vec<(String, String)>,
+    req_body: Bytes,
+    resp_headers: Vec<(String, String)>,
+    resp_body: Bytes,
+    req_truncated: bool,
+    resp_truncated: bool,
+    /// The budget of all captures: no body keeps more.
+    limit: usize,
+}
+
+/// The first `keep` bytes of a body, copied, so the rest of its buffer is not held.
+fn cut(body: &Bytes, keep: usize) -> Bytes {
+    Bytes::copy_from_slice(&body[..keep.min(body.len())])
+}
+
+impl Capture {
+    /// The request body as read: shared when it fits the budget, else its start copied (a body
+    /// larger than every capture together is not held for the whole response).
+    pub fn request_body(&mut self, body: &Bytes) {
+        if body.len() <= self.limit {
+            self.req_body = body.clone();
+        } else {
+            self.req_body = cut(body, self.limit);
+            self.req_truncated = true;
+        }
+    }
+
+    fn headers_len(&self) -> usize {
+        let len = |h: &[(String, String)]| h.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        self.req_path.len() + len(&self.req_headers) + len(&self.resp_headers)
+    }
+
+    /// Cuts the bodies to fit `budget` bytes in all: each keeps at least half of what is left
+    /// after the headers when both are large.
+    fn fit(&mut self, budget: usize) {
+        let room = budget.saturating_sub(self.headers_len());
+        let (req, resp) = (self.req_body.len(), self.resp_body.len());
+        if req + resp <= room {
+            return;
+        }
+        let req_keep = req.min(room - resp.min(room / 2));
+        let resp_keep = resp.min(room - req_keep);
+        self.req_truncated |= req_keep < req;
+        self.resp_truncated |= resp_keep < resp;
+        if req_keep < req {
+            self.req_body = cut(&self.req_body, req_keep);
+        }
+        if resp_keep < resp {
+            self.resp_body = cut(&self.resp_body, resp_keep);
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.headers_len() + self.req_body.len() + self.resp_body.len()
+    }
+
+    fn json(&self, id: u64) -> Value {
+        let b64 = |b: &Bytes| base64::engine::general_purpose::STANDARD.encode(b);
+        let map = |h: &[(String, String)]| {
+            Value::Object(
+                h.iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect::<Map<_, _>>(),
+            )
+        };
+        json!({
+            "id": id,
+            "req_path": self.req_path,
+            "req_headers": map(&self.req_headers),
+            "req_body": b64(&self.req_body),
+            "resp_headers": map(&self.resp_headers),
+            "resp_body": b64(&self.resp_body),
+            "req_body_truncated": self.req_truncated,
+            "resp_body_truncated": self.resp_truncated,
+        })
+    }
+}
+
+/// The response body of a capture, gathered frame by frame up to a limit.
+pub struct Recording {
+    capture: Capture,
+    chunks: Vec<Bytes>,
+    len: usize,
+    limit: usize,
+}
+
+impl Recording {
+    pub fn push(&mut self, data: &Bytes) {
+        let room = self.limit.saturating_sub(self.len);
+        if data.len() > room {
+            self.capture.resp_truncated = true;
+        }
+        let kept = data.slice(..data.len().min(room));
+        self.len += kept.len();
+        if !kept.is_empty() {
+            self.chunks.push(kept);
+        }
+    }
+
+    /// The capture with its response body joined.
+    pub fn finish(mut self) -> Capture {
+        self.capture.resp_body = match self.chunks.len() {
+            1 => self.chunks.pop().unwrap_or_default(),
+            _ => Bytes::from(self.chunks.concat()),
+        };
+        self.capture
+    }
+}
+
+/// A header map as a name-to-first-value list, names in the usual capitals, secrets masked.
+fn headers(map: &HeaderMap) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (name, value) in map {
+        if out
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case(name.as_str()))
+        {
+            continue;
+        }
+        let shown = if SENSITIVE.contains(&name.as_str()) {
+            "[REDACTED]".to_string()
+        } else {
+            String::from_utf8_lossy(value.as_bytes()).into_owned()
+        };
+        out.push((canonical(name.as_str()), shown));
+    }
+    out
+}
+
+/// `content-type` as `Content-Type`.
+fn canonical(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = true;
+    for c in name.chars() {
+        out.push(if upper { c.to_ascii_uppercase() } else { c });
+        upper = c == '-';
+    }
+    out
+}
+
+/// The captures of recent requests, oldest first, within a byte budget.
+pub struct Captures {
+    budget: usize,
+    ring: Mutex<Ring>,
+}
+
+#[derive(Default)]
+struct Ring {
+    items: VecDeque<(u64, Capture)>,
+    bytes: usize,
+}
+
+impl Captures {
+    pub fn new(budget_bytes: u64) -> Captures {
+        Captures {
+            budget: budget_bytes.min(usize::MAX as u64) as usize,
+            ring: Default::default(),
+        }
+    }
+
+    /// Starts the capture of a request from its head.
+    pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
+        Capture {
+            req_path: path.to_string(),
+            req_headers: headers(request_headers),
+            req_body: Bytes::new(),
+            resp_headers: Vec::new(),
+            resp_body: Bytes::new(),
+            req_truncated: false,
+            resp_truncated: false,
+            limit: self.budget,
+        }
+    }
+
+    /// Follows the response: its headers now, its body as it passes (at most the whole budget).
+    pub fn record(&self, mut capture: Capture, response_headers: &HeaderMap) -> Recording {
+        capture.resp_headers = headers(response_headers);
+        Recording {
+            capture,
+            chunks: Vec::new(),
+            len: 0,
+            limit: self.budget,
+        }
+    }
+
+    /// Keeps a finished capture under the activity id, dropping the oldest to make room; false
+    /// when even a cut capture cannot fit (its headers alone exceed the budget).
+    pub fn put(&self, id: u64, mut capture: Capture) -> bool {
+        capture.fit(self.budget);
+        let size = capture.size();
+        if size > self.budget {
+            return false;
+        }
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        while ring.bytes + size > self.budget {
+            let Some((_, old)) = ring.items.pop_front() else {
+                break;
+            };
+            ring.bytes -= old.size();
+        }
+        ring.bytes += size;
+        ring.items.push_back((id, capture));
+        true
+    }
+
+    /// `GET /api/captures/<id>`'s answer, when that capture is still kept.
+    pub fn get(&self, id: u64) -> Option<Value> {
+        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, c) = ring.items.iter().rev().find(|(i, _)| *i == id)?;
+        Some(c.json(id))
+    }
+}
+
+/// `GET /api/captures/<id>`: 400 for an id that is not a number, 404 when it is gone (or captures
+/// are off).
+pub fn route(captures: Option<&Captures>, id: &str) -> http::Response<crate::body::Body> {
+    use http::StatusCode;
+    let Ok(id) = id.parse::<u64>() else {
+        let bad = json!({"error": "invalid capture ID"});
+        return super::json(StatusCode::BAD_REQUEST, &bad);
+    };
+    match captures.and_then(|c| c.get(id)) {
+        Some(found) => super::json(StatusCode::OK, &found),
+        None => super::json(
+            StatusCode::NOT_FOUND,
+            &json!({"error": "capture not found"}),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capture(c: &Captures, req: &'static [u8], resp: &'static [u8]) -> Capture {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer secret".parse().unwrap());
+        h.insert("content-type", "application/json".parse().unwrap());
+        let mut cap = c.begin("/p", &h);
+        cap.request_body(&Bytes::from_static(req));
+        let mut rec = c.record(cap, &HeaderMap::new());
+        rec.push(&Bytes::from_static(resp));
+        rec.finish()
+    }
+
+    #[test]
+    fn captures_mask_secrets_cut_big_bodies_and_drop_the_oldest() {
+        let c = Captures::new(200);
+        assert!(c.put(1, capture(&c, b"hello", b"world")));
+        let one = c.get(1).unwrap();
+        assert_eq!(one["req_headers"]["Authorization"], "[REDACTED]");
+        assert_eq!(one["req_headers"]["Content-Type"], "application/json");
+        assert_eq!(one["req_body"], "aGVsbG8=");
+        assert_eq!(one["resp_body"], "d29ybGQ=");
+        assert_eq!(one["resp_body_truncated"], false);
+        // a response longer than the budget is cut and marked
+        assert!(c.put(2, capture(&c, b"q", &[b'x'; 500])));
+        let two = c.get(2).unwrap();
+        assert_eq!(two["resp_body_truncated"], true);
+        assert_eq!(two["req_body_truncated"], false);
+        assert!(c.get(1).is_none(), "the oldest made room");
+        let ring = c.ring.lock().unwrap();
+        assert!(
+            ring.bytes <= 200
+                && ring.bytes == ring.items.iter().map(|(_, c)| c.size()).sum::<usize>()
+        );
+    }
+}
