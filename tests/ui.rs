@@ -61,6 +61,7 @@ async fn ui_routes_redirect_fall_back_to_the_index_and_404_missing_files() {
         "activity",
         "logs/proxy",
         "playground",
+        "performance",
         "events",
         "nothing",
     ] {

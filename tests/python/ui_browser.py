@@ -264,9 +264,10 @@ def check_performance(page, url, shots):
     page.wait("a system chart drawn", lambda: page.css("#perf-system svg path.line"))
     page.wait("a model chart drawn (the sampler ticks every 5 s)",
               lambda: page.css("#perf-models svg path.line"), timeout=20)
-    label = page.text("#perf-models figure.chart", "aria-label")
-    if "m1" not in label or "Latest" not in label:
-        fail(f"the model chart's label does not read its values: {label!r}")
+    # a model joins the charts at the first sample after its requests (every 5 s)
+    label = lambda: page.text("#perf-models figure.chart", "aria-label") or ""
+    page.wait("the model chart's label reading m1's latest values",
+              lambda: "m1" in label() and "Latest" in label(), timeout=20)
     # by keyboard: the window picker, then Pause (a real button), then the charts themselves
     page.d.execute_script("document.querySelector('#perf-window').focus()")
     active = lambda: page.d.execute_script(
