@@ -24,11 +24,15 @@ pub fn state(app: &App) -> Value {
 }
 
 fn models(app: &App) -> Vec<Value> {
+    let statuses = app.fleet.statuses();
     app.config
         .models
         .values()
         .map(|m| {
+            let status = statuses.get(&m.id);
             json!({
+                "status": status.map(|s| s.status.as_str()),
+                "reason": status.and_then(|s| s.reason.clone()),
                 "id": m.id, "name": m.name.clone().unwrap_or_default(),
                 "description": m.description.clone().unwrap_or_default(),
                 "aliases": m.aliases, "unlisted": m.unlisted,
@@ -56,6 +60,7 @@ fn instance(app: &App, s: &Snapshot) -> Value {
         .and_then(process_age);
     json!({
         "id": s.instance, "model": s.model, "pool": s.pool, "state": s.state.as_str(),
+        "download": s.download,
         "inFlight": s.in_flight, "slots": s.slots, "free": s.free,
         "failures": s.failures, "circuitOpen": s.circuit_open,
         "memory": s.memory, "measured": s.measured, "devices": s.devices,

@@ -159,10 +159,14 @@ def check_load_and_unload(page, url, shots):
     page.press('button[aria-label="Load m1"]')
     page.wait("/running to list m1 ready", lambda: running(url).get("m1") == "ready")
     page.wait("the page to show m1 ready", lambda: model_state(page, "m1") == "ready")
+    page.wait("m1's lifecycle status to read active",
+              lambda: page.text('tr[data-model="m1"] [data-lifecycle]') == "active")
     # by keyboard: a real button answers Enter
     page.press('button[aria-label="Unload m1"]', Keys.ENTER)
     page.wait("/running to drop m1", lambda: "m1" not in running(url))
     page.wait("the page to show m1 stopped", lambda: model_state(page, "m1") == "stopped")
+    page.wait("m1's lifecycle status to read inactive",
+              lambda: page.text('tr[data-model="m1"] [data-lifecycle]') == "inactive")
     page.no_console_errors("load and unload")
 
 

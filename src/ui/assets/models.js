@@ -114,10 +114,10 @@ function modelsTable(view, list) {
       return h('tr', { 'data-model': r.id },
         h('td', {}, r.model ? h('a', { href: `/ui/models/${encodeURIComponent(r.id)}` }, r.id) : h('strong', {}, r.id),
           (r.title || r.note) ? h('div', { class: 'small muted' }, [r.title, r.note].filter(Boolean).join(' — ')) : null),
-        h('td', { class: 'state', 'data-state': state }, badge(state, r.instances)),
+        h('td', { class: 'state', 'data-state': state }, badge(state, r.instances), lifecycle(r.model)),
         h('td', {}, r.instances.map((i) => replica(i, r.instances.length > 1))),
         h('td', { class: 'num' }, String(r.queue)),
-        h('td', {}, r.instances.filter((i) => i.state === 'starting').map((i) => progress(view, i))),
+        h('td', {}, r.instances.filter((i) => i.state === 'starting').map((i) => (i.download ? download(i) : progress(view, i)))),
         h('td', {}, buttons(view, r.id, state)));
     })));
 }
@@ -128,6 +128,24 @@ function badge(state, instances) {
   return [h('span', { class: `badge ${state}` }, state),
     open ? h('span', { class: 'badge bad', title: 'crash-looping: held out for a minute' }, 'held out') : null,
     failures ? h('div', { class: 'small muted' }, `${failures} failures in a row`) : null];
+}
+
+/** The model's lifecycle status (pending, downloading, deploying, active, degraded, inactive,
+ * error), with the reason for an error or a degraded pool. */
+function lifecycle(model) {
+  if (!model?.status) return null;
+  const text = model.reason ? `${model.status}: ${model.reason}` : model.status;
+  return h('div', { class: 'small muted', 'data-lifecycle': model.status, title: text }, text);
+}
+
+/** A download of an instance's weights: bytes of total, rate and time left. */
+function download(i) {
+  const d = i.download;
+  const fraction = d.total ? d.bytes / d.total : 0;
+  const eta = d.eta_seconds != null ? `, ${seconds(d.eta_seconds)} left` : '';
+  return h('div', { class: 'small', 'data-download': i.id },
+    bar([[fraction, '']], `downloading ${d.file || i.id}`),
+    `${d.file ? `${d.file}: ` : ''}${bytes(d.bytes)} of ${d.total ? bytes(d.total) : '?'} (${bytes(d.bytes_per_second)}/s${eta})`);
 }
 
 function replica(i, named) {
