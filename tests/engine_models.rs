@@ -378,10 +378,10 @@ async fn the_loading_stream_shows_the_download() {
     h.stop().await;
 }
 
-/// Weights already in the cache size the model from their header before it starts, and the load
-/// deadline scales with them; weights not fetched yet size it at nothing until they are.
+/// With devices to place on, a model named by a remote GGUF is sized from the file's header
+/// before anything is downloaded, as exactly as from the whole file once it is in the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cached_weights_size_the_model_before_it_starts() {
+async fn a_remote_gguf_is_sized_from_its_header_before_the_download() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     gguf::write_tiny_llama(&path, &gguf::TinyOptions::default()).unwrap();
@@ -394,15 +394,35 @@ async fn cached_weights_size_the_model_before_it_starts() {
     );
     let memory = |state: &Value| state["instances"][0]["memory"].as_u64().unwrap_or(0);
     let first = Harness::start_with(&yaml, opts_with_cache(cache.path())).await;
-    let state = get(&format!("{}/api/state", first.url)).await.json();
-    assert_eq!(memory(&state), 0, "nothing to read yet: {state}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let before = loop {
+        let state = get(&format!("{}/api/state", first.url)).await.json();
+        if memory(&state) > 0 {
+            break memory(&state);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never sized: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        walk(cache.path())
+            .iter()
+            .all(|f| !f.ends_with("/tiny.gguf")),
+        "nothing downloaded yet"
+    );
     let answer = post_json(&format!("{}/v1/chat/completions", first.url), &chat("web")).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     first.stop().await;
 
     let second = Harness::start_with(&yaml, opts_with_cache(cache.path())).await;
     let state = get(&format!("{}/api/state", second.url)).await.json();
-    assert!(memory(&state) > 0, "sized from the cached header: {state}");
+    assert_eq!(
+        memory(&state),
+        before,
+        "the cached file's estimate: {state}"
+    );
     second.stop().await;
 }
 

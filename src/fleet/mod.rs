@@ -211,6 +211,7 @@ impl Fleet {
         inner
             .runtime
             .spawn(lifecycle::follow(Arc::downgrade(&inner)));
+        weights::size_before_download(&inner);
         Fleet { inner }
     }
 
@@ -258,6 +259,7 @@ impl Fleet {
         st.catalog = catalog;
         tracing::info!("config applied: {kept} running or stopped instance(s) kept as they were");
         drop(guard);
+        weights::size_before_download(&self.inner);
         self.inner.touch();
     }
 

@@ -143,3 +143,83 @@ fn download_of(p: &Progress) -> Download {
         eta_seconds: p.eta_seconds,
     }
 }
+
+/// Sizes each model named by a remote GGUF that is not in the caches yet from the file's header,
+/// read in the background, so placement knows its size before the download (only where corral
+/// places by memory).
+pub(super) fn size_before_download(inner: &Arc<Inner>) {
+    let models: Vec<Arc<crate::config::ModelConfig>> = {
+        let st = inner.lock();
+        if st.config.devices.is_empty() {
+            return;
+        }
+        let mut seen = std::collections::BTreeMap::new();
+        for i in st.instances.values() {
+            let no_size = i.need.bytes == 0 && i.measured.is_none();
+            if no_size && i.model.engine.as_ref().is_some_and(|e| e.needs_fetch()) {
+                seen.entry(i.model.id.clone())
+                    .or_insert_with(|| i.model.clone());
+            }
+        }
+        seen.into_values().collect()
+    };
+    for model in models {
+        let weak = Arc::downgrade(inner);
+        inner.runtime.spawn(async move {
+            let Some(fetcher) = weak.upgrade().map(|i| i.fetcher.clone()) else {
+                return;
+            };
+            let engine = model.engine.as_ref().expect("an engine model");
+            if fetcher.cached(&engine.source, &engine.want()).is_some() {
+                return;
+            }
+            match fetcher.probe_gguf(&engine.source, &engine.want()).await {
+                Some(Ok(header)) => {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.size_from_header(&model, &header);
+                    }
+                }
+                Some(Err(e)) => tracing::info!(model = %model.id, "not sized before download: {e}"),
+                None => {}
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// Gives the instances of `model` that have no size yet the estimate over `header` (a sparse
+    /// stand-in for the model's file).
+    fn size_from_header(&self, model: &crate::config::ModelConfig, header: &std::path::Path) {
+        let engine = model.engine.as_ref().expect("an engine model");
+        let shown = header.display().to_string();
+        let mut st = self.lock();
+        let health = st.config.health_check_timeout;
+        let bandwidth = st.config.load_bandwidth;
+        for spec in &model.instances {
+            let Some(inst) = st.instances.get_mut(&spec.id) else {
+                continue;
+            };
+            if inst.need.bytes != 0 || inst.measured.is_some() {
+                continue;
+            }
+            let mut sized = spec.clone();
+            let weights = crate::config::engine::Weights {
+                model: &shown,
+                mmproj: None,
+            };
+            sized.argv = engine.argv(spec.port.unwrap_or(0), Some(weights));
+            let need = super::ledger::need_of(model, &sized);
+            tracing::info!(
+                instance = %spec.id,
+                "sized from its header before download: {} ({})",
+                crate::memory::format_bytes(need.bytes),
+                need.source
+            );
+            inst.spec.load_timeout =
+                crate::memory::load_deadline(health, need.weights, bandwidth, model.load_timeout);
+            inst.need = need;
+        }
+        drop(st);
+        self.touch();
+    }
+}

@@ -287,3 +287,23 @@ async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchE
         detail: last,
     })
 }
+
+/// The download of the model's GGUF (the first part of a split), whose header sizes the model
+/// before anything is fetched.
+pub(crate) async fn model_job(
+    f: &Fetcher,
+    source: &Source,
+    hf: &HfRef,
+    want: &Want,
+) -> Result<Job, FetchError> {
+    let src = source.to_string();
+    let listing = revision(f, &src, hf).await?;
+    let pick = select(&src, &listing, hf, want.form)?;
+    let sibling = listing
+        .siblings
+        .iter()
+        .find(|s| s.rfilename == pick.model)
+        .ok_or_else(|| FetchError::invalid(&src, format!("{} is not listed", pick.model)))?;
+    let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
+    Ok(job(f, &src, hf, &listing.sha, &cache, sibling))
+}

@@ -22,6 +22,7 @@ mod hf;
 mod hf_cache;
 mod ollama;
 mod parse;
+mod probe;
 mod progress;
 mod remote;
 mod transport;

@@ -111,6 +111,23 @@ pub(crate) async fn fetch_url(
     url: &str,
     want: &Want,
 ) -> Result<Fetched, FetchError> {
+    let job = url_job(f, source, url, want)?;
+    let dest = job.dest.clone();
+    let bytes = f.ensure(job).await?;
+    Ok(Fetched {
+        model: dest,
+        mmproj: None,
+        bytes,
+    })
+}
+
+/// The download of a URL's file.
+pub(crate) fn url_job(
+    f: &Fetcher,
+    source: &Source,
+    url: &str,
+    want: &Want,
+) -> Result<Job, FetchError> {
     let src = source.to_string();
     if want.form == Form::Directory {
         return Err(FetchError::invalid(
@@ -141,12 +158,7 @@ pub(crate) async fn fetch_url(
             auth_fix: "put the credentials the server wants in the URL, or download it to a path",
         },
     };
-    let bytes = f.ensure(job).await?;
-    Ok(Fetched {
-        model: dest,
-        mmproj: None,
-        bytes,
-    })
+    Ok(job)
 }
 
 fn s3_dest(f: &Fetcher, bucket: &str, key: &str) -> PathBuf {
@@ -202,6 +214,24 @@ pub(crate) async fn fetch_s3(
     key: &str,
     want: &Want,
 ) -> Result<Fetched, FetchError> {
+    let job = s3_job(f, source, bucket, key, want).await?;
+    let dest = job.dest.clone();
+    let bytes = f.ensure(job).await?;
+    Ok(Fetched {
+        model: dest,
+        mmproj: None,
+        bytes,
+    })
+}
+
+/// The download of an S3 object, with its size and checksum from the object's metadata.
+pub(crate) async fn s3_job(
+    f: &Fetcher,
+    source: &Source,
+    bucket: &str,
+    key: &str,
+    want: &Want,
+) -> Result<Job, FetchError> {
     let src = source.to_string();
     if want.form == Form::Directory {
         return Err(FetchError::invalid(
@@ -245,10 +275,5 @@ pub(crate) async fn fetch_s3(
         verify,
         transport: Transport::S3 { store, path },
     };
-    let bytes = f.ensure(job).await?;
-    Ok(Fetched {
-        model: dest,
-        mmproj: None,
-        bytes,
-    })
+    Ok(job)
 }
