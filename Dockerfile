@@ -26,7 +26,9 @@ RUN apt-get update \
 COPY --from=build /out/corral /usr/local/bin/corral
 USER 10001:10001
 ENV CORRAL_STATE_DIR=/var/lib/corral \
-    HF_HOME=/models/huggingface
+    HF_HOME=/models/huggingface \
+    OLLAMA_MODELS=/models/ollama \
+    CORRAL_CACHE=/models/corral
 EXPOSE 8080
 # corral reaps orphans when it runs as PID 1, so no init is needed.
 ENTRYPOINT ["/usr/local/bin/corral"]
