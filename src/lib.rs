@@ -4,7 +4,6 @@
 //! crate, so the compiler reports what nothing uses. What the binary, the tests, the benches and the
 //! fuzz targets need is re-exported below, by name.
 #![deny(unsafe_code)]
-mod admission;
 mod api;
 mod body;
 mod catalog;
@@ -13,9 +12,8 @@ mod engines;
 mod error;
 pub mod fdlimit;
 mod fleet;
-mod idle;
-pub mod logging;
 mod logs;
+pub use logs::logging;
 mod matrix;
 mod memory;
 mod metrics;
@@ -23,15 +21,10 @@ mod model_server;
 mod proxy;
 mod rfc3339;
 mod server;
-mod slow_body;
 mod sources;
-mod stall;
 mod store;
 mod supervisor;
-mod trim;
 mod ui;
-mod upstream;
-mod workers;
 
 pub use api::activity::Activity;
 pub use api::extract::{classify, model_from_body, query_param, rewrite_multipart_model, BodyKind};

@@ -33,8 +33,8 @@ use crate::config::{Config, Scope};
 use crate::error::{render, Error};
 use crate::fleet::Fleet;
 use crate::logs::Logs;
+use crate::proxy::upstream::{self, Upstream};
 use crate::proxy::{self, Outgoing};
-use crate::upstream::{self, Upstream};
 use extract::BodyKind;
 
 /// Limits on what a client may send.

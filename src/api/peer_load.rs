@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::upstream::Upstream;
+use crate::proxy::upstream::Upstream;
 
 /// How often each peer's load is read.
 const POLL_EVERY: Duration = Duration::from_secs(1);

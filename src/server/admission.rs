@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::idle::Activity;
+use crate::server::idle::Activity;
 
 /// The open client connections, each with its activity.
 pub struct Admission {

@@ -19,13 +19,13 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::Admitted;
 use crate::api::{self, App};
 use crate::config::ServerSettings;
-use crate::idle::{Activity, IdleDeadline};
-use crate::slow_body::{BodyDeadline, BodyLimits};
-use crate::stall::WriteDeadline;
-use crate::trim::Open;
+use crate::server::admission::Admitted;
+use crate::server::idle::{Activity, IdleDeadline};
+use crate::server::slow_body::{BodyDeadline, BodyLimits};
+use crate::server::stall::WriteDeadline;
+use crate::server::trim::Open;
 
 /// How many serving threads: `CORRAL_THREADS`, else one per core.
 pub fn count() -> usize {
@@ -358,7 +358,7 @@ async fn heartbeat() {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        crate::upstream::sweep_this_thread();
+        crate::proxy::upstream::sweep_this_thread();
     }
 }
 

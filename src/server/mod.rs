@@ -1,5 +1,12 @@
 //! Accepting connections and the shutdown sequence.
 
+pub(crate) mod admission;
+pub(crate) mod idle;
+pub(crate) mod slow_body;
+pub(crate) mod stall;
+pub(crate) mod trim;
+pub(crate) mod workers;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,14 +17,14 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::{self, Admission};
 use crate::api::{App, Limits};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::logs::Logs;
 use crate::supervisor::sweep::StateFile;
 use crate::supervisor::Spawner;
-use crate::workers::{self, Workers};
+use admission::Admission;
+use workers::Workers;
 
 /// How to run, beyond the config file.
 #[derive(Debug, Clone)]
@@ -105,8 +112,8 @@ pub async fn run_with_reloads(
         crate::supervisor::reaper::needed().then(|| tokio::spawn(crate::supervisor::reaper::run()));
     let mut preload_task = tokio::spawn(preload(fleet.clone()));
 
-    let connections = Arc::new(crate::trim::Connections::default());
-    let trimmer = tokio::spawn(crate::trim::run(connections.clone()));
+    let connections = Arc::new(crate::server::trim::Connections::default());
+    let trimmer = tokio::spawn(crate::server::trim::run(connections.clone()));
     let shared = workers::Shared {
         current: current.clone(),
         settings,

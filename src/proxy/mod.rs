@@ -4,6 +4,7 @@
 //! busy until the body ends, fails, or is dropped because the client went away, and dropping it also
 //! drops the upstream connection, so a disconnect reaches the engine at once. Nothing here spawns a
 //! task that could outlive the client.
+pub(crate) mod upstream;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -18,7 +19,7 @@ use http_body_util::BodyExt;
 
 use crate::body::{Body, BoxError};
 use crate::error::Error;
-use crate::upstream::{Origin, Upstream};
+use upstream::{Origin, Upstream};
 
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -228,7 +229,7 @@ mod tests {
 
     #[test]
     fn destinations() {
-        let upstream = Upstream::new(crate::upstream::Settings {
+        let upstream = Upstream::new(crate::proxy::upstream::Settings {
             connect: Duration::from_secs(1),
             tls_handshake: Duration::from_secs(1),
             keepalive: Duration::from_secs(1),

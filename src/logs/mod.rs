@@ -1,5 +1,7 @@
 //! Log rings: the last 100 KiB of each stream, with live subscribers that can never block a writer.
 
+pub mod logging;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
