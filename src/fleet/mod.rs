@@ -5,7 +5,7 @@
 //! ready instance, orders stops and a start, or waits for the next change (a `Notify`). Because
 //! every decision is made under the lock, a model is started once however many requests arrive
 //! together, a pick and its slot reservation are one step, and an instance with admitted requests is
-//! never chosen for eviction. Each started instance gets a task ([`instance::run`]) that owns its
+//! never chosen for eviction. Each started instance gets a task ([`run::run`]) that owns its
 //! process for its whole life and publishes phase changes back into the state.
 //!
 //! Pools (replicas of a role) keep a FIFO queue of tickets: a waiter may take a slot only while its
@@ -26,6 +26,7 @@ mod placement;
 mod pool;
 pub mod prefix;
 mod readback;
+mod run;
 pub mod swap;
 mod weights;
 
@@ -529,7 +530,7 @@ impl Fleet {
         }
         spec.argv.extend(split);
         // supervision runs on the control runtime, whichever thread's request started it
-        self.inner.runtime.spawn(instance::run(
+        self.inner.runtime.spawn(run::run(
             self.inner.clone(),
             spec,
             sinks,
