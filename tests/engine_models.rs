@@ -2,6 +2,8 @@
 //! fetches the weights before the start (showing the download as it runs), and points the engine
 //! at the fetched file.
 
+#[path = "support/hub.rs"]
+mod hub;
 mod support;
 
 use std::time::Duration;
@@ -480,5 +482,64 @@ async fn a_vllm_replicas_outside_work_is_read_from_its_gauges() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     direct.abort();
+    h.stop().await;
+}
+
+/// A safetensors file: its header names two tensors (BF16 [64, 32] and F32 [16]), then the data.
+fn safetensors() -> bytes::Bytes {
+    let json = br#"{"__metadata__":{"format":"pt"},"w":{"dtype":"BF16","shape":[64,32],"data_offsets":[0,4096]},"b":{"dtype":"F32","shape":[16],"data_offsets":[4096,4160]}}"#;
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(json);
+    out.extend(std::iter::repeat_n(0u8, 4160));
+    out.into()
+}
+
+/// With devices to place on, a model directory on the Hub is sized from its safetensors headers
+/// before anything is downloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_snapshot_is_sized_from_its_safetensors_headers() {
+    let hub = hub::Hub::start().await;
+    let file = |path: &str, data: bytes::Bytes, lfs| hub::RepoFile {
+        path: path.into(),
+        data,
+        lfs,
+    };
+    hub.add_repo(
+        "org/small",
+        vec![
+            file("config.json", bytes::Bytes::from_static(b"{}"), false),
+            file("model.safetensors", safetensors(), true),
+        ],
+    );
+    let caches = tempfile::tempdir().unwrap();
+    let yaml = "devices:\n  - {name: gpu0, capacity: 8GiB}\nengines:\n  vllm: {command: '${env.ENGINE} --imitate vllm serve'}\nmodels:\n  small:\n    engine: vllm\n    source: hf://org/small\n    env: [\"${env.MARKER}\"]\n";
+    let opts = corral::Options {
+        source_env: vec![
+            ("HF_ENDPOINT".into(), hub.url.clone()),
+            ("HF_HUB_CACHE".into(), caches.path().display().to_string()),
+        ],
+        ..Default::default()
+    };
+    let h = Harness::start_with(yaml, opts).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = get(&format!("{}/api/state", h.url)).await.json();
+        match state["instances"][0]["memory"].as_u64() {
+            Some(0) | None => {}
+            Some(bytes) => {
+                assert_eq!(bytes, 64 * 32 * 2 + 16 * 4, "{state}");
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never sized: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        walk(caches.path()).iter().all(|f| !f.contains("blobs")),
+        "nothing downloaded yet"
+    );
     h.stop().await;
 }

@@ -173,25 +173,39 @@ pub(super) fn size_before_download(inner: &Arc<Inner>) {
             if fetcher.cached(&engine.source, &engine.want()).is_some() {
                 return;
             }
-            match fetcher.probe_gguf(&engine.source, &engine.want()).await {
-                Some(Ok(header)) => {
-                    if let Some(inner) = weak.upgrade() {
-                        inner.size_from_header(&model, &header);
-                    }
+            let sized = match engine.want().form {
+                crate::sources::Form::File => fetcher
+                    .probe_gguf(&engine.source, &engine.want())
+                    .await
+                    .map(|r| r.map(Sized::Header)),
+                crate::sources::Form::Directory => fetcher
+                    .probe_safetensors(&engine.source, &engine.want())
+                    .await
+                    .map(|r| r.map(Sized::Weights)),
+            };
+            match (sized, weak.upgrade()) {
+                (Some(Ok(sized)), Some(inner)) => inner.size_before_start(&model, &sized),
+                (Some(Err(e)), _) => {
+                    tracing::info!(model = %model.id, "not sized before download: {e}")
                 }
-                Some(Err(e)) => tracing::info!(model = %model.id, "not sized before download: {e}"),
-                None => {}
+                _ => {}
             }
         });
     }
 }
 
+/// What a look at the remote weights told of their size.
+enum Sized {
+    /// A sparse stand-in for the model's GGUF, for the estimator.
+    Header(std::path::PathBuf),
+    /// The weights' bytes, from safetensors headers.
+    Weights(u64),
+}
+
 impl Inner {
-    /// Gives the instances of `model` that have no size yet the estimate over `header` (a sparse
-    /// stand-in for the model's file).
-    fn size_from_header(&self, model: &crate::config::ModelConfig, header: &std::path::Path) {
+    /// Gives the instances of `model` that have no size yet the size `sized` says.
+    fn size_before_start(&self, model: &crate::config::ModelConfig, sized: &Sized) {
         let engine = model.engine.as_ref().expect("an engine model");
-        let shown = header.display().to_string();
         let mut st = self.lock();
         let health = st.config.health_check_timeout;
         let bandwidth = st.config.load_bandwidth;
@@ -202,16 +216,26 @@ impl Inner {
             if inst.need.bytes != 0 || inst.measured.is_some() {
                 continue;
             }
-            let mut sized = spec.clone();
-            let weights = crate::config::engine::Weights {
-                model: &shown,
-                mmproj: None,
+            let need = match sized {
+                Sized::Header(header) => {
+                    let shown = header.display().to_string();
+                    let weights = crate::config::engine::Weights {
+                        model: &shown,
+                        mmproj: None,
+                    };
+                    let mut over = spec.clone();
+                    over.argv = engine.argv(spec.port.unwrap_or(0), Some(weights));
+                    super::ledger::need_of(model, &over)
+                }
+                Sized::Weights(bytes) => super::ledger::Need {
+                    bytes: *bytes,
+                    weights: *bytes,
+                    source: "the weights in its safetensors headers".into(),
+                },
             };
-            sized.argv = engine.argv(spec.port.unwrap_or(0), Some(weights));
-            let need = super::ledger::need_of(model, &sized);
             tracing::info!(
                 instance = %spec.id,
-                "sized from its header before download: {} ({})",
+                "sized before download: {} ({})",
                 crate::memory::format_bytes(need.bytes),
                 need.source
             );

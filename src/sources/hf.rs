@@ -307,3 +307,21 @@ pub(crate) async fn model_job(
     let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
     Ok(job(f, &src, hf, &listing.sha, &cache, sibling))
 }
+
+/// The downloads of a repository's safetensors files, whose headers give the weights' exact size.
+pub(crate) async fn safetensors_jobs(
+    f: &Fetcher,
+    source: &Source,
+    hf: &HfRef,
+) -> Result<Vec<Job>, FetchError> {
+    let src = source.to_string();
+    let listing = revision(f, &src, hf).await?;
+    let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
+    Ok(listing
+        .siblings
+        .iter()
+        .filter(|s| s.rfilename.ends_with(".safetensors"))
+        .filter(|s| hf.path.as_ref().is_none_or(|p| within(&s.rfilename, p)))
+        .map(|s| job(f, &src, hf, &listing.sha, &cache, s))
+        .collect())
+}

@@ -1,7 +1,9 @@
-//! Sizing a model before its download: the first bytes of its GGUF, read with a range request,
-//! hold the whole header (architecture, layers, every tensor's type and shape). corral writes them
-//! to a sparse file as long as the real one, so the memory estimator reads it as it reads any
-//! model file, and placement knows the model's size before a byte of weights is fetched.
+//! Sizing a model before its download. The first bytes of a GGUF hold its whole header
+//! (architecture, layers, every tensor's type and shape): corral writes them to a sparse file as
+//! long as the real one, so the memory estimator reads it as it reads any model file. A
+//! safetensors file starts with the length of a JSON header naming each tensor's dtype and shape:
+//! their sum is the weights' exact size. Either way placement knows a model's size before a byte
+//! of its weights is fetched.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,6 +66,103 @@ impl Fetcher {
     }
 }
 
+impl Fetcher {
+    /// The bytes of a model directory's weights, from the headers of its safetensors files (a few
+    /// kilobytes each); `None` for sources that are not a Hugging Face repository given whole.
+    pub async fn probe_safetensors(
+        &self,
+        source: &Source,
+        want: &Want,
+    ) -> Option<Result<u64, FetchError>> {
+        let (Source::HuggingFace(h), Form::Directory) = (source, want.form) else {
+            return None;
+        };
+        let jobs = match hf::safetensors_jobs(self, source, h).await {
+            Ok(jobs) if jobs.is_empty() => return None,
+            Ok(jobs) => jobs,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut total = 0;
+        for job in &jobs {
+            match safetensors_bytes(job).await {
+                Ok(n) => total += n,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(total))
+    }
+}
+
+/// The largest safetensors header read (the format caps it at 100 MB; real ones are far smaller).
+const MOST_JSON: u64 = 100_000_000;
+
+/// The bytes of the tensors one safetensors file holds, from its header alone.
+async fn safetensors_bytes(job: &Job) -> Result<u64, FetchError> {
+    let bad = |why: String| FetchError::invalid(&job.src, format!("{}: {why}", job.file));
+    let mut stream = open(job).await?.stream;
+    let mut head = Vec::new();
+    let mut wanted = 8u64;
+    while (head.len() as u64) < wanted {
+        let Some(chunk) = stream.next().await else {
+            return Err(bad("ends inside its header".into()));
+        };
+        head.extend_from_slice(&chunk.map_err(bad)?);
+        if wanted == 8 && head.len() >= 8 {
+            let len = u64::from_le_bytes(head[..8].try_into().expect("eight bytes"));
+            if len > MOST_JSON {
+                return Err(bad(format!("a header of {len} bytes")));
+            }
+            wanted = 8 + len;
+        }
+    }
+    let json = &head[8..wanted as usize];
+    tensor_bytes(json).map_err(bad)
+}
+
+/// The sum of each tensor's element count times its dtype's size.
+fn tensor_bytes(json: &[u8]) -> Result<u64, String> {
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(json).map_err(|e| format!("its header is not JSON: {e}"))?;
+    let mut total: u64 = 0;
+    for (name, tensor) in header.iter().filter(|(k, _)| *k != "__metadata__") {
+        let dtype = tensor["dtype"].as_str().unwrap_or_default();
+        let size = dtype_size(dtype).ok_or_else(|| format!("{name}: unknown dtype {dtype:?}"))?;
+        let shape = tensor["shape"]
+            .as_array()
+            .ok_or_else(|| format!("{name}: no shape"))?;
+        let elements = shape
+            .iter()
+            .try_fold(1u64, |n, d| d.as_u64().and_then(|d| n.checked_mul(d)))
+            .ok_or_else(|| format!("{name}: a bad shape"))?;
+        total = total.saturating_add(elements.saturating_mul(size));
+    }
+    Ok(total)
+}
+
+/// Bytes per element of a safetensors dtype.
+fn dtype_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "F64" | "I64" | "U64" => 8,
+        "F32" | "I32" | "U32" => 4,
+        "F16" | "BF16" | "I16" | "U16" => 2,
+        "F8_E4M3" | "F8_E5M2" | "I8" | "U8" | "BOOL" => 1,
+        _ => return None,
+    })
+}
+
+/// Opens the file at its start.
+async fn open(job: &Job) -> Result<super::transport::Opened, FetchError> {
+    match job.transport.open(&job.src, &job.file, 0).await {
+        Ok(o) => Ok(o),
+        Err(Failure::Fatal(e)) => Err(e),
+        Err(Failure::Retry(why)) => Err(FetchError::invalid(&job.src, why)),
+        Err(Failure::Restart) => Err(FetchError::invalid(
+            &job.src,
+            "the server refused to send the file's start",
+        )),
+    }
+}
+
 /// Reads the file from its start until a whole GGUF header has come; with the file's length.
 async fn read_header_bytes(job: &Job) -> Result<(Vec<u8>, u64), FetchError> {
     let opened = match job.transport.open(&job.src, &job.file, 0).await {
@@ -102,4 +201,20 @@ async fn read_header_bytes(job: &Job) -> Result<(Vec<u8>, u64), FetchError> {
             job.file
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_safetensors_header_sums_its_tensors() {
+        let json = br#"{"__metadata__": {"format": "pt"},
+            "a": {"dtype": "BF16", "shape": [4, 8], "data_offsets": [0, 64]},
+            "b": {"dtype": "F32", "shape": [3], "data_offsets": [64, 76]},
+            "c": {"dtype": "F8_E4M3", "shape": [], "data_offsets": [76, 77]}}"#;
+        assert_eq!(tensor_bytes(json), Ok(64 + 12 + 1));
+        let odd = br#"{"x": {"dtype": "Q4", "shape": [2]}}"#;
+        assert!(tensor_bytes(odd).unwrap_err().contains("unknown dtype"));
+    }
 }
