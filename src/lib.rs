@@ -13,6 +13,7 @@ mod engines;
 mod error;
 pub mod fdlimit;
 mod fleet;
+mod gpu;
 mod idle;
 pub mod logging;
 mod logs;
