@@ -12,6 +12,7 @@ mod engines;
 mod error;
 pub mod fdlimit;
 mod fleet;
+mod gpu;
 mod logs;
 pub use logs::logging;
 mod matrix;

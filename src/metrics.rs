@@ -204,7 +204,7 @@ impl Metrics {
             queue_depth: gauge(&r, "corral_queue_depth", "Requests waiting for a free slot in a pool.", &["pool"]),
             memory_capacity: gauge(&r, "corral_device_memory_capacity_bytes", "Usable memory of a device (capacity less reserve).", &["device"]),
             memory_charged: gauge(&r, "corral_device_memory_charged_bytes", "Memory charged to instances on a device.", &["device"]),
-            memory_used_by_others: gauge(&r, "corral_device_memory_used_by_others_bytes", "Memory that programs other than corral's engines use on a device (nvidia-smi).", &["device"]),
+            memory_used_by_others: gauge(&r, "corral_device_memory_used_by_others_bytes", "Memory that programs other than corral's engines use on a device (NVML, nvidia-smi or rocm-smi).", &["device"]),
             memory_measured: gauge(&r, "corral_device_memory_measured_bytes", "Memory the engines reported allocating on a device.", &["device"]),
             instance_estimate: gauge(&r, "corral_instance_memory_estimate_bytes", "Estimated device memory of an instance.", &["model", "instance"]),
             instance_measured: gauge(&r, "corral_instance_memory_measured_bytes", "Device memory an instance reported after loading.", &["model", "instance"]),

@@ -103,7 +103,7 @@ pub fn devices(
     };
     if let Value::Str(s) = &node.value {
         if s == "auto" {
-            return Ok(detect_nvidia(warnings));
+            return Ok(auto_devices(warnings));
         }
         return Err(top.err("devices", "must be a list of devices or auto"));
     }
@@ -162,47 +162,22 @@ pub fn devices(
     Ok(out)
 }
 
-/// `devices: auto`: every GPU that nvidia-smi lists, with 5% kept in reserve.
-fn detect_nvidia(warnings: &mut Vec<String>) -> Vec<Device> {
-    let out = std::process::Command::new(nvidia_smi())
-        .args([
-            "--query-gpu=index,uuid,memory.total",
-            "--format=csv,noheader,nounits",
-        ])
-        .output();
-    let text = match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
-        _ => {
-            warnings.push("devices: auto found no nvidia-smi; placing by memory is off".into());
-            return Vec::new();
-        }
-    };
-    text.lines().filter_map(nvidia_smi_row).collect()
-}
-
-/// One `index, uuid, memory.total` row of nvidia-smi.
-fn nvidia_smi_row(line: &str) -> Option<Device> {
-    let mut fields = line.split(',').map(str::trim);
-    let (index, uuid, mib) = (fields.next()?, fields.next()?, fields.next()?);
-    let capacity = mib.parse::<u64>().ok()? * 1024 * 1024;
-    Some(Device {
-        name: format!("cuda{index}"),
-        capacity,
-        reserve: capacity / 20,
-        vendor: Vendor::Nvidia,
-        select_as: Some(
-            if uuid.starts_with("GPU-") {
-                uuid
-            } else {
-                index
-            }
-            .to_string(),
-        ),
-    })
+/// `devices: auto`: every NVIDIA GPU (NVML, else nvidia-smi), else every AMD one (rocm-smi),
+/// each with 5% kept in reserve.
+fn auto_devices(warnings: &mut Vec<String>) -> Vec<Device> {
+    let found: Vec<Device> = crate::gpu::discover().iter().map(|g| g.device()).collect();
+    if found.is_empty() {
+        warnings.push(
+            "devices: auto found no GPU (NVML, nvidia-smi, rocm-smi); placing by memory is off"
+                .into(),
+        );
+    }
+    found
 }
 
 /// `deviceRefresh`: seconds between readings of what other programs use on the GPUs, 5 unless
-/// set, 0 for never. Only devices found by `devices: auto` are read (nvidia-smi names them).
+/// set, 0 for never. Only devices found by `devices: auto` are read (their vendor's tool names
+/// them).
 pub fn device_refresh(top: &MapReader<'_>) -> Result<Option<Duration>, ConfigError> {
     let auto = matches!(top.get("devices").map(|n| &n.value), Some(Value::Str(s)) if s == "auto");
     match top.int("deviceRefresh")? {
@@ -215,7 +190,7 @@ pub fn device_refresh(top: &MapReader<'_>) -> Result<Option<Duration>, ConfigErr
     }
 }
 
-/// Seconds between readings of nvidia-smi when `deviceRefresh` is not set.
+/// Seconds between readings of the GPUs' processes when `deviceRefresh` is not set.
 pub const DEFAULT_DEVICE_REFRESH_S: u64 = 5;
 
 /// The command that reports the GPUs: `nvidia-smi`, or `CORRAL_NVIDIA_SMI` (tests use a fake

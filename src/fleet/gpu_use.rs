@@ -1,32 +1,21 @@
 //! Memory that other programs use on the GPUs. The ledger knows only what corral's engines were
 //! charged; a desktop, a training run or a second server on the same card takes memory it never
-//! sees. So a task re-reads nvidia-smi's per-process use every `deviceRefresh` seconds, counts what
-//! is not an engine of corral's (nor a child of one) as held on that device, and stops idle
-//! instances when that leaves a device holding more than it can. Requests never wait on nvidia-smi:
-//! they read the last figures under the fleet's lock.
+//! sees. So a task re-reads each process's GPU memory every `deviceRefresh` seconds (NVML or
+//! nvidia-smi for NVIDIA, rocm-smi for AMD), counts what is not an engine of corral's (nor a child
+//! of one) as held on that device, and stops idle instances when that leaves a device holding more
+//! than it can. Requests never wait on a reading: they read the last figures under the fleet's
+//! lock.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{ledger, Fleet, StopReason};
 use crate::config::Device;
-
-/// How long one nvidia-smi reading may take before it is given up (a hung driver must not stall
-/// the refresh forever).
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::gpu::ProcessUse;
 
 /// Parents followed up from a process before giving up (a loop in /proc would be a kernel bug,
 /// but a bound costs nothing).
 const MAX_DEPTH: usize = 64;
-
-/// One `gpu_uuid, pid, used_memory` row of `--query-compute-apps` (MiB, no units).
-fn compute_app_row(line: &str) -> Option<(String, u32, u64)> {
-    let mut fields = line.split(',').map(str::trim);
-    let uuid = fields.next()?.to_string();
-    let pid = fields.next()?.parse().ok()?;
-    let mib: u64 = fields.next()?.parse().ok()?;
-    Some((uuid, pid, mib * 1024 * 1024))
-}
 
 /// The parent of a process, from `/proc/PID/stat` (the command name may hold spaces and parens,
 /// so the fields are read after its last `)`).
@@ -51,42 +40,28 @@ fn descends_from(pid: u32, engines: &HashSet<u32>, parent: impl Fn(u32) -> Optio
     false
 }
 
-/// Bytes used on each device by processes that are not engines: rows of `--query-compute-apps`
-/// matched to devices by UUID (`select_as` of `devices: auto`). A process corral cannot see is not
-/// counted: in a container with its own PID namespace nvidia-smi names host processes, corral's
-/// engines among them, and counting those would evict idle models for their own memory.
+/// Bytes used on each device by processes that are not engines: readings matched to devices by
+/// vendor and selector (`select_as` of `devices: auto`). A process corral cannot see is not
+/// counted: in a container with its own PID namespace the vendor's tools name host processes,
+/// corral's engines among them, and counting those would evict idle models for their own memory.
 fn used_by_others(
     devices: &[Device],
-    text: &str,
+    rows: &[ProcessUse],
     visible: impl Fn(u32) -> bool,
     is_engine: impl Fn(u32) -> bool,
 ) -> Vec<u64> {
     let mut used = vec![0; devices.len()];
-    for (uuid, pid, bytes) in text.lines().filter_map(compute_app_row) {
-        let Some(d) = devices
-            .iter()
-            .position(|d| d.select_as.as_deref() == Some(uuid.as_str()))
-        else {
+    for row in rows {
+        let Some(d) = devices.iter().position(|d| {
+            d.vendor == row.vendor && d.select_as.as_deref() == Some(row.device.as_str())
+        }) else {
             continue;
         };
-        if visible(pid) && !is_engine(pid) {
-            used[d] += bytes;
+        if visible(row.pid) && !is_engine(row.pid) {
+            used[d] += row.bytes;
         }
     }
     used
-}
-
-/// One reading of every process's GPU memory, or `None` when nvidia-smi could not tell.
-async fn read_compute_apps(spawner: &crate::supervisor::Spawner) -> Option<String> {
-    let mut cmd = tokio::process::Command::new(crate::config::nvidia_smi());
-    cmd.args([
-        "--query-compute-apps=gpu_uuid,pid,used_memory",
-        "--format=csv,noheader,nounits",
-    ]);
-    match crate::supervisor::query_output(spawner, cmd, READ_TIMEOUT).await {
-        Ok(out) if out.status.success() => Some(String::from_utf8_lossy(&out.stdout).into()),
-        _ => None,
-    }
 }
 
 impl Fleet {
@@ -104,19 +79,20 @@ impl Fleet {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
-            match read_compute_apps(&self.inner.spawner).await {
-                Some(text) => {
+            let devices = self.config().devices.clone();
+            match crate::gpu::process_use(&self.inner.spawner, &devices).await {
+                Some(rows) => {
                     warned = false;
                     let engines = self.engine_pids();
                     let is_engine = |pid| descends_from(pid, &engines, parent_of);
                     let visible = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
-                    let used = used_by_others(&self.config().devices, &text, visible, is_engine);
+                    let used = used_by_others(&devices, &rows, visible, is_engine);
                     self.note_outside_use(used);
                 }
                 None if !warned => {
                     warned = true;
                     tracing::warn!(
-                        "nvidia-smi gave no per-process memory; keeping the last reading"
+                        "no per-process GPU memory could be read (NVML, nvidia-smi, rocm-smi); keeping the last reading"
                     );
                 }
                 None => {}
@@ -197,16 +173,34 @@ mod tests {
         }
     }
 
+    fn row(vendor: Vendor, device: &str, pid: u32, bytes: u64) -> ProcessUse {
+        ProcessUse {
+            vendor,
+            device: device.into(),
+            pid,
+            bytes,
+        }
+    }
+
     #[test]
     fn only_processes_outside_the_engines_count() {
-        let devices = [gpu("GPU-a"), gpu("GPU-b")];
-        let text =
-            "GPU-a, 100, 20480\nGPU-a, 200, 1024\nGPU-b, 300, 512\nGPU-x, 400, 9\nnot a row\n";
-        let used = used_by_others(&devices, text, |_| true, |pid| pid == 200);
-        assert_eq!(used, [20 * GIB, GIB / 2]);
+        let mut amd = gpu("0");
+        amd.vendor = Vendor::Amd;
+        let devices = [gpu("GPU-a"), gpu("GPU-b"), amd];
+        let rows = [
+            row(Vendor::Nvidia, "GPU-a", 100, 20 * GIB),
+            row(Vendor::Nvidia, "GPU-a", 200, GIB),
+            row(Vendor::Nvidia, "GPU-b", 300, GIB / 2),
+            row(Vendor::Nvidia, "GPU-x", 400, 9),
+            row(Vendor::Amd, "0", 500, 3 * GIB),
+            // an NVIDIA GPU by index is not the AMD GPU of the same index
+            row(Vendor::Nvidia, "0", 600, GIB),
+        ];
+        let used = used_by_others(&devices, &rows, |_| true, |pid| pid == 200);
+        assert_eq!(used, [20 * GIB, GIB / 2, 3 * GIB]);
         // in another PID namespace nothing can be told apart: nothing counts
-        let unseen = used_by_others(&devices, text, |pid| pid == 200, |pid| pid == 200);
-        assert_eq!(unseen, [0, 0]);
+        let unseen = used_by_others(&devices, &rows, |pid| pid == 200, |pid| pid == 200);
+        assert_eq!(unseen, [0, 0, 0]);
     }
 
     #[test]
