@@ -3,12 +3,17 @@
 //! and load deadlines that grow with the weights, so a 70B model is not
 //! declared dead while it is still being read from disk.
 
+mod compute;
 mod estimate;
+mod kv;
+mod llama_args;
 mod params;
+mod shape;
 
 use std::time::Duration;
 
-pub use estimate::{estimate_llama, parse_llama_args, Estimate};
+pub use estimate::{estimate_llama, Estimate};
+pub use llama_args::parse_llama_args;
 pub use params::{estimate_params, parse_bytes, parse_params};
 
 const MIB: u64 = 1 << 20;
@@ -97,7 +102,7 @@ pub fn estimate_command(args: &[String]) -> Result<String, String> {
         let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
         if a == "-h" || a == "--help" {
             return Ok(format!("{USAGE}\n"));
-        } else if estimate::takes_value(flag) {
+        } else if llama_args::takes_value(flag) {
             argv.push(a.clone());
             if !a.contains('=') {
                 argv.push(

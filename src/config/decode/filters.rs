@@ -1,0 +1,79 @@
+//! `filters` (request body rewrites) and `timeouts` (upstream connection limits), shared by
+//! models and peers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::parse::secs;
+use crate::config::read::MapReader;
+use crate::config::yaml::Node;
+use crate::config::{ConfigError, Filters, Timeouts};
+
+/// `filters`, reading only `keys` (peers take no `setParamsByID`); `model` is never stripped
+/// nor set, since routing depends on it.
+pub(super) fn decode_filters(
+    m: &MapReader<'_>,
+    keys: &[&str],
+    warnings: &mut Vec<String>,
+) -> Result<Filters, ConfigError> {
+    let f = m.child("filters", keys, warnings)?;
+    let strip = f
+        .string("stripParams")?
+        .or(f.string("strip_params")?)
+        .unwrap_or_default();
+    let mut strip_params: Vec<String> = strip
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && *s != "model")
+        .map(String::from)
+        .collect();
+    strip_params.sort();
+    strip_params.dedup();
+    let as_object = |key: &str,
+                     node: Option<&Node>|
+     -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+        match node.map(Node::to_json) {
+            None | Some(serde_json::Value::Null) => Ok(Default::default()),
+            Some(serde_json::Value::Object(mut o)) => {
+                o.remove("model");
+                Ok(o)
+            }
+            Some(_) => Err(f.err(key, "must be a mapping")),
+        }
+    };
+    let set_params = as_object("setParams", f.get("setParams"))?;
+    let mut set_params_by_id = BTreeMap::new();
+    if let Some(by_id) = f.get("setParamsByID") {
+        for (id, params) in by_id.entries() {
+            set_params_by_id.insert(id.clone(), as_object("setParamsByID", Some(params))?);
+        }
+    }
+    Ok(Filters {
+        strip_params,
+        set_params,
+        set_params_by_id,
+    })
+}
+
+/// `timeouts`; a response-header limit of 0 means none, as does a stream-idle limit of 0.
+pub(super) fn decode_timeouts(
+    t: &MapReader<'_>,
+    response_header_default: Option<i64>,
+) -> Result<Timeouts, ConfigError> {
+    let get = |key: &str, default: i64| -> Result<Duration, ConfigError> {
+        match t.int(key)? {
+            Some(v) if v < 0 => Err(t.err(key, "must be 0 or more")),
+            v => Ok(secs(v.unwrap_or(default))),
+        }
+    };
+    let rh = get("responseHeader", response_header_default.unwrap_or(0))?;
+    Ok(Timeouts {
+        connect: get("connect", 30)?,
+        keepalive: get("keepalive", 30)?,
+        response_header: (!rh.is_zero()).then_some(rh),
+        tls_handshake: get("tlsHandshake", 10)?,
+        expect_continue: get("expectContinue", 1)?,
+        idle_conn: get("idleConn", 90)?,
+        stream_idle: Some(get("streamIdle", 600)?).filter(|d| !d.is_zero()),
+    })
+}

@@ -1,0 +1,77 @@
+//! Values given as text in a config: commands, upstream URLs, durations and counts.
+
+use std::time::Duration;
+
+/// Whole seconds from a config integer; negative values (already refused where they matter) read as 0.
+pub(super) fn secs(n: i64) -> Duration {
+    Duration::from_secs(n.max(0) as u64)
+}
+
+/// `-np N` / `--parallel N` in a llama-server command line.
+pub fn slots_from_argv(argv: &[String]) -> Option<usize> {
+    argv.iter().enumerate().find_map(|(i, a)| {
+        let value = match a.as_str() {
+            "-np" | "--parallel" => argv.get(i + 1).map(String::as_str),
+            _ => a
+                .strip_prefix("--parallel=")
+                .or_else(|| a.strip_prefix("-np=")),
+        }?;
+        value.parse::<usize>().ok().filter(|n| *n > 0)
+    })
+}
+
+/// Splits a command like a POSIX shell (no expansion, no shell), after joining `\` continuations.
+pub fn split_command(cmd: &str) -> Result<Vec<String>, String> {
+    let joined = cmd.replace("\\\r\n", " ").replace("\\\n", " ");
+    let argv = shlex::split(&joined)
+        .ok_or_else(|| "cannot split the command: unbalanced quotes".to_string())?;
+    if argv.is_empty() {
+        return Err("empty command".into());
+    }
+    Ok(argv)
+}
+
+/// Checks the upstream URL and returns its port.
+pub(super) fn parse_proxy(proxy: &str) -> Result<Option<u16>, String> {
+    let uri: http::Uri = proxy
+        .parse()
+        .map_err(|e| format!("{proxy:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => return Err("https upstreams are not supported yet; use http".into()),
+        _ => return Err(format!("{proxy:?} must start with http://")),
+    }
+    if uri.host().is_none() {
+        return Err(format!("{proxy:?} has no host"));
+    }
+    Ok(uri.port_u16().or(Some(80)))
+}
+
+/// Parses Go duration strings such as `5s`, `1m30s`, `500ms`.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let value: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_end..];
+    }
+    Some(Duration::from_secs_f64(total))
+}

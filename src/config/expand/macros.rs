@@ -1,0 +1,191 @@
+//! Macros: `macros` at the top level and in each model, substituted as `${name}` in strings.
+
+use crate::config::yaml::{Loc, Node, Value};
+use crate::config::ConfigError;
+
+/// Names corral fills in itself.
+const RESERVED_MACROS: &[&str] = &["PID", "PORT", "MODEL_ID"];
+
+/// An ordered macro list (declaration order).
+pub(super) type Macros = Vec<(String, Node)>;
+
+/// A `macros` mapping, checked: valid names, none reserved, scalar values, none using itself.
+pub(super) fn read_macros(node: Option<&Node>, scope: &str) -> Result<Macros, ConfigError> {
+    let Some(node) = node else {
+        return Ok(Vec::new());
+    };
+    if node.is_null() {
+        return Ok(Vec::new());
+    }
+    if !matches!(node.value, Value::Map(_)) {
+        return Err(ConfigError::at(
+            node.loc.clone(),
+            Some(scope.into()),
+            format!("must be a mapping, not {}", node.kind()),
+        ));
+    }
+    let mut out = Vec::new();
+    for (name, value) in node.entries() {
+        check_macro(name, value, &format!("{scope}.{name}"))?;
+        out.push((name.clone(), value.clone()));
+    }
+    Ok(out)
+}
+
+/// One macro: a name of `[a-zA-Z0-9_-]` under 64 characters that corral does not reserve, and a
+/// scalar value that does not use itself.
+fn check_macro(name: &str, value: &Node, key: &str) -> Result<(), ConfigError> {
+    let valid_name = !name.is_empty()
+        && name.len() < 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid_name {
+        return Err(ConfigError::at(
+            value.loc.clone(),
+            Some(key.into()),
+            "macro names must match ^[a-zA-Z0-9_-]+$ and be under 64 characters".into(),
+        ));
+    }
+    if RESERVED_MACROS.contains(&name) {
+        return Err(ConfigError::at(
+            value.loc.clone(),
+            Some(key.into()),
+            format!("macro name {name:?} is reserved"),
+        ));
+    }
+    if matches!(value.value, Value::Seq(_) | Value::Map(_) | Value::Null) {
+        return Err(ConfigError::at(
+            value.loc.clone(),
+            Some(key.into()),
+            "macro values must be a string, number or boolean".into(),
+        ));
+    }
+    if let Value::Str(s) = &value.value {
+        if s.contains(&format!("${{{name}}}")) {
+            return Err(ConfigError::at(
+                value.loc.clone(),
+                Some(key.into()),
+                "macro references itself".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The most bytes macro substitution may add to the config, all substitutions together. A macro
+/// may use the ones declared before it, so ten lines that each use the previous macro ten times
+/// would otherwise expand to gigabytes; real configs add kilobytes.
+pub const MAX_MACRO_GROWTH: usize = 16 << 20;
+
+/// What macro substitution has added so far, and where it first went over [`MAX_MACRO_GROWTH`].
+#[derive(Default)]
+pub(super) struct Growth {
+    added: usize,
+    over: Option<Loc>,
+}
+
+impl Growth {
+    /// `text` with every `pattern` replaced, or `None` once the budget is spent.
+    pub(super) fn replace(
+        &mut self,
+        text: &str,
+        pattern: &str,
+        with: &str,
+        loc: &Loc,
+    ) -> Option<String> {
+        if self.over.is_some() {
+            return None;
+        }
+        let count = text.matches(pattern).count();
+        self.added = self
+            .added
+            .saturating_add(count.saturating_mul(with.len().saturating_sub(pattern.len())));
+        if self.added > MAX_MACRO_GROWTH {
+            self.over = Some(loc.clone());
+            return None;
+        }
+        Some(text.replace(pattern, with))
+    }
+
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        match &self.over {
+            None => Ok(()),
+            Some(loc) => Err(ConfigError::at(
+                loc.clone(),
+                None,
+                format!("macros expand to more than {} MiB", MAX_MACRO_GROWTH >> 20),
+            )),
+        }
+    }
+}
+
+/// Replaces `${name}` in every string of `node`; a string that is exactly `${name}` takes the macro's type.
+pub(super) fn substitute(
+    node: &mut Node,
+    name: &str,
+    value: &Node,
+    growth: &mut Growth,
+) -> Result<(), ConfigError> {
+    let pattern = format!("${{{name}}}");
+    let text = value.scalar_text().unwrap_or_default();
+    node.visit_strings_mut(&mut |n| {
+        if let Value::Str(s) = &n.value {
+            if *s == pattern {
+                if growth.replace(s, &pattern, &text, &n.loc).is_some() {
+                    n.value = value.value.clone();
+                }
+            } else if s.contains(&pattern) {
+                if let Some(replaced) = growth.replace(s, &pattern, &text, &n.loc) {
+                    n.value = Value::Str(replaced);
+                }
+            }
+        }
+    });
+    growth.check()
+}
+
+/// Substitutes every macro of `macros`, the last declared first, so a macro may use earlier ones.
+pub(super) fn apply_macros(
+    node: &mut Node,
+    macros: &Macros,
+    growth: &mut Growth,
+) -> Result<(), ConfigError> {
+    for (name, value) in macros.iter().rev() {
+        substitute(node, name, value, growth)?;
+    }
+    Ok(())
+}
+
+/// Any `${...}` left after expansion is an unknown macro, except `${PID}` in cmdStop.
+pub(super) fn check_leftovers(node: &Node, path: &str) -> Result<(), ConfigError> {
+    match &node.value {
+        Value::Str(s) => {
+            let mut rest = s.as_str();
+            while let Some(start) = rest.find("${") {
+                let Some(end) = rest[start..].find('}') else {
+                    break;
+                };
+                let name = &rest[start + 2..start + end];
+                let allowed = name == "PID" && path.ends_with(".cmdStop");
+                if !allowed {
+                    return Err(ConfigError::at(
+                        node.loc.clone(),
+                        Some(path.trim_start_matches('.').to_string()),
+                        format!("unknown macro '${{{name}}}'"),
+                    ));
+                }
+                rest = &rest[start + end..];
+            }
+            Ok(())
+        }
+        Value::Seq(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, n)| check_leftovers(n, &format!("{path}[{i}]"))),
+        Value::Map(entries) => entries
+            .iter()
+            .try_for_each(|(k, n)| check_leftovers(n, &format!("{path}.{k}"))),
+        _ => Ok(()),
+    }
+}
