@@ -5,18 +5,23 @@ mod admin;
 pub mod auth;
 pub mod budget;
 mod captures;
+mod control;
+mod cors;
 mod events;
 pub mod extract;
 mod filters;
 mod hardware;
 pub mod inflight;
 mod loading;
+mod log_routes;
 pub mod meter;
 mod model_detail;
 mod models;
 mod peer_load;
 mod peers;
 mod performance;
+mod reports;
+mod router;
 pub mod routing;
 
 use std::collections::BTreeMap;
@@ -254,7 +259,7 @@ where
     let method = req.method().clone();
     if method == Method::OPTIONS {
         let any_origin = !app.keys.required() || auth::scope_for(&path) == Scope::Inference;
-        return Ok(admin::preflight(req.headers(), any_origin));
+        return Ok(cors::preflight(req.headers(), any_origin));
     }
     match (method.as_str(), path.as_str()) {
         ("GET" | "HEAD", "/health" | "/wol-health") => return Ok(text(StatusCode::OK, "OK")),
