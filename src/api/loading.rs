@@ -39,8 +39,15 @@ pub fn stream(
         let Some(model) = app.config.models.get(&model_id).cloned() else {
             return;
         };
-        let forward =
-            super::forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
+        let forward = super::forward::forward_local(
+            &app,
+            &model,
+            &target,
+            parts,
+            bytes,
+            path_and_query,
+            remote,
+        );
         tokio::pin!(forward);
         let mut dots = tokio::time::interval(Duration::from_millis(750));
         dots.tick().await;
