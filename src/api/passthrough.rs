@@ -36,36 +36,52 @@ where
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
-    let (target, model_id) = match route {
-        routing::Route::Local { target, model } => (target, model),
-        routing::Route::Peer { peer, model } => {
-            return to_peer(
+    let (peer, model) = match route {
+        routing::Route::Local { target, model } => {
+            return to_model(
                 app,
                 req,
-                (&peer, &model),
+                (target, model),
                 (&segments, n, &query),
                 remote,
                 seen,
             )
             .await
         }
+        routing::Route::Peer { peer, model } => (peer, model),
         // a streamed body cannot be sent twice: the least loaded peer gets it, no retry
         routing::Route::Peers { owners, model } => {
-            let peer = app.peer_loads.rank(&owners, &model).swap_remove(0);
-            return to_peer(
-                app,
-                req,
-                (&peer, &model),
-                (&segments, n, &query),
-                remote,
-                seen,
-            )
-            .await;
+            (app.peer_loads.rank(&owners, &model).swap_remove(0), model)
         }
     };
+    to_peer(
+        app,
+        req,
+        (&peer, &model),
+        (&segments, n, &query),
+        remote,
+        seen,
+    )
+    .await
+}
+
+/// Passes the request to a local model's instance, loading it first unless the path is one that
+/// must not load it.
+async fn to_model<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    (target, model_id): (Target, String),
+    (segments, n, query): (&[&str], usize, &str),
+    remote: SocketAddr,
+    seen: &mut Seen,
+) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
     seen.found(app, &model_id);
     if n == segments.len() {
-        return Ok(slash_redirect(req.method(), &rest, &query));
+        return Ok(slash_redirect(req.method(), &segments.join("/"), query));
     }
     let tail = format!("/{}", segments[n..].join("/"));
     if app.config.ignore_paths.iter().any(|re| re.is_match(&tail)) && !app.fleet.is_ready(&target) {
