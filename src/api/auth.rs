@@ -95,8 +95,8 @@ pub fn scope_for(path: &str) -> Scope {
 fn is_model_route(path: &str) -> bool {
     matches!(path, "/v1/models" | "/models" | "/api/load")
         || path.starts_with("/upstream/")
-        || super::model_route(path).is_some()
-        || super::query_route(path)
+        || super::inference::model_route(path).is_some()
+        || super::inference::query_route(path)
 }
 
 /// Routes that change state: a browser on another site must not reach them.

@@ -57,23 +57,7 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
     let mut models = app.fleet.watch();
     let mut lifecycle = app.fleet.lifecycle_events();
     let task = tokio::spawn(async move {
-        let first = [
-            frame(
-                "logData",
-                &log_data(&app, "proxy", &app.logs.proxy.history()),
-            ),
-            frame(
-                "logData",
-                &log_data(&app, "upstream", &app.logs.upstream.history()),
-            ),
-            frame("modelStatus", &model_status(&app)),
-            frame(
-                "uiConfig",
-                &json!({"activity": {"session_id": app.config.ui_session_headers}}),
-            ),
-            frame("profileChanged", &json!({"active": app.profiles.active()})),
-            frame("inflight", &app.inflight.snapshot()),
-        ];
+        let first = first_frames(&app);
         for f in first {
             if tx.send(f).await.is_err() {
                 return;
@@ -119,4 +103,26 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
         }
     });
     crate::body::sse_from_task(rx, task)
+}
+
+/// What a new subscriber gets first: the logs so far, every model's state, the UI's settings, the
+/// active profile and the requests in flight; later frames are changes to these.
+fn first_frames(app: &App) -> [Bytes; 6] {
+    [
+        frame(
+            "logData",
+            &log_data(app, "proxy", &app.logs.proxy.history()),
+        ),
+        frame(
+            "logData",
+            &log_data(app, "upstream", &app.logs.upstream.history()),
+        ),
+        frame("modelStatus", &model_status(app)),
+        frame(
+            "uiConfig",
+            &json!({"activity": {"session_id": app.config.ui_session_headers}}),
+        ),
+        frame("profileChanged", &json!({"active": app.profiles.active()})),
+        frame("inflight", &app.inflight.snapshot()),
+    ]
 }

@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::forward::forward_local;
 use super::App;
 use crate::body::Body;
 use crate::catalog::Target;
@@ -39,8 +40,7 @@ pub fn stream(
         let Some(model) = app.config.models.get(&model_id).cloned() else {
             return;
         };
-        let forward =
-            super::forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
+        let forward = forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
         tokio::pin!(forward);
         let mut dots = tokio::time::interval(Duration::from_millis(750));
         dots.tick().await;
@@ -58,29 +58,39 @@ pub fn stream(
                 }
             }
         };
-        match result {
-            Ok(resp) => {
-                let _ = tx
-                    .send(reasoning(&format!(
-                        "\nDone! ({:.2}s)\n━━━━━\n",
-                        started.elapsed().as_secs_f64()
-                    )))
-                    .await;
-                let mut body = resp.into_body();
-                while let Some(Ok(frame)) = body.frame().await {
-                    if let Ok(data) = frame.into_data() {
-                        if tx.send(data).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                let _ = tx.send(e.sse_event()).await;
-            }
-        }
+        send_answer(&tx, result, started).await;
     });
     crate::body::sse_from_task(rx, task)
+}
+
+/// After the progress lines: how long loading took and the model's own stream, or the error as an
+/// SSE event. Ends early when the client has left.
+async fn send_answer(
+    tx: &mpsc::Sender<Bytes>,
+    result: Result<Response<Body>, crate::error::Error>,
+    started: Instant,
+) {
+    let resp = match result {
+        Ok(resp) => resp,
+        Err(e) => {
+            let _ = tx.send(e.sse_event()).await;
+            return;
+        }
+    };
+    let _ = tx
+        .send(reasoning(&format!(
+            "\nDone! ({:.2}s)\n━━━━━\n",
+            started.elapsed().as_secs_f64()
+        )))
+        .await;
+    let mut body = resp.into_body();
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            if tx.send(data).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// One progress line of a download: file, bytes of total, rate and time left.

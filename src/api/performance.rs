@@ -234,12 +234,8 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
     Some(*v.select_nth_unstable(mid).1)
 }
 
-/// True for the routes of this module and its neighbours: performance, hardware, captures.
-pub fn serves(path: &str) -> bool {
-    matches!(path, "/api/performance" | "/api/hardware") || path.starts_with("/api/captures/")
-}
-
-/// Answers a GET of a path `serves` accepted.
+/// Answers a GET of this module's routes and its neighbours': `/api/performance`, `/api/hardware`
+/// and `/api/captures/<id>`.
 pub async fn answer(app: &App, path: &str, query: Option<&str>) -> Result<Response<Body>, Error> {
     if let Some(id) = path.strip_prefix("/api/captures/") {
         return Ok(super::captures::route(app.activity.captures.as_ref(), id));

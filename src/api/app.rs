@@ -1,0 +1,137 @@
+//! The service's state: the fleet, config, clients, logs and counters every request handler reads.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{activity, auth, budget, inflight, peer_load, performance, routing};
+use crate::config::{Config, Timeouts};
+use crate::fleet::Fleet;
+use crate::logs::Logs;
+use crate::proxy::upstream::{self, Upstream};
+
+/// Limits on what a client may send.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request body that is read to find the model (JSON with base64 images, audio uploads).
+    pub body_bytes: u64,
+    /// Request body bytes buffered at once across all requests (`maxBufferedBodies`).
+    pub buffered_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes: 128 * 1024 * 1024,
+            buffered_bytes: budget::BodyBudget::default_total(),
+        }
+    }
+}
+
+/// Everything a request handler needs.
+pub struct App {
+    pub fleet: Fleet,
+    /// The fleet's catalog when this App was built: a reload builds a new App.
+    pub catalog: Arc<crate::catalog::Catalog>,
+    /// Cancelled when shutdown starts, so endless streams (events, logs) end and the drain can finish.
+    pub closing: tokio_util::sync::CancellationToken,
+    pub profiles: routing::Profiles,
+    pub spillover: routing::Spillover,
+    pub(super) peer_clients: BTreeMap<String, Arc<Upstream>>,
+    /// What the peers report of their load, where several serve one model.
+    pub(super) peer_loads: peer_load::PeerLoads,
+    pub inflight: Arc<inflight::Inflight>,
+    pub activity: Arc<activity::Activity>,
+    /// The samples behind `/api/performance`.
+    pub(super) performance: Arc<performance::Performance>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub config: Arc<Config>,
+    pub logs: Arc<Logs>,
+    pub limits: Limits,
+    /// Shared by every App a reload builds, like the requests in flight.
+    pub budget: budget::BodyBudget,
+    pub(super) keys: auth::Keys,
+    pub(super) clients: BTreeMap<String, Arc<Upstream>>,
+}
+
+impl App {
+    /// The same service for a reloaded config: fleet, metrics, logs, requests in flight and the
+    /// shutdown signal carry over; routes, clients and keys come from the new config, and the
+    /// active profile is reset, as llama-swap does.
+    /// The activity log (and its store, which is not reopened) and the performance samples carry
+    /// over too.
+    pub fn reloaded(&self) -> App {
+        let logged = (self.activity.clone(), self.performance.clone());
+        let mut next = App::with_log(
+            self.fleet.clone(),
+            self.logs.clone(),
+            self.metrics.clone(),
+            self.limits,
+            logged,
+        );
+        next.inflight = self.inflight.clone();
+        next.budget = self.budget.clone();
+        next.closing = self.closing.clone();
+        next
+    }
+
+    pub fn new(
+        fleet: Fleet,
+        logs: Arc<Logs>,
+        metrics: Arc<crate::metrics::Metrics>,
+        limits: Limits,
+    ) -> App {
+        let activity = Arc::new(activity::Activity::for_config(&fleet.config()));
+        let performance = performance::Performance::start(fleet.clone(), activity.tally.clone());
+        App::with_log(fleet, logs, metrics, limits, (activity, performance))
+    }
+
+    fn with_log(
+        fleet: Fleet,
+        logs: Arc<Logs>,
+        metrics: Arc<crate::metrics::Metrics>,
+        limits: Limits,
+        (activity, performance): (Arc<activity::Activity>, Arc<performance::Performance>),
+    ) -> App {
+        let config = fleet.config().clone();
+        let clients = config
+            .models
+            .values()
+            .map(|m| (m.id.clone(), client_for(&m.timeouts)))
+            .collect();
+        let peer_clients = config
+            .peers
+            .iter()
+            .map(|(id, p)| (id.clone(), client_for(&p.timeouts)))
+            .collect();
+        let peer_loads = peer_load::PeerLoads::start(&config, &peer_clients);
+        App {
+            peer_loads,
+            catalog: fleet.catalog(),
+            closing: Default::default(),
+            profiles: Default::default(),
+            spillover: Default::default(),
+            peer_clients,
+            inflight: Default::default(),
+            activity,
+            performance,
+            keys: auth::Keys::new(&config.api_keys),
+            config,
+            fleet,
+            metrics,
+            logs,
+            limits,
+            budget: budget::BodyBudget::new(limits.buffered_bytes),
+            clients,
+        }
+    }
+}
+
+/// A connection pool to one model's or peer's upstream, with its timeouts.
+fn client_for(timeouts: &Timeouts) -> Arc<Upstream> {
+    Upstream::new(upstream::Settings {
+        connect: timeouts.connect,
+        tls_handshake: timeouts.tls_handshake,
+        keepalive: timeouts.keepalive,
+        idle: timeouts.idle_conn,
+    })
+}

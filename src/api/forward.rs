@@ -1,0 +1,152 @@
+//! Forwarding a buffered model request: to a local instance (another pool member gets a second
+//! try), or to the least loaded of the peers that serve the model.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+
+use super::extract::BodyKind;
+use super::{filters, peers, App};
+use crate::body::{full, Body};
+use crate::catalog::Target;
+use crate::error::Error;
+use crate::proxy::{self, Outgoing};
+
+/// Sends a buffered request to the target's instance; for a pool, a member that fails before sending
+/// a byte back is taken out and the request tried once more on another.
+pub async fn forward_local(
+    app: &Arc<App>,
+    model: &crate::config::ModelConfig,
+    target: &Target,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    path_and_query: String,
+    remote: SocketAddr,
+) -> Result<Response<Body>, Error> {
+    let client = &app.clients[&model.id];
+    let timeout = model.timeouts.response_header;
+    let prompt = prompt_blocks(model, target, &bytes);
+    let lease = app.fleet.acquire_for(target, None, prompt.as_ref()).await?;
+    let out = |lease: &crate::fleet::Lease, parts: http::request::Parts| Outgoing {
+        base: lease.proxy(),
+        path_and_query: &path_and_query,
+        parts,
+        body: full(bytes.clone()),
+        client_addr: Some(remote.ip()),
+    };
+    if !matches!(target, Target::Pool(_)) {
+        let req = out(&lease, parts);
+        return proxy::forward(client, req, timeout, lease).await;
+    }
+    let first = out(&lease, clone_parts(&parts));
+    let first_id = lease.id().to_string();
+    match proxy::forward(client, first, timeout, lease).await {
+        Err(Error::Upstream(e)) => {
+            app.fleet.report_unreachable(&first_id);
+            app.metrics.retries.with_label_values(&[&model.id]).inc();
+            tracing::warn!(instance = %first_id, "retrying on another replica after: {e}");
+            let lease = app
+                .fleet
+                .acquire_for(target, Some(&first_id), prompt.as_ref())
+                .await?;
+            let id = lease.id().to_string();
+            let req = out(&lease, parts);
+            let answer = proxy::forward(client, req, timeout, lease).await;
+            if let Ok(resp) = &answer {
+                app.fleet.report_answer(&id, resp.status());
+            }
+            answer
+        }
+        Ok(resp) => {
+            app.fleet.report_answer(&first_id, resp.status());
+            Ok(resp)
+        }
+        other => other,
+    }
+}
+
+/// The prompt's chained block hashes, for a pool that balances by prefix: the JSON text of a chat
+/// body's `messages` or a completion's `prompt`, read without parsing the rest of the body.
+fn prompt_blocks(
+    model: &crate::config::ModelConfig,
+    target: &Target,
+    bytes: &[u8],
+) -> Option<crate::fleet::prefix::Prefix> {
+    if !matches!(target, Target::Pool(_)) || model.pool.balance != crate::config::Balance::Prefix {
+        return None;
+    }
+    let body = filters::JsonBody::parse(bytes).ok()?;
+    let text = body.raw("messages").or_else(|| body.raw("prompt"))?;
+    Some(crate::fleet::prefix::Prefix::of(text.as_bytes()))
+}
+
+/// Tries the peers that serve `model`, least loaded first: one that fails before answering (it
+/// could not be reached, or broke before its response head) is held out, and the next one gets the
+/// request, since nothing has reached the client yet.
+pub async fn forward_to_least_loaded(
+    app: &Arc<App>,
+    ranked: &[String],
+    model: &str,
+    (parts, kind, bytes, path_and_query, remote): (
+        http::request::Parts,
+        BodyKind,
+        Bytes,
+        String,
+        SocketAddr,
+    ),
+) -> Result<Response<Body>, Error> {
+    let mut last = Error::UnknownModel;
+    for peer in ranked {
+        let body = rewrite_for_peer(app, peer, model, kind.clone(), bytes.clone())?;
+        let parts = clone_parts(&parts);
+        match peers::forward(app, peer, parts, body, path_and_query.clone(), remote).await {
+            Err(Error::Upstream(e)) => {
+                tracing::warn!(peer = %peer, "trying another peer for {model} after: {e}");
+                app.peer_loads.failed(peer);
+                last = Error::Upstream(e);
+            }
+            answer => return answer,
+        }
+    }
+    Err(last)
+}
+
+/// A peer gets the bare model id and its own filters.
+pub fn rewrite_for_peer(
+    app: &App,
+    peer: &str,
+    model: &str,
+    kind: BodyKind,
+    bytes: Bytes,
+) -> Result<Bytes, Error> {
+    let BodyKind::Json { .. } = kind else {
+        return Ok(bytes);
+    };
+    let mut body = filters::JsonBody::parse(&bytes).map_err(Error::BadRequest)?;
+    body.set("model", &serde_json::Value::String(model.to_string()));
+    let f = &app.config.peers[peer].filters;
+    for key in &f.strip_params {
+        body.remove(key);
+    }
+    for (k, val) in &f.set_params {
+        body.set(k, val);
+    }
+    Ok(body.to_bytes())
+}
+
+/// A copy of a request's head, for a second try of a request already handed to the first.
+pub fn clone_parts(parts: &http::request::Parts) -> http::request::Parts {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.clone())
+        .version(parts.version);
+    if let Some(h) = req.headers_mut() {
+        *h = parts.headers.clone();
+    }
+    req.body(())
+        .expect("copied from a valid request")
+        .into_parts()
+        .0
+}

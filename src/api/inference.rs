@@ -1,0 +1,281 @@
+//! The model routes: requests whose body (or query) names the model. Each finds its model, starts
+//! it or waits for it, rewrites the body where asked, and forwards it to the instance or peer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response};
+
+use super::extract::{self, BodyKind};
+use super::forward::{forward_local, forward_to_least_loaded, rewrite_for_peer};
+use super::seen::Seen;
+use super::{budget, filters, loading, peers, routing, App};
+use crate::body::Body;
+use crate::catalog::Target;
+use crate::config::ModelConfig;
+use crate::error::Error;
+
+/// POST routes whose JSON (or form) body names the model; the value is the path sent upstream.
+pub fn model_route(path: &str) -> Option<&'static str> {
+    const DIRECT: &[&str] = &[
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/completions",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/embeddings",
+        "/reranking",
+        "/rerank",
+        "/v1/rerank",
+        "/v1/reranking",
+        "/infill",
+        "/completion",
+        "/v1/audio/speech",
+        "/v1/audio/voices",
+        "/v1/images/generations",
+        "/sdapi/v1/txt2img",
+        "/sdapi/v1/img2img",
+        "/v1/audio/transcriptions",
+        "/v1/images/edits",
+    ];
+    const VERSIONLESS: &[&str] = &[
+        "/v/chat/completions",
+        "/v/responses",
+        "/v/completions",
+        "/v/messages",
+        "/v/messages/count_tokens",
+        "/v/embeddings",
+        "/v/rerank",
+        "/v/reranking",
+    ];
+    if let Some(direct) = DIRECT.iter().find(|p| **p == path) {
+        Some(direct)
+    } else if let Some(versionless) = VERSIONLESS.iter().find(|p| **p == path) {
+        Some(&versionless[2..])
+    } else if path == "/audioapi/v1/tasks/run" {
+        Some("/v1/tasks/run")
+    } else {
+        None
+    }
+}
+
+/// GET routes that name the model in the query.
+pub fn query_route(path: &str) -> bool {
+    matches!(path, "/v1/audio/voices" | "/sdapi/v1/loras" | "/props")
+}
+
+/// A model request as read: its head, and for a body-carrying request the buffered body, what kind
+/// it is and the model it names.
+struct Incoming {
+    parts: http::request::Parts,
+    query: Option<String>,
+    get: bool,
+    /// The model the client named, before profiles and selectors.
+    sent: Option<String>,
+    bytes: Bytes,
+    kind: BodyKind,
+    streaming: bool,
+    /// Charged to the body budget while this request holds the bytes (to its answer's head).
+    charge: budget::Charge,
+}
+
+impl Incoming {
+    async fn read<B>(app: &App, req: Request<B>, seen: &mut Seen) -> Result<Incoming, Error>
+    where
+        B: http_body::Body<Data = Bytes> + Send,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let (parts, body) = req.into_parts();
+        let query = parts.uri.query().map(String::from);
+        let get = parts.method == Method::GET || parts.method == Method::HEAD;
+        let mut incoming = Incoming {
+            parts,
+            query,
+            get,
+            sent: None,
+            bytes: Bytes::new(),
+            kind: BodyKind::Other,
+            streaming: false,
+            charge: budget::Charge::none(),
+        };
+        if get {
+            incoming.sent = incoming
+                .query
+                .as_deref()
+                .and_then(|q| extract::query_param(q, "model"));
+            return Ok(incoming);
+        }
+        let headers = &incoming.parts.headers;
+        let (bytes, held) =
+            extract::read_body(headers, body, app.limits.body_bytes, &app.budget).await?;
+        if let Some(capture) = &mut seen.capture {
+            capture.request_body(&bytes);
+        }
+        incoming.kind = extract::classify(headers, &bytes);
+        (incoming.sent, incoming.streaming) = extract::model_from_body(&incoming.kind, &bytes);
+        (incoming.bytes, incoming.charge) = (bytes, held);
+        Ok(incoming)
+    }
+}
+
+/// Finds the model, starts or waits for it, rewrites the body if asked, forwards and streams back.
+pub async fn dispatch<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    upstream_path: &str,
+    remote: SocketAddr,
+    seen: &mut Seen,
+) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let incoming = Incoming::read(app, req, seen).await?;
+    let sent = incoming.sent.clone().filter(|n| !n.is_empty());
+    let sent = sent.ok_or(Error::NoModel)?;
+    let name = routing::apply_profile(&app.config, &app.profiles, &sent)
+        .filter(|n| !n.is_empty())
+        .ok_or(Error::NoModel)?;
+    let (route, spill) =
+        routing::resolve(&app.config, &app.catalog, &app.fleet, &app.spillover, &name)?;
+    if let Some(s) = spill {
+        seen.hold(Box::new(s));
+    }
+    let chosen = chosen_name(app, &route, &name);
+    let path_and_query = match &incoming.query {
+        Some(q) => format!("{upstream_path}?{q}"),
+        None => upstream_path.to_string(),
+    };
+    match route {
+        routing::Route::Peer { peer, model } => {
+            seen.found(app, &format!("{peer}/{model}"));
+            let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
+            let result = peers::forward(app, &peer, incoming.parts, bytes, path_and_query, remote);
+            result.await
+        }
+        routing::Route::Peers { owners, model } => {
+            let ranked = app.peer_loads.rank(&owners, &model);
+            seen.found(app, &format!("{}/{model}", ranked[0]));
+            let Incoming {
+                parts, kind, bytes, ..
+            } = incoming;
+            let request = (parts, kind, bytes, path_and_query, remote);
+            forward_to_least_loaded(app, &ranked, &model, request).await
+        }
+        routing::Route::Local { target, model } => {
+            let model = app.config.models.get(&model).ok_or(Error::UnknownModel)?;
+            seen.found(app, &model.id);
+            let to = Local {
+                model,
+                target,
+                renamed: chosen != sent,
+                chosen,
+                path_and_query,
+                remote,
+            };
+            dispatch_local(app, incoming, to, seen).await
+        }
+    }
+}
+
+/// The name the request goes on with: a selector that chose a target hands over that target's id,
+/// since the request names that target from here on; any other name stays.
+fn chosen_name(app: &App, route: &routing::Route, name: &str) -> String {
+    match route {
+        routing::Route::Local {
+            target: Target::Instance(id) | Target::Pool(id),
+            ..
+        } if app.config.selectors.contains_key(name) => id.clone(),
+        _ => name.to_string(),
+    }
+}
+
+/// Where a request for a local model goes.
+struct Local<'a> {
+    model: &'a ModelConfig,
+    target: Target,
+    /// The name after profiles and selectors: filters are matched against it.
+    chosen: String,
+    /// Whether `chosen` differs from what the client sent, so the body must name it instead.
+    renamed: bool,
+    path_and_query: String,
+    remote: SocketAddr,
+}
+
+/// Rewrites the body for a local model and forwards it; a chat stream that asked to see the
+/// model load gets the loading stream while the target is not yet ready.
+async fn dispatch_local(
+    app: &Arc<App>,
+    incoming: Incoming,
+    to: Local<'_>,
+    seen: &mut Seen,
+) -> Result<Response<Body>, Error> {
+    let Incoming {
+        mut parts,
+        get,
+        bytes,
+        kind,
+        streaming,
+        charge,
+        ..
+    } = incoming;
+    let model = to.model;
+    let bytes = rewrite_local_body(model, &to.chosen, to.renamed, kind, bytes)?;
+    if !get {
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    }
+    let path_and_query = to.path_and_query;
+    let loading_state =
+        model.send_loading_state && streaming && path_and_query.starts_with("/v1/chat/completions");
+    if loading_state && !app.fleet.is_ready(&to.target) {
+        seen.hold(Box::new(charge)); // the loading stream holds the body until it sends it
+        let (id, target, remote) = (model.id.clone(), to.target, to.remote);
+        let stream = loading::stream(
+            app.clone(),
+            id,
+            target,
+            parts,
+            bytes,
+            path_and_query,
+            remote,
+        );
+        return Ok(stream);
+    }
+    let (target, remote) = (&to.target, to.remote);
+    let result = forward_local(app, model, target, parts, bytes, path_and_query, remote).await;
+    drop(charge);
+    result
+}
+
+/// A JSON body names the chosen model where it was renamed, and gets the model's filters; a form
+/// gets the model's upstream name. Anything else, or a body nothing changes, goes as sent.
+fn rewrite_local_body(
+    model: &ModelConfig,
+    chosen: &str,
+    renamed: bool,
+    kind: BodyKind,
+    bytes: Bytes,
+) -> Result<Bytes, Error> {
+    Ok(match kind {
+        BodyKind::Json { .. } if renamed || filters::may_apply(model, chosen) => {
+            let mut body = filters::JsonBody::parse(&bytes).map_err(Error::BadRequest)?;
+            if renamed {
+                body.set("model", &serde_json::Value::String(chosen.to_string()));
+            }
+            let changed = filters::apply(model, chosen, &mut body) || renamed;
+            let rewritten = changed.then(|| body.to_bytes());
+            drop(body);
+            rewritten.unwrap_or(bytes)
+        }
+        BodyKind::Multipart(boundary) => match &model.use_model_name {
+            Some(upstream_name) => {
+                extract::rewrite_multipart_model(&bytes, &boundary, upstream_name).unwrap_or(bytes)
+            }
+            None => bytes,
+        },
+        _ => bytes,
+    })
+}

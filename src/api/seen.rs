@@ -1,0 +1,185 @@
+//! A model request's record: what it learns on its way (its model, its place in the in-flight
+//! list, its capture), and on its end the metrics and activity entry it leaves.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{header, Method, Response, StatusCode};
+use http_body_util::BodyExt;
+
+use super::{activity, captures, inflight, meter, App};
+use crate::body::Body;
+use crate::config::Config;
+use crate::error::Error;
+
+/// What a model request learns on its way: its model, and its place in the in-flight list.
+pub struct Seen {
+    model: Option<String>,
+    holds: Vec<Box<dyn Send + Sync>>,
+    guard: Option<inflight::Guard>,
+    pub(super) token: tokio_util::sync::CancellationToken,
+    method: Method,
+    path: String,
+    remote: SocketAddr,
+    /// Its request, when captures are on.
+    pub(super) capture: Option<captures::Capture>,
+}
+
+impl Seen {
+    pub(super) fn new(
+        app: &App,
+        method: &Method,
+        path: &str,
+        headers: &http::HeaderMap,
+        remote: SocketAddr,
+    ) -> Seen {
+        let capture = app
+            .activity
+            .captures
+            .as_ref()
+            .map(|c| c.begin(path, headers));
+        Seen {
+            model: None,
+            holds: Vec::new(),
+            guard: None,
+            token: Default::default(),
+            method: method.clone(),
+            path: path.to_string(),
+            remote,
+            capture,
+        }
+    }
+
+    /// Keeps something alive until the response body ends.
+    pub(super) fn hold(&mut self, thing: Box<dyn Send + Sync>) {
+        self.holds.push(thing);
+    }
+
+    /// The model is known: list the request as in flight.
+    pub(super) fn found(&mut self, app: &App, model: &str) {
+        self.model = Some(model.to_string());
+        self.guard = Some(app.inflight.register(
+            model,
+            &self.path,
+            &self.method,
+            self.remote.ip(),
+            self.token.clone(),
+        ));
+    }
+}
+
+/// Runs `work` until it ends or an operator cancels the request.
+pub(super) async fn cancellable<F>(
+    token: &tokio_util::sync::CancellationToken,
+    work: F,
+) -> Result<Response<Body>, Error>
+where
+    F: std::future::Future<Output = Result<Response<Body>, Error>>,
+{
+    tokio::select! {
+        r = work => r,
+        _ = token.cancelled() => Err(Error::Cancelled),
+    }
+}
+
+/// Records a model request: per model when the model is known, else as unknown.
+pub(super) fn metered(
+    app: &Arc<App>,
+    route: &str,
+    started: Instant,
+    seen: Seen,
+    result: Result<Response<Body>, Error>,
+) -> Result<Response<Body>, Error> {
+    let Some(model) = seen.model.clone() else {
+        if matches!(result, Err(Error::NoModel | Error::UnknownModel)) {
+            app.metrics.unknown_model_requests.inc();
+        }
+        return result;
+    };
+    let status = match &result {
+        Ok(resp) => resp.status(),
+        Err(e) => e.status(),
+    };
+    let labels = meter::Labels {
+        model,
+        route: route.to_string(),
+        status: meter::status_class(status),
+    };
+    match result {
+        Err(e) => Err(failed(app, labels, started, seen, status, e)),
+        Ok(resp) => Ok(answered(app, labels, started, seen, status, resp)),
+    }
+}
+
+/// A request that failed before its answer: counted, and logged with its (redacted) error.
+fn failed(
+    app: &App,
+    labels: meter::Labels,
+    started: Instant,
+    seen: Seen,
+    status: StatusCode,
+    e: Error,
+) -> Error {
+    meter::record_error(&app.metrics, &labels, started);
+    app.activity.record(activity::Entry {
+        model: labels.model,
+        req_path: seen.path,
+        status: status.as_u16(),
+        content_type: "application/json".into(),
+        tokens: None,
+        duration_ms: started.elapsed().as_millis() as u64,
+        ttft_ms: None,
+        error: Some(app.config.redactor.text(&e.to_string()).into_owned()),
+        capture: seen.capture,
+    });
+    e
+}
+
+/// An answer on its way back: its body is metered, and holds the request's in-flight place and
+/// whatever it kept alive until the last byte is sent.
+fn answered(
+    app: &Arc<App>,
+    labels: meter::Labels,
+    started: Instant,
+    seen: Seen,
+    status: StatusCode,
+    resp: Response<Body>,
+) -> Response<Body> {
+    let Seen {
+        guard,
+        token,
+        holds,
+        path,
+        capture,
+        ..
+    } = seen;
+    let (parts, body) = resp.into_parts();
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let idle_limit = stream_idle_limit(&app.config, &labels.model);
+    let length_framed = parts.headers.contains_key(header::CONTENT_LENGTH);
+    let recording = capture
+        .zip(app.activity.captures.as_ref())
+        .map(|(c, captures)| captures.record(c, &parts.headers));
+    let body = meter::Metered::new(body, app.metrics.clone(), labels, started, content_type)
+        .with_inflight(guard, token)
+        .with_idle_limit(idle_limit)
+        .length_framed(length_framed)
+        .logged_in(app.activity.clone(), path, status, content_type)
+        .recording(recording)
+        .holding(holds);
+    Response::from_parts(parts, BodyExt::boxed(body))
+}
+
+/// `timeouts.streamIdle` of a model, or of the peer for `peer/model`.
+fn stream_idle_limit(config: &Config, model: &str) -> Option<std::time::Duration> {
+    if let Some(m) = config.models.get(model) {
+        return m.timeouts.stream_idle;
+    }
+    let (peer, _) = model.split_once('/')?;
+    config.peers.get(peer)?.timeouts.stream_idle
+}
