@@ -9,7 +9,7 @@
 //!   together, so corral passes the per-slot context times the slots; with `ctx` but no `slots` it
 //!   passes `-c <ctx>` and llama-server picks its slot count. `--embedding` keeps the model's own
 //!   pooling (give `--pooling` in `args` to change it). `--metrics` turns on the gauges corral
-//!   reads. The flags are the ones `config::decode::slots_from_argv` and the memory estimator read.
+//!   reads. The flags are the ones `config::decode::parse::slots_from_argv` and the memory estimator read.
 //! - `vllm`: `<dir> --host H --port P --served-model-name <served> [--max-model-len <ctx>]
 //!   [--max-num-seqs <slots>] [--runner pooling]`. `--runner pooling` is what current vLLM
 //!   documents for embedding models (it replaced `--task embed`).
