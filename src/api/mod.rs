@@ -39,6 +39,7 @@ use crate::body::{full, Body, BoxError};
 use crate::config::Scope;
 use crate::error::{render, Error};
 pub use app::{App, Limits};
+pub use model_detail::shown_command;
 pub use seen::Seen;
 use seen::{cancellable, metered};
 

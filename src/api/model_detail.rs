@@ -36,18 +36,18 @@ pub fn detail(app: &App, name: &str) -> Result<Value, Error> {
 }
 
 fn instance(app: &App, s: &Snapshot) -> Value {
-    let cmd = app
-        .config
-        .models
-        .get(&s.model)
-        .and_then(|m| m.instances.iter().find(|i| i.id == s.instance))
-        .map(|spec| {
-            let argv = s.argv.as_ref().unwrap_or(&spec.argv);
-            app.config.redactor.command_line(argv)
-        });
     json!({
         "id": s.instance, "state": s.state.as_str(), "pid": s.pid, "inFlight": s.in_flight,
         "slots": s.slots, "free": s.free, "failures": s.failures, "lastError": s.last_error,
-        "devices": s.devices, "cmd": cmd,
+        "devices": s.devices, "cmd": shown_command(app, s),
     })
+}
+
+/// An instance's command line as `/running` shows it (secrets as `***`): the one its process runs,
+/// else the configured one.
+pub fn shown_command(app: &App, s: &Snapshot) -> Option<String> {
+    let model = app.config.models.get(&s.model)?;
+    let spec = model.instances.iter().find(|i| i.id == s.instance)?;
+    let argv = s.argv.as_ref().unwrap_or(&spec.argv);
+    Some(app.config.redactor.command_line(argv))
 }

@@ -128,19 +128,6 @@ impl EngineModel {
     }
 }
 
-/// Keys of a model entry that describe its engine.
-pub const MODEL_KEYS: &[&str] = &[
-    "engine",
-    "source",
-    "sha256",
-    "ctx",
-    "slots",
-    "args",
-    "task",
-    "quantization",
-    "params",
-];
-
 /// The top-level `engines:` mapping.
 pub fn decode_engines(
     top: &MapReader<'_>,

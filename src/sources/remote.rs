@@ -129,12 +129,7 @@ pub(crate) fn url_job(
     want: &Want,
 ) -> Result<Job, FetchError> {
     let src = source.to_string();
-    if want.form == Form::Directory {
-        return Err(FetchError::invalid(
-            &src,
-            "a URL gives one file; this engine wants a model directory (use hf:// or a path)",
-        ));
-    }
+    one_file(&src, want, "a URL gives one file")?;
     let verify = match &want.sha256 {
         Some(h) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
         None => Verify::Size,
@@ -233,12 +228,7 @@ pub(crate) async fn s3_job(
     want: &Want,
 ) -> Result<Job, FetchError> {
     let src = source.to_string();
-    if want.form == Form::Directory {
-        return Err(FetchError::invalid(
-            &src,
-            "an S3 object is one file; this engine wants a model directory",
-        ));
-    }
+    one_file(&src, want, "an S3 object is one file")?;
     let store = s3_store(f, &src, bucket)?;
     let path = object_store::path::Path::from(key);
     let meta = match store.head(&path).await {
@@ -276,4 +266,13 @@ pub(crate) async fn s3_job(
         transport: Transport::S3 { store, path },
     };
     Ok(job)
+}
+
+/// A source of one file cannot serve an engine that wants a model directory.
+fn one_file(src: &str, want: &Want, what: &str) -> Result<(), FetchError> {
+    if want.form == Form::Directory {
+        let why = format!("{what}; this engine wants a model directory (use hf:// or a path)");
+        return Err(FetchError::invalid(src, why));
+    }
+    Ok(())
 }

@@ -45,15 +45,7 @@ fn models(app: &App) -> Vec<Value> {
 
 /// One instance, with its command line as `/running` shows it (secrets as `***`).
 fn instance(app: &App, s: &Snapshot) -> Value {
-    let cmd = app
-        .config
-        .models
-        .get(&s.model)
-        .and_then(|m| m.instances.iter().find(|i| i.id == s.instance))
-        .map(|spec| {
-            let argv = s.argv.as_ref().unwrap_or(&spec.argv);
-            app.config.redactor.command_line(argv)
-        });
+    let cmd = crate::api::shown_command(app, s);
     let loading_for = (s.state == Phase::Starting)
         .then_some(s.pid)
         .flatten()
