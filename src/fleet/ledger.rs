@@ -426,6 +426,10 @@ pub fn corrected(placed: &Charges, reported: &[(usize, u64)]) -> (Charges, Vec<O
 }
 
 #[cfg(test)]
+#[path = "ledger_props.rs"]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
