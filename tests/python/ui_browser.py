@@ -246,6 +246,21 @@ def check_markdown(page):
         fail(f"markdown rendered {images} images, bold {bold!r}, code {code!r}, {items} items")
 
 
+def check_captures(page, url, shots):
+    """A captured request's body and its answer show on the activity page, as text."""
+    http("POST", url + "/v1/chat/completions",
+         body={"model": "m2", "messages": [{"role": "user", "content": "<b>captured</b>"}]})
+    page.open("/ui/activity")
+    page.wait("a request with a capture", lambda: page.css("button[data-capture]"))
+    page.press("button[data-capture]")
+    page.wait("the capture's request body", lambda: "<b>captured</b>" in page.text("#capture pre.body"))
+    if page.css("#capture b"):
+        fail("a captured body was rendered as HTML")
+    if "Response" not in page.text("#capture"):
+        fail("the capture shows no response")
+    page.no_console_errors("captures")
+
+
 def check_logs(page, url, shots):
     """The logs page shows, live, a line corral logs after it opened."""
     page.open("/ui/logs")
@@ -305,7 +320,7 @@ def open_mode(driver, url, shots):
     page = Page(driver, url)
     started = time.time()
     for check in (check_pages, check_load_and_unload, check_live_update, check_load_progress,
-                  check_playground,
+                  check_playground, check_captures,
                   check_logs, check_performance, screenshots):
         check(page, url, shots)
         print(f"{check.__name__}: done at {time.time() - started:.1f} s", flush=True)

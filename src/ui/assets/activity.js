@@ -18,8 +18,9 @@ const COLUMNS = [
 
 const speed = (v) => (typeof v !== 'number' || v < 0 ? '–' : v.toFixed(1));
 
-/** A table of activity rows; `sort` ({by, order, onSort}) makes the headers sort buttons. */
-export function activityTable(rows, sort) {
+/** A table of activity rows; `sort` ({by, order, onSort}) makes the headers sort buttons, and
+ * `onCapture(id)`, when given, a button on each row whose request and response were captured. */
+export function activityTable(rows, sort, onCapture) {
   if (!rows.length) return h('p', { class: 'empty' }, 'No requests yet.');
   const head = COLUMNS.map(([key, label, , num]) => {
     const current = sort && sort.by === key;
@@ -30,10 +31,33 @@ export function activityTable(rows, sort) {
     return h('th', { scope: 'col', class: num ? 'num' : null, 'aria-sort': ariaSort }, content);
   });
   return h('table', { class: 'activity' },
-    h('thead', {}, h('tr', {}, head, h('th', { scope: 'col' }, 'Error'))),
+    h('thead', {}, h('tr', {}, head, h('th', { scope: 'col' }, 'Error'), onCapture ? h('th', { scope: 'col' }, 'Capture') : null)),
     h('tbody', {}, rows.map((r) => h('tr', { 'data-id': r.id, class: r.resp_status_code >= 400 ? 'failed' : null },
       COLUMNS.map(([, , value, num]) => h('td', { class: num ? 'num' : null }, String(value(r)))),
-      h('td', { class: 'small' }, r.error_msg || '')))));
+      h('td', { class: 'small' }, r.error_msg || ''),
+      onCapture ? h('td', {}, r.has_capture
+        ? h('button', { 'data-capture': r.id, 'aria-label': `Show the capture of request ${r.id}`, onclick: () => onCapture(r.id) }, 'Show')
+        : '') : null))));
+}
+
+/** Base64 bodies as text (bytes that are not UTF-8 shown as replacement characters). */
+function decoded(b64) {
+  if (!b64) return '';
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  return new TextDecoder().decode(bytes);
+}
+
+/** One capture: the request and response headers and bodies, as text, never as HTML. */
+function captureView(c) {
+  const headers = (map) => Object.entries(map || {}).map(([k, v]) => `${k}: ${v}`).join('\n');
+  const part = (title, hdrs, body, cut) => h('section', {},
+    h('h3', {}, title, cut ? h('span', { class: 'small muted' }, ' (cut at the capture budget)') : null),
+    h('pre', { class: 'headers' }, headers(hdrs)),
+    h('pre', { class: 'body' }, decoded(body)));
+  return h('div', { class: 'panel', id: 'capture', 'data-capture-id': c.id },
+    h('h2', {}, `Capture of request ${c.id}`, h('span', { class: 'small muted' }, ` ${c.req_path || ''}`)),
+    part('Request', c.req_headers, c.req_body, c.req_body_truncated),
+    part('Response', c.resp_headers, c.resp_body, c.resp_body_truncated));
 }
 
 export function mount(main, { hub }) {
@@ -46,6 +70,14 @@ export function mount(main, { hub }) {
   const live = h('input', { type: 'checkbox', checked: true, id: 'activity-live' });
   const table = h('div');
   const pager = h('div', { class: 'toolbar' });
+  const capture = h('div');
+  const showCapture = async (id) => {
+    try {
+      fill(capture, captureView(await getJSON(`/api/captures/${id}`)));
+    } catch (err) {
+      fill(capture, h('p', { class: 'status error' }, `capture ${id}: ${err.message}`));
+    }
+  };
   let page = { data: [], total: 0, total_pages: 0 };
 
   const draw = () => {
@@ -54,7 +86,7 @@ export function mount(main, { hub }) {
       q.order = q.by === key && q.order === 'desc' ? 'asc' : 'desc';
       q.by = key;
       load.now();
-    } }));
+    } }, showCapture));
     fill(pager,
       h('button', { disabled: q.page <= 1, onclick: () => { q.page--; load.now(); } }, '← Newer'),
       h('span', { class: 'muted' }, `page ${q.page} of ${Math.max(1, page.total_pages)} · ${page.total} requests${q.status ? ' (status filter applies to this page)' : ''}`),
@@ -81,7 +113,7 @@ export function mount(main, { hub }) {
       h('label', { for: 'activity-model' }, 'Model'), model,
       h('label', { for: 'activity-status' }, 'Status'), status, limit,
       h('label', {}, live, ' Live')),
-    h('section', { class: 'panel' }, table, pager));
+    h('section', { class: 'panel' }, table, pager), capture);
   load.now();
   return () => { offModels(); offActivity(); load.cancel(); };
 }
