@@ -23,6 +23,20 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
     for m in config.models.values() {
         let group = config.group_of(&m.id);
         let _ = writeln!(out, "\nmodel {}", m.id);
+        if let Some(e) = &m.engine {
+            let fetch = if e.needs_fetch() {
+                "; its weights are fetched before the first start and the command then names them"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  engine:      {} from {} ({}){fetch}",
+                e.kind.name(),
+                e.source,
+                e.source.scheme()
+            );
+        }
         let _ = writeln!(out, "  argv:        {}", shown(&m.argv));
         if let Some(stop) = &m.cmd_stop {
             let _ = writeln!(out, "  cmdStop:     {}", shown(stop));

@@ -55,6 +55,22 @@ fn check_prints_the_resolved_plan() {
     );
 }
 
+/// A model named by engine and source shows where its weights come from and the command built.
+#[test]
+fn check_shows_an_engine_models_source() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/config.yaml");
+    let (code, out, _) = corral(&["check", "--config", path]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("engine:      llama_cpp from hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M (huggingface); its weights are fetched before the first start"),
+        "{out}"
+    );
+    assert!(
+        out.contains("--alias qwen -c 16384 -np 4 --metrics"),
+        "{out}"
+    );
+}
+
 /// A broken config exits 64 and names the file, line, column and key.
 #[test]
 fn broken_config_names_file_line_and_key() {
