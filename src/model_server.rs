@@ -210,22 +210,12 @@ mod tests {
         Snapshot {
             instance: format!("{model}-x"),
             model: model.into(),
-            pool: None,
             state,
             in_flight,
             waiting,
             slots,
             free,
-            pid: None,
-            failures: 0,
-            circuit_open: false,
-            memory: 0,
-            measured: None,
-            devices: Vec::new(),
-            load_deadline: std::time::Duration::ZERO,
-            last_error: None,
-            download: None,
-            argv: None,
+            ..Default::default()
         }
     }
 

@@ -11,9 +11,10 @@ use crate::config::ModelConfig;
 use crate::logs::LogRing;
 use crate::supervisor::{ProcessSpec, StartError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumIter)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, strum::EnumIter)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
+    #[default]
     Stopped,
     Starting,
     Ready,

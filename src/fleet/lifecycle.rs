@@ -203,22 +203,10 @@ mod tests {
         Snapshot {
             instance: "m".into(),
             model: "m".into(),
-            pool: None,
             state,
-            in_flight: 0,
-            waiting: 0,
             slots: 1,
             free: 1,
-            pid: None,
-            failures: 0,
-            circuit_open: false,
-            memory: 0,
-            measured: None,
-            devices: Vec::new(),
-            load_deadline: std::time::Duration::ZERO,
-            last_error: None,
-            download: None,
-            argv: None,
+            ..Default::default()
         }
     }
 

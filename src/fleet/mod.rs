@@ -75,7 +75,7 @@ pub(crate) struct State {
 }
 
 /// One instance's state, as `/running` and the events show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
     pub instance: String,
     pub model: String,
