@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-use crate::metrics::Tokens;
+use super::meter::Tokens;
 
 /// One finished request.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use rusqlite::{params, Connection};
 
 use super::Retention;
 use crate::api::activity::{content_type, Row};
-use crate::metrics::Tokens;
+use crate::api::meter::Tokens;
 
 /// corral's own table name, so a file shared with another program (llama-swap's own log) is
 /// never mistaken for ours; `user_version` marks the layout.

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::metrics::Tokens;
+use crate::api::meter::Tokens;
 
 fn row(id: u64, age: Duration) -> Row {
     Row {

@@ -1,0 +1,335 @@
+//! A response body that observes what passes, without holding anything back. Each concern is a
+//! part of its own: token counts ([`usage`]), the idle limit ([`idle`]), an operator's cancel, and
+//! the error event that ends a broken stream; [`Metered`] composes them and records the request,
+//! once, when its body ends.
+
+mod idle;
+pub(crate) mod usage;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame};
+
+use crate::body::{Body, BoxError};
+use crate::metrics::Metrics;
+use idle::IdleLimit;
+pub(crate) use usage::Tokens;
+use usage::UsageTap;
+
+/// Which request this is, for the labels.
+#[derive(Clone)]
+pub struct Labels {
+    pub model: String,
+    pub route: String,
+    pub status: &'static str,
+}
+
+pub fn status_class(status: http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// Records a request that ended before any upstream body (an error answered by corral itself).
+pub fn record_error(metrics: &Metrics, labels: &Labels, started: Instant) {
+    let l = [labels.model.as_str(), labels.route.as_str()];
+    metrics
+        .requests
+        .with_label_values(&[l[0], l[1], labels.status])
+        .inc();
+    metrics
+        .request_duration
+        .with_label_values(&l)
+        .observe(started.elapsed().as_secs_f64());
+}
+
+pub struct Metered {
+    inner: Body,
+    metrics: Arc<Metrics>,
+    labels: Labels,
+    started: Instant,
+    usage: UsageTap,
+    /// The body has a declared length, or the stream said `[DONE]`: nothing may be added to it.
+    length_framed: bool,
+    finished: bool,
+    inflight: Option<super::inflight::Guard>,
+    holds: Vec<Box<dyn Send + Sync>>,
+    cancelled: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
+    idle: Option<IdleLimit>,
+    /// Where the finished request is logged: the log, the request path, status and content type.
+    activity: Option<ActivityRecord>,
+    /// Time to the first byte, for the log; `None` until the first byte.
+    ttft_ms: Option<u64>,
+    /// The response body kept for the request's capture (frames shared, not copied).
+    recording: Option<super::captures::Recording>,
+}
+
+struct ActivityRecord {
+    log: Arc<super::activity::Activity>,
+    req_path: String,
+    status: u16,
+    content_type: std::borrow::Cow<'static, str>,
+}
+
+impl Metered {
+    pub fn new(
+        inner: Body,
+        metrics: Arc<Metrics>,
+        labels: Labels,
+        started: Instant,
+        content_type: &str,
+    ) -> Metered {
+        Metered {
+            inner,
+            metrics,
+            labels,
+            started,
+            usage: UsageTap::new(content_type),
+            length_framed: false,
+            finished: false,
+            inflight: None,
+            holds: Vec::new(),
+            cancelled: None,
+            idle: None,
+            activity: None,
+            ttft_ms: None,
+            recording: None,
+        }
+    }
+
+    /// Keeps the response body for the request's capture (captures on only).
+    pub fn recording(mut self, recording: Option<super::captures::Recording>) -> Self {
+        self.recording = recording;
+        self
+    }
+
+    /// Logs the request in the activity log when it ends.
+    pub fn logged_in(
+        mut self,
+        log: Arc<super::activity::Activity>,
+        req_path: String,
+        status: http::StatusCode,
+        content_type: &str,
+    ) -> Self {
+        self.activity = Some(ActivityRecord {
+            log,
+            req_path,
+            status: status.as_u16(),
+            content_type: super::activity::content_type(content_type),
+        });
+        self
+    }
+
+    /// Ends the body when the upstream sends nothing for `limit`.
+    pub fn with_idle_limit(mut self, limit: Option<std::time::Duration>) -> Self {
+        self.idle = limit.map(IdleLimit::new);
+        self
+    }
+
+    /// A body of declared length cannot take an added error event.
+    pub fn length_framed(mut self, framed: bool) -> Self {
+        self.length_framed |= framed;
+        self
+    }
+
+    /// Keeps the request listed as in flight until the body ends, and ends it if an operator cancels.
+    pub fn with_inflight(
+        mut self,
+        guard: Option<super::inflight::Guard>,
+        token: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        self.inflight = guard;
+        self.cancelled = Some(Box::pin(token.cancelled_owned()));
+        self
+    }
+
+    /// Keeps these alive (selector counts) until the body ends.
+    pub fn holding(mut self, holds: Vec<Box<dyn Send + Sync>>) -> Self {
+        self.holds = holds;
+        self
+    }
+
+    fn observe(&mut self, data: &Bytes) {
+        if let Some(recording) = &mut self.recording {
+            recording.push(data);
+        }
+        if self.ttft_ms.is_none() {
+            let elapsed = self.started.elapsed();
+            self.ttft_ms = Some(elapsed.as_millis() as u64);
+            let l = [self.labels.model.as_str(), self.labels.route.as_str()];
+            self.metrics
+                .time_to_first_byte
+                .with_label_values(&l)
+                .observe(elapsed.as_secs_f64());
+        }
+        self.usage.observe(data);
+    }
+
+    /// True when the body may still get an error event: an event stream, not yet closed.
+    fn open_stream(&self) -> bool {
+        self.usage.is_sse() && !self.usage.done && !self.length_framed
+    }
+
+    /// True once an operator cancelled the request.
+    fn cancelled(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(cancelled) = &mut self.cancelled else {
+            return false;
+        };
+        if cancelled.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        self.cancelled = None;
+        true
+    }
+
+    /// Counts and logs the request, once.
+    fn finish(&mut self) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let failed = self.activity.as_ref().is_some_and(|a| a.status >= 400);
+        let (tokens, error) = self.usage.finish(failed);
+        self.record_metrics(tokens);
+        if let Some(a) = self.activity.take() {
+            let error = error.or_else(|| failed.then(|| reason(a.status)));
+            a.log.record(super::activity::Entry {
+                // the last use of the labels: metrics are recorded above
+                model: std::mem::take(&mut self.labels.model),
+                req_path: a.req_path,
+                status: a.status,
+                content_type: a.content_type,
+                tokens,
+                duration_ms: self.started.elapsed().as_millis() as u64,
+                ttft_ms: self.ttft_ms,
+                error,
+                capture: self
+                    .recording
+                    .take()
+                    .map(super::captures::Recording::finish),
+            });
+        }
+    }
+
+    fn record_metrics(&self, tokens: Option<Tokens>) {
+        let l = [self.labels.model.as_str(), self.labels.route.as_str()];
+        self.metrics
+            .requests
+            .with_label_values(&[l[0], l[1], self.labels.status])
+            .inc();
+        self.metrics
+            .request_duration
+            .with_label_values(&l)
+            .observe(self.started.elapsed().as_secs_f64());
+        if let Some(t) = tokens {
+            self.metrics
+                .prompt_tokens
+                .with_label_values(&[l[0]])
+                .inc_by(t.prompt);
+            self.metrics
+                .completion_tokens
+                .with_label_values(&[l[0]])
+                .inc_by(t.completion);
+        }
+    }
+
+    /// The upstream went quiet for the idle limit: an open event stream ends with an error event,
+    /// anything else with an error.
+    fn end_idle(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let limit = self.idle.as_ref().map(IdleLimit::limit).unwrap_or_default();
+        let why = format!(
+            "no data from the upstream for {}s (timeouts.streamIdle)",
+            limit.as_secs()
+        );
+        tracing::warn!(model = %self.labels.model, "ending a response: {why}");
+        let open = self.open_stream();
+        self.finish();
+        if open {
+            return Poll::Ready(Some(Ok(Frame::data(stream_error_event(&why)))));
+        }
+        Poll::Ready(Some(Err(why.into())))
+    }
+}
+
+/// The status line's reason, as the logged error of a failed answer without a message.
+fn reason(status: u16) -> String {
+    http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("error")
+        .to_string()
+}
+
+impl HttpBody for Metered {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.finished {
+            // an event stream that failed was closed with an error event
+            return Poll::Ready(None);
+        }
+        if self.cancelled(cx) {
+            self.finish();
+            return Poll::Ready(Some(Err("request cancelled".into())));
+        }
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let data = data.clone();
+                    self.observe(&data);
+                }
+                if let Some(idle) = &mut self.idle {
+                    idle.touch();
+                }
+            }
+            Poll::Pending if self.idle.as_mut().is_some_and(|i| i.expired(cx)) => {
+                return self.end_idle();
+            }
+            Poll::Ready(Some(Err(e))) if self.open_stream() => {
+                // the engine died or the connection broke mid-stream: end the stream with an
+                // error event that OpenAI clients raise, rather than a truncated response
+                let event = stream_error_event(&e.to_string());
+                self.finish();
+                return Poll::Ready(Some(Ok(Frame::data(event))));
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The last event of a stream the upstream broke off.
+fn stream_error_event(why: &str) -> Bytes {
+    crate::error::sse_error_event(
+        http::StatusCode::BAD_GATEWAY,
+        &format!("the upstream stream ended early: {why}"),
+    )
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

@@ -1,0 +1,310 @@
+//! Token counts read from what passes: the `usage` (or llama.cpp `timings`) value of a JSON body
+//! or of the SSE event that carries it, found by its key so the rest of the answer is never parsed.
+
+use bytes::Bytes;
+
+/// The most of a non-streaming JSON body kept aside to read its `usage` at the end.
+const JSON_COPY_LIMIT: usize = 1 << 20;
+/// The longest SSE line kept while waiting for its end.
+const LINE_LIMIT: usize = 256 * 1024;
+
+/// Watches a response body for its token counts, without holding anything back.
+pub(super) struct UsageTap {
+    sse: bool,
+    line: Vec<u8>,
+    /// A non-streaming JSON body's chunks (shared, not copied), read for `usage` at the end.
+    json: Option<Vec<Bytes>>,
+    json_len: usize,
+    /// The event stream said `[DONE]`: nothing may be added to it.
+    pub(super) done: bool,
+    tokens: Option<Tokens>,
+}
+
+impl UsageTap {
+    pub(super) fn new(content_type: &str) -> UsageTap {
+        UsageTap {
+            sse: content_type.starts_with("text/event-stream"),
+            line: Vec::new(),
+            json: content_type.contains("json").then(Vec::new),
+            json_len: 0,
+            done: false,
+            tokens: None,
+        }
+    }
+
+    pub(super) fn is_sse(&self) -> bool {
+        self.sse
+    }
+
+    pub(super) fn observe(&mut self, data: &Bytes) {
+        if self.sse {
+            for &b in data.iter() {
+                if b == b'\n' {
+                    let line = std::mem::take(&mut self.line);
+                    self.sse_line(&line);
+                } else if self.line.len() < LINE_LIMIT {
+                    self.line.push(b);
+                }
+            }
+        } else if let Some(chunks) = &mut self.json {
+            self.json_len += data.len();
+            if self.json_len <= JSON_COPY_LIMIT {
+                chunks.push(data.clone());
+            } else {
+                self.json = None;
+            }
+        }
+    }
+
+    fn sse_line(&mut self, line: &[u8]) {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return;
+        };
+        let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            self.done = true;
+            return;
+        }
+        // only the events that carry counts are parsed (usually the last one)
+        let carries = |key: &[u8]| memchr::memmem::find(data, key).is_some();
+        if data.first() != Some(&b'{') || !(carries(b"\"usage\"") || carries(b"\"timings\"")) {
+            return;
+        }
+        if let Some(t) = Tokens::from_slice(data) {
+            self.tokens = Some(t);
+        }
+    }
+
+    /// The counts seen, and when `failed`, the message of a JSON error body.
+    pub(super) fn finish(&mut self, failed: bool) -> (Option<Tokens>, Option<String>) {
+        let Some(chunks) = self.json.take() else {
+            return (self.tokens, None);
+        };
+        let joined;
+        let body: &[u8] = match chunks.as_slice() {
+            [one] => one,
+            many => {
+                joined = many.concat();
+                &joined
+            }
+        };
+        let tokens = Tokens::from_slice(body).or(self.tokens);
+        (tokens, failed.then(|| error_message(body)).flatten())
+    }
+}
+
+/// An error body's message: `error.message`, `error`, `message` or `detail`.
+fn error_message(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    v.get("error")
+        .and_then(|e| e.get("message").and_then(text).or_else(|| text(e)))
+        .or_else(|| v.get("message").and_then(text))
+        .or_else(|| v.get("detail").and_then(text))
+}
+
+/// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`, and what else
+/// they tell (for the activity log).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
+    /// Prompt tokens served from a cache.
+    pub cache: Option<u64>,
+    pub draft: Option<u64>,
+    pub draft_accepted: Option<u64>,
+    pub prompt_per_second: Option<f64>,
+    pub tokens_per_second: Option<f64>,
+}
+
+impl Tokens {
+    /// Reads a JSON document's `usage`/`timings` into typed fields. Only those values are parsed:
+    /// found by their keys (the same words inside a string have escaped quotes and do not match).
+    /// Counts come from `usage` when it has them, else from `timings`; speeds, cache and draft
+    /// counts from whichever carries them.
+    pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
+        #[derive(serde::Deserialize)]
+        struct Details {
+            cached_tokens: Option<u64>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Usage {
+            prompt_tokens: Option<u64>,
+            input_tokens: Option<u64>,
+            completion_tokens: Option<u64>,
+            output_tokens: Option<u64>,
+            cache_read_input_tokens: Option<u64>,
+            prompt_tokens_details: Option<Details>,
+            input_tokens_details: Option<Details>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Timings {
+            prompt_n: Option<u64>,
+            predicted_n: Option<u64>,
+            cache_n: Option<u64>,
+            draft_n: Option<u64>,
+            draft_n_accepted: Option<u64>,
+            prompt_per_second: Option<f64>,
+            predicted_per_second: Option<f64>,
+        }
+        let mut t = Tokens::default();
+        let mut found = false;
+        if let Some(u) = value_of::<Option<Usage>>(bytes, b"\"usage\"").flatten() {
+            let prompt = u.prompt_tokens.or(u.input_tokens);
+            let completion = u.completion_tokens.or(u.output_tokens);
+            if prompt.is_some() || completion.is_some() {
+                t.prompt = prompt.unwrap_or(0);
+                t.completion = completion.unwrap_or(0);
+                found = true;
+            }
+            let cached = |d: Option<Details>| d.and_then(|d| d.cached_tokens);
+            t.cache = u
+                .cache_read_input_tokens
+                .or(cached(u.prompt_tokens_details))
+                .or(cached(u.input_tokens_details));
+        }
+        if let Some(tm) = value_of::<Option<Timings>>(bytes, b"\"timings\"").flatten() {
+            if !found {
+                t.prompt = tm.prompt_n.unwrap_or(0);
+                t.completion = tm.predicted_n.unwrap_or(0);
+                found = true;
+            }
+            t.cache = t.cache.or(tm.cache_n);
+            t.draft = tm.draft_n;
+            t.draft_accepted = tm.draft_n_accepted;
+            t.prompt_per_second = tm.prompt_per_second;
+            t.tokens_per_second = tm.predicted_per_second;
+        }
+        found.then_some(t)
+    }
+}
+
+/// The value after the last `quoted_key:` in `bytes`, read without looking at anything else.
+fn value_of<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], quoted_key: &[u8]) -> Option<T> {
+    let mut end = bytes.len();
+    while let Some(at) = memchr::memmem::rfind(&bytes[..end], quoted_key) {
+        let after = bytes[at + quoted_key.len()..].trim_ascii_start();
+        if let Some(value) = after.strip_prefix(b":") {
+            let mut de = serde_json::Deserializer::from_slice(value);
+            return T::deserialize(&mut de).ok();
+        }
+        // a string value that reads like the key
+        end = at;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(doc: &str) -> Option<(u64, u64)> {
+        Tokens::from_slice(doc.as_bytes()).map(|t| (t.prompt, t.completion))
+    }
+
+    #[test]
+    fn tokens_from_usage_or_timings() {
+        let usage = r#"{"usage": {"prompt_tokens": 7, "completion_tokens": 3}, "choices": [{"x": [1, 2]}]}"#;
+        assert_eq!(counts(usage), Some((7, 3)));
+        assert_eq!(
+            counts(r#"{"timings": {"prompt_n": 5, "predicted_n": 9, "x": 1.5}}"#),
+            Some((5, 9))
+        );
+        assert_eq!(
+            counts(r#"{"usage": {"input_tokens": 2, "output_tokens": 4}}"#),
+            Some((2, 4))
+        );
+        assert_eq!(
+            counts(r#"{"response": {"usage": {"input_tokens": 2, "output_tokens": 4}}}"#),
+            Some((2, 4))
+        );
+        assert_eq!(counts(r#"{"choices": []}"#), None);
+        assert_eq!(
+            counts(r#"{"usage": null, "timings": {"prompt_n": 1}}"#),
+            Some((1, 0))
+        );
+        assert_eq!(
+            counts(r#"{"usage" : {"prompt_tokens": 1}, "object": "usage"}"#),
+            Some((1, 0))
+        );
+        // the same words inside strings do not count
+        assert_eq!(
+            counts(r#"{"choices": [{"content": "say \"usage\": {\"prompt_tokens\": 9}"}]}"#),
+            None
+        );
+        assert_eq!(
+            counts(
+                r#"{"choices": [{"content": "\"timings\": {}"}], "usage": {"completion_tokens": 2}}"#
+            ),
+            Some((0, 2))
+        );
+    }
+
+    #[test]
+    fn speeds_cache_and_drafts_come_along() {
+        let llama = r#"{"usage": {"prompt_tokens": 10, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 4}},
+            "timings": {"prompt_n": 6, "predicted_n": 5, "cache_n": 4, "draft_n": 3, "draft_n_accepted": 2,
+                        "prompt_per_second": 120.5, "predicted_per_second": 33.25}}"#;
+        let t = Tokens::from_slice(llama.as_bytes()).unwrap();
+        assert_eq!((t.prompt, t.completion, t.cache), (10, 5, Some(4)));
+        assert_eq!((t.draft, t.draft_accepted), (Some(3), Some(2)));
+        assert_eq!(
+            (t.prompt_per_second, t.tokens_per_second),
+            (Some(120.5), Some(33.25))
+        );
+        let anthropic =
+            r#"{"usage": {"input_tokens": 3, "output_tokens": 1, "cache_read_input_tokens": 2}}"#;
+        assert_eq!(
+            Tokens::from_slice(anthropic.as_bytes()).unwrap().cache,
+            Some(2)
+        );
+    }
+
+    fn tap(content_type: &str, chunks: &[&str]) -> UsageTap {
+        let mut t = UsageTap::new(content_type);
+        for c in chunks {
+            t.observe(&Bytes::copy_from_slice(c.as_bytes()));
+        }
+        t
+    }
+
+    #[test]
+    fn an_sse_event_split_across_chunks_is_read_whole() {
+        let mut t = tap(
+            "text/event-stream",
+            &[
+                "data: {\"choices\":[]}\n\ndata: {\"us",
+                "age\": {\"prompt_tokens\": 4, \"completion_tokens\": 2}}\n\n",
+            ],
+        );
+        assert!(!t.done);
+        assert_eq!(
+            t.finish(false).0.map(|t| (t.prompt, t.completion)),
+            Some((4, 2))
+        );
+        let t = tap("text/event-stream", &["data: [DONE]\n\n"]);
+        assert!(t.done, "[DONE] closes the stream to added events");
+    }
+
+    #[test]
+    fn a_json_body_is_read_at_the_end_and_a_failed_one_gives_its_message() {
+        let body = [
+            "{\"error\": {\"message\": \"no such ",
+            "model\"}, \"usage\": {\"prompt_tokens\": 1}}",
+        ];
+        let (tokens, error) = tap("application/json", &body).finish(true);
+        assert_eq!(tokens.map(|t| t.prompt), Some(1));
+        assert_eq!(error.as_deref(), Some("no such model"));
+        assert_eq!(tap("application/json", &body).finish(false).1, None);
+    }
+
+    #[test]
+    fn a_json_body_past_the_copy_limit_is_not_kept() {
+        let big = format!(
+            "{{\"usage\": {{\"prompt_tokens\": 1}}, \"pad\": \"{}\"}}",
+            "x".repeat(JSON_COPY_LIMIT)
+        );
+        let mut t = tap("application/json", &[&big]);
+        assert_eq!(t.finish(true), (None, None));
+    }
+}
