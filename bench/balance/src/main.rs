@@ -9,14 +9,13 @@
 //!
 //! Usage: corral-balance [CORRAL_BINARY] [SECONDS] [RATE_PER_SECOND]
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use corral_balance::{free_port_run, percentile, Corral, Rng};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const REPLICAS: usize = 4;
 const SLOTS: usize = 2;
@@ -24,19 +23,6 @@ const SLOTS: usize = 2;
 const ALPHA: f64 = 1.2;
 const X_MIN: f64 = 2.0;
 const MAX_STEPS: u64 = 300;
-
-/// A small deterministic generator (SplitMix64), so both modes see the same requests.
-struct Rng(u64);
-
-impl Rng {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// The workload: (arrival offset, generation steps) for each request.
 fn workload(seconds: f64, rate: f64, seed: u64) -> Vec<(Duration, u64)> {
@@ -53,19 +39,6 @@ fn workload(seconds: f64, rate: f64, seed: u64) -> Vec<(Duration, u64)> {
     }
 }
 
-/// A base for `n` free consecutive ports below the ephemeral range (32768 and up).
-fn free_port_run(n: u16, salt: u16) -> u16 {
-    let mut base = 20000 + (std::process::id() as u16).wrapping_add(salt.wrapping_mul(97)) % 12000;
-    while !(base..base + n).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
-        base = if base + 2 * n >= 32000 {
-            20000
-        } else {
-            base + n
-        };
-    }
-    base
-}
-
 struct Outcome {
     latencies: Vec<Duration>,
     failed: usize,
@@ -74,38 +47,12 @@ struct Outcome {
 
 async fn run_mode(corral: &str, mode: &str, work: &[(Duration, u64)]) -> Outcome {
     let dir = std::env::temp_dir().join(format!("corral-balance-{}-{mode}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let base_port = free_port_run(REPLICAS as u16, mode.len() as u16);
     let config = format!(
         "startPort: {base_port}\nmodels:\n  chat:\n    cmd: {corral} fake-engine --port ${{PORT}} -np {SLOTS} --threads 1\n    proxy: http://127.0.0.1:${{PORT}}\n    replicas: {REPLICAS}\n    startReplicas: all\n    balance: {mode}\n    queueDepth: 100000\n    queueTimeout: 600\n    concurrencyLimit: 100000\n    slotsPollInterval: 0\n"
     );
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, config).unwrap();
-    let mut child = tokio::process::Command::new(corral)
-        .args([
-            "--config",
-            path.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("RUST_LOG", "warn,corral=info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("corral starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next_line()
-            .await
-            .unwrap()
-            .expect("corral prints its address");
-        if let Some(addr) = line.split("listening on ").nth(1) {
-            break addr.trim().to_string();
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let corral = Corral::start(corral, &dir, &config).await;
+    let url = corral.url.clone();
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(1024)
         .build_http();
@@ -148,8 +95,7 @@ async fn run_mode(corral: &str, mode: &str, work: &[(Duration, u64)]) -> Outcome
         }
     }
     let wall = started.elapsed();
-    let _ = child.start_kill();
-    let _ = child.wait().await;
+    corral.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
     latencies.sort();
     Outcome {
@@ -160,11 +106,8 @@ async fn run_mode(corral: &str, mode: &str, work: &[(Duration, u64)]) -> Outcome
 }
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
+    let ms: Vec<f64> = sorted.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    percentile(&ms, p)
 }
 
 #[tokio::main]
