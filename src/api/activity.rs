@@ -320,6 +320,37 @@ enum Sort {
     Duration,
 }
 
+impl Sort {
+    /// The field a `sort` parameter names, by its name in the rows' JSON.
+    fn parse(name: &str) -> Result<Sort, String> {
+        Ok(match name {
+            "id" => Sort::Id,
+            "time" => Sort::Time,
+            "model" => Sort::Model,
+            "req_path" => Sort::Path,
+            "resp_status_code" => Sort::Status,
+            "resp_content_type" => Sort::ContentType,
+            "cached" => Sort::Cached,
+            "prompt" => Sort::Prompt,
+            "generated" => Sort::Generated,
+            "drafted" => Sort::Drafted,
+            "prompt_speed" => Sort::PromptSpeed,
+            "gen_speed" => Sort::GenSpeed,
+            "duration" => Sort::Duration,
+            other => return Err(format!("sort: unknown field {other:?}")),
+        })
+    }
+}
+
+/// Whether an `order` parameter asks for the largest first.
+fn descending(order: &str) -> Result<bool, String> {
+    match order {
+        "desc" => Ok(true),
+        "asc" => Ok(false),
+        other => Err(format!("order must be asc or desc, not {other:?}")),
+    }
+}
+
 fn compare(a: &Row, b: &Row, key: &Sort) -> std::cmp::Ordering {
     let (ta, tb) = (a.tokens.unwrap_or_default(), b.tokens.unwrap_or_default());
     let rate = |x: Option<f64>, y: Option<f64>| x.unwrap_or(-1.0).total_cmp(&y.unwrap_or(-1.0));
@@ -384,31 +415,8 @@ impl Query {
                 "max_id" => q.max_id = Some(number(&k, &v, 1, u64::MAX)?),
                 "limit" => q.limit = number(&k, &v, 1, 999)? as usize,
                 "page" => q.page = number(&k, &v, 1, 1_000_000)? as usize,
-                "sort" => {
-                    q.sort = match v.as_str() {
-                        "id" => Sort::Id,
-                        "time" => Sort::Time,
-                        "model" => Sort::Model,
-                        "req_path" => Sort::Path,
-                        "resp_status_code" => Sort::Status,
-                        "resp_content_type" => Sort::ContentType,
-                        "cached" => Sort::Cached,
-                        "prompt" => Sort::Prompt,
-                        "generated" => Sort::Generated,
-                        "drafted" => Sort::Drafted,
-                        "prompt_speed" => Sort::PromptSpeed,
-                        "gen_speed" => Sort::GenSpeed,
-                        "duration" => Sort::Duration,
-                        other => return Err(format!("sort: unknown field {other:?}")),
-                    }
-                }
-                "order" => {
-                    q.descending = match v.as_str() {
-                        "desc" => true,
-                        "asc" => false,
-                        other => return Err(format!("order must be asc or desc, not {other:?}")),
-                    }
-                }
+                "sort" => q.sort = Sort::parse(&v)?,
+                "order" => q.descending = descending(&v)?,
                 other => return Err(format!("unknown parameter {other:?}")),
             }
         }
