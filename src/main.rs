@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use corral::config::{self, Sources};
+use corral::config::{self, Config, Sources};
 use corral::Logs;
 use tokio_util::sync::CancellationToken;
 
@@ -114,57 +114,66 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(opts.listen).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("corral: cannot listen on {}: {e}", opts.listen);
-                return ExitCode::FAILURE;
-            }
-        };
-        let addr = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
-        tracing::info!(
-            "corral {} listening on http://{addr}",
-            env!("CARGO_PKG_VERSION")
-        );
-        let shutdown = CancellationToken::new();
-        let abort = CancellationToken::new();
-        tokio::spawn(watch_signals(shutdown.clone(), abort.clone()));
-        let options = corral::Options {
-            state_dir: state_dir(),
-            state_key: state_key(&opts.sources),
-            ..Default::default()
-        };
-        let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(reload::on_sighup(opts.sources.clone(), reload_tx.clone()));
-        if opts.watch_config {
-            tokio::spawn(reload::watch(opts.sources.clone(), reload_tx));
+    runtime.block_on(serve_on_runtime(opts, loaded.config, logs))
+}
+
+/// Binds the listen address, then serves with signals and config reloads watched until stopped.
+async fn serve_on_runtime(opts: cli::ServeOptions, config: Config, logs: Arc<Logs>) -> ExitCode {
+    let listener = match tokio::net::TcpListener::bind(opts.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("corral: cannot listen on {}: {e}", opts.listen);
+            return ExitCode::FAILURE;
         }
-        match corral::run_with_reloads(
-            loaded.config,
-            listener,
-            logs,
-            options,
-            shutdown,
-            abort.clone(),
-            reloads,
-        )
-        .await
-        {
-            Ok(()) if abort.is_cancelled() => ExitCode::from(130),
-            Ok(()) => {
-                tracing::info!("stopped");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("corral: {e}");
-                ExitCode::FAILURE
-            }
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(
+        "corral {} listening on http://{addr}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let shutdown = CancellationToken::new();
+    let abort = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone(), abort.clone()));
+    let options = corral::Options {
+        state_dir: state_dir(),
+        state_key: state_key(&opts.sources),
+        ..Default::default()
+    };
+    let reloads = watch_reloads(&opts);
+    let served = corral::run_with_reloads(
+        config,
+        listener,
+        logs,
+        options,
+        shutdown,
+        abort.clone(),
+        reloads,
+    )
+    .await;
+    match served {
+        Ok(()) if abort.is_cancelled() => ExitCode::from(130),
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
         }
-    })
+        Err(e) => {
+            eprintln!("corral: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Configs to reload: on SIGHUP, and on every change of the config files with `--watch-config`.
+fn watch_reloads(opts: &cli::ServeOptions) -> tokio::sync::mpsc::Receiver<corral::Reload> {
+    let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(reload::on_sighup(opts.sources.clone(), reload_tx.clone()));
+    if opts.watch_config {
+        tokio::spawn(reload::watch(opts.sources.clone(), reload_tx));
+    }
+    reloads
 }
 
 /// First SIGTERM/SIGINT: drain and stop. Second: stop at once.

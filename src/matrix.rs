@@ -53,50 +53,15 @@ impl Matrix {
         sets: &[(String, String)],
         models: &BTreeSet<String>,
     ) -> Result<Matrix, String> {
-        for (var, model) in vars {
-            let ok = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-';
-            if !(1..=32).contains(&var.len()) || !var.chars().all(ok) {
-                return Err(format!(
-                    "matrix var {var:?}: invalid name (must match ^[a-zA-Z0-9.-]{{1,32}}$)"
-                ));
-            }
-            if !models.contains(model) {
-                return Err(format!(
-                    "matrix var {var:?}: {model:?} is not a model id (aliases are not allowed)"
-                ));
-            }
-        }
-        // A model's cost is its own entry, else the highest among vars naming it.
-        let mut costs = BTreeMap::new();
-        for (key, &cost) in evict_costs {
-            if cost <= 0 {
-                return Err(format!(
-                    "matrix evict_costs {key:?}: cost {cost} must be a positive integer"
-                ));
-            }
-            match vars.get(key) {
-                Some(model) if evict_costs.contains_key(model) => {}
-                Some(model) => {
-                    let slot = costs.entry(model.clone()).or_insert(cost);
-                    *slot = (*slot).max(cost);
-                }
-                None if models.contains(key) => _ = costs.insert(key.clone(), cost),
-                None => return Err(format!("matrix evict_costs {key:?}: unknown var or model")),
-            }
-        }
+        check_vars(vars, models)?;
+        let costs = model_costs(vars, evict_costs, models)?;
         if sets.is_empty() {
             return Err("matrix: at least one set is required".into());
-        }
-        let mut sources = HashMap::new();
-        for (name, dsl) in sets {
-            if sources.insert(name.as_str(), dsl.as_str()).is_some() {
-                return Err(format!("matrix set {name:?}: defined more than once"));
-            }
         }
         let mut cx = Expander {
             vars,
             models,
-            sources,
+            sources: set_sources(sets)?,
             memo: HashMap::new(),
             stack: Vec::new(),
         };
@@ -173,6 +138,61 @@ impl Matrix {
             .flat_map(|s| &s.alternatives)
             .any(|alt| models.iter().all(|m| alt.contains(*m)))
     }
+}
+
+/// Each var's name is valid and names a configured model (not an alias).
+fn check_vars(vars: &BTreeMap<String, String>, models: &BTreeSet<String>) -> Result<(), String> {
+    for (var, model) in vars {
+        let ok = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-';
+        if !(1..=32).contains(&var.len()) || !var.chars().all(ok) {
+            return Err(format!(
+                "matrix var {var:?}: invalid name (must match ^[a-zA-Z0-9.-]{{1,32}}$)"
+            ));
+        }
+        if !models.contains(model) {
+            return Err(format!(
+                "matrix var {var:?}: {model:?} is not a model id (aliases are not allowed)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The eviction cost per model id: a model's own entry, else the highest among vars naming it.
+fn model_costs(
+    vars: &BTreeMap<String, String>,
+    evict_costs: &BTreeMap<String, i64>,
+    models: &BTreeSet<String>,
+) -> Result<BTreeMap<String, i64>, String> {
+    let mut costs = BTreeMap::new();
+    for (key, &cost) in evict_costs {
+        if cost <= 0 {
+            return Err(format!(
+                "matrix evict_costs {key:?}: cost {cost} must be a positive integer"
+            ));
+        }
+        match vars.get(key) {
+            Some(model) if evict_costs.contains_key(model) => {}
+            Some(model) => {
+                let slot = costs.entry(model.clone()).or_insert(cost);
+                *slot = (*slot).max(cost);
+            }
+            None if models.contains(key) => _ = costs.insert(key.clone(), cost),
+            None => return Err(format!("matrix evict_costs {key:?}: unknown var or model")),
+        }
+    }
+    Ok(costs)
+}
+
+/// Each set's DSL by name; a name defined twice is refused.
+fn set_sources(sets: &[(String, String)]) -> Result<HashMap<&str, &str>, String> {
+    let mut sources = HashMap::new();
+    for (name, dsl) in sets {
+        if sources.insert(name.as_str(), dsl.as_str()).is_some() {
+            return Err(format!("matrix set {name:?}: defined more than once"));
+        }
+    }
+    Ok(sources)
 }
 
 struct Expander<'a> {

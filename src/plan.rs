@@ -2,17 +2,10 @@
 
 use std::fmt::Write;
 
-use corral::config::Config;
+use corral::config::{Config, ModelConfig};
 
 /// The plan as text; commands show `***` for secrets unless `show_secrets`.
 pub fn render(config: &Config, show_secrets: bool) -> String {
-    let shown = |argv: &[String]| {
-        if show_secrets {
-            shell_words(argv)
-        } else {
-            shell_words(&config.redactor.argv(argv))
-        }
-    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -21,89 +14,118 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
         config.groups.len()
     );
     for m in config.models.values() {
-        let group = config.group_of(&m.id);
         let _ = writeln!(out, "\nmodel {}", m.id);
-        if let Some(e) = &m.engine {
-            let fetch = if e.needs_fetch() {
-                "; its weights are fetched before the first start and the command then names them"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                out,
-                "  engine:      {} from {} ({}){fetch}",
-                e.kind.name(),
-                e.source,
-                e.source.scheme()
-            );
-        }
-        let _ = writeln!(out, "  argv:        {}", shown(&m.argv));
-        if let Some(stop) = &m.cmd_stop {
-            let _ = writeln!(out, "  cmdStop:     {}", shown(stop));
-        }
-        let _ = writeln!(
-            out,
-            "  port:        {}",
-            m.port.map_or("-".into(), |p| p.to_string())
-        );
-        let _ = writeln!(out, "  proxy:       {}", m.proxy);
-        let _ = writeln!(
-            out,
-            "  health:      {}",
-            m.check_endpoint
-                .as_deref()
-                .unwrap_or("none (ready at spawn)")
-        );
-        let _ = writeln!(
-            out,
-            "  group:       {} (swap: {}, exclusive: {}, persistent: {})",
-            group.id, group.swap, group.exclusive, group.persistent
-        );
-        if !m.aliases.is_empty() {
-            let _ = writeln!(out, "  aliases:     {}", m.aliases.join(", "));
-        }
-        let _ = writeln!(
-            out,
-            "  timeouts:    health {}s, unload {}s, swap stop {}s, ttl {}",
-            config.health_check_timeout.as_secs(),
-            m.unload_timeout.as_secs(),
-            config.health_check_timeout.as_secs(),
-            m.ttl
-                .map_or("never".into(), |t| format!("{}s", t.as_secs()))
-        );
-        let _ = writeln!(out, "  concurrency: {}", m.concurrency_limit);
-        for inst in &m.instances {
-            let need = corral::need_of(m, inst);
-            let deadline = corral::load_deadline(
-                config.health_check_timeout,
-                need.weights,
-                config.load_bandwidth,
-                m.load_timeout,
-            );
-            let label = if m.instances.len() > 1 {
-                format!("  {}:", inst.id)
-            } else {
-                "  load:".to_string()
-            };
-            let _ = writeln!(
-                out,
-                "{label:<14}deadline {}s (weights {}), memory {} ({})",
-                deadline.as_secs(),
-                corral::format_bytes(need.weights),
-                corral::format_bytes(need.bytes),
-                need.source
-            );
-            if !config.devices.is_empty() {
-                let _ = writeln!(out, "  placed:     {}", placed_alone(config, m, need.bytes));
-            }
-        }
+        render_engine(&mut out, m);
+        render_commands(&mut out, config, m, show_secrets);
+        render_routing(&mut out, config, m);
+        render_loads(&mut out, config, m);
     }
     out
 }
 
+/// The `engine:` line of a model served by a built-in engine: which weights, and that they are
+/// fetched before the first start.
+fn render_engine(out: &mut String, m: &ModelConfig) {
+    let Some(e) = &m.engine else { return };
+    let fetch = if e.needs_fetch() {
+        "; its weights are fetched before the first start and the command then names them"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "  engine:      {} from {} ({}){fetch}",
+        e.kind.name(),
+        e.source,
+        e.source.scheme()
+    );
+}
+
+/// The commands that start and stop the model, secrets masked unless `show_secrets`.
+fn render_commands(out: &mut String, config: &Config, m: &ModelConfig, show_secrets: bool) {
+    let shown = |argv: &[String]| {
+        if show_secrets {
+            shell_words(argv)
+        } else {
+            shell_words(&config.redactor.argv(argv))
+        }
+    };
+    let _ = writeln!(out, "  argv:        {}", shown(&m.argv));
+    if let Some(stop) = &m.cmd_stop {
+        let _ = writeln!(out, "  cmdStop:     {}", shown(stop));
+    }
+}
+
+/// How requests reach the model and what bounds them: port, upstream, health check, group,
+/// aliases, timeouts and concurrency.
+fn render_routing(out: &mut String, config: &Config, m: &ModelConfig) {
+    let group = config.group_of(&m.id);
+    let _ = writeln!(
+        out,
+        "  port:        {}",
+        m.port.map_or("-".into(), |p| p.to_string())
+    );
+    let _ = writeln!(out, "  proxy:       {}", m.proxy);
+    let _ = writeln!(
+        out,
+        "  health:      {}",
+        m.check_endpoint
+            .as_deref()
+            .unwrap_or("none (ready at spawn)")
+    );
+    let _ = writeln!(
+        out,
+        "  group:       {} (swap: {}, exclusive: {}, persistent: {})",
+        group.id, group.swap, group.exclusive, group.persistent
+    );
+    if !m.aliases.is_empty() {
+        let _ = writeln!(out, "  aliases:     {}", m.aliases.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "  timeouts:    health {}s, unload {}s, swap stop {}s, ttl {}",
+        config.health_check_timeout.as_secs(),
+        m.unload_timeout.as_secs(),
+        config.health_check_timeout.as_secs(),
+        m.ttl
+            .map_or("never".into(), |t| format!("{}s", t.as_secs()))
+    );
+    let _ = writeln!(out, "  concurrency: {}", m.concurrency_limit);
+}
+
+/// Per instance: the load deadline, the memory it needs and, when devices are configured, where
+/// it would be placed.
+fn render_loads(out: &mut String, config: &Config, m: &ModelConfig) {
+    for inst in &m.instances {
+        let need = corral::need_of(m, inst);
+        let deadline = corral::load_deadline(
+            config.health_check_timeout,
+            need.weights,
+            config.load_bandwidth,
+            m.load_timeout,
+        );
+        let label = if m.instances.len() > 1 {
+            format!("  {}:", inst.id)
+        } else {
+            "  load:".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "{label:<14}deadline {}s (weights {}), memory {} ({})",
+            deadline.as_secs(),
+            corral::format_bytes(need.weights),
+            corral::format_bytes(need.bytes),
+            need.source
+        );
+        if !config.devices.is_empty() {
+            let _ = writeln!(out, "  placed:     {}", placed_alone(config, m, need.bytes));
+        }
+    }
+}
+
 /// Where a model would go if it were started alone on empty devices: each device and the bytes
 /// charged there (several for a split), or why it never fits.
-fn placed_alone(config: &Config, m: &corral::config::ModelConfig, need: u64) -> String {
+fn placed_alone(config: &Config, m: &ModelConfig, need: u64) -> String {
     use corral::{place, Placement};
     if need == 0 {
         return "anywhere (no memory figure)".into();

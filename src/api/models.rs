@@ -1,5 +1,7 @@
 //! `GET /v1/models`: the OpenAI list, with llama-swap's extra fields (§2.2).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{header, HeaderMap, Response, StatusCode};
@@ -7,8 +9,10 @@ use serde_json::{json, Map, Value};
 
 use super::{json, App};
 use crate::body::Body;
-use crate::config::ModelConfig;
-use crate::fleet::Phase;
+use crate::catalog::Catalog;
+use crate::config::{Capabilities, ModelConfig};
+use crate::fleet::lifecycle::Status;
+use crate::fleet::{Phase, Snapshot};
 
 /// Metadata keys that configured capabilities replace.
 const CAPABILITY_KEYS: &[&str] = &[
@@ -19,43 +23,77 @@ const CAPABILITY_KEYS: &[&str] = &[
 ];
 
 pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let snapshot = app.fleet.snapshot();
-    let ready = |ids: &[String]| {
-        snapshot
-            .iter()
-            .any(|s| ids.contains(&s.instance) && s.state == Phase::Ready)
-    };
-    let catalog = app.fleet.catalog();
-    let statuses = app.fleet.statuses();
+    let listing = Listing::new(app);
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
-        let ids: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
-        let loaded = ready(&ids);
-        let mut r = model_record(m, created, loaded, &ids);
-        if let Some(st) = statuses.get(&m.id) {
-            r["status"]["lifecycle"] = json!(st.status.as_str());
-            if let Some(reason) = &st.reason {
-                r["status"]["reason"] = json!(reason);
-            }
+        listing.model_entries(m, &mut data);
+    }
+    data.extend(listing.pool_entries());
+    data.extend(peer_entries(app, listing.created));
+    data.extend(selector_entries(app, listing.created));
+    data.extend(profile_pins(app, &data, listing.created));
+    data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        resp.headers_mut()
+            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    }
+    resp
+}
+
+/// The fleet's state, read once per listing so that every entry agrees on what is loaded.
+struct Listing<'a> {
+    app: &'a App,
+    created: u64,
+    snapshot: Vec<Snapshot>,
+    catalog: Arc<Catalog>,
+    statuses: BTreeMap<String, Status>,
+}
+
+impl<'a> Listing<'a> {
+    fn new(app: &'a App) -> Self {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let snapshot = app.fleet.snapshot();
+        let catalog = app.fleet.catalog();
+        let statuses = app.fleet.statuses();
+        Listing {
+            app,
+            created,
+            snapshot,
+            catalog,
+            statuses,
         }
-        let download = snapshot
+    }
+
+    /// Whether any of the instances `ids` is ready to serve.
+    fn ready(&self, ids: &[String]) -> bool {
+        self.snapshot
             .iter()
-            .find(|s| s.model == m.id && s.download.is_some());
-        if let Some(d) = download.and_then(|s| s.download.as_ref()) {
-            r["status"]["download"] = json!(d);
-        }
-        data.push(r);
+            .any(|s| ids.contains(&s.instance) && s.state == Phase::Ready)
+    }
+
+    /// A configured model's entries: its own, one per replica when it has several, and one per
+    /// alias when `includeAliasesInList` is set.
+    fn model_entries(&self, m: &ModelConfig, data: &mut Vec<Value>) {
+        let created = self.created;
+        let ids: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
+        let loaded = self.ready(&ids);
+        data.push(self.model_entry(m, loaded, &ids));
         if ids.len() > 1 {
             for id in &ids {
                 let meta = json!({"type": "replica", "modelID": m.id, "pool": m.id});
-                data.push(record(id, created, meta, ready(std::slice::from_ref(id))));
+                data.push(record(
+                    id,
+                    created,
+                    meta,
+                    self.ready(std::slice::from_ref(id)),
+                ));
             }
         }
-        if app.config.include_aliases_in_list {
+        if self.app.config.include_aliases_in_list {
             for alias in &m.aliases {
                 let mut r = model_record(m, created, loaded, &ids);
                 r["id"] = json!(alias);
@@ -65,14 +103,43 @@ pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
             }
         }
     }
-    for pool in catalog
-        .pools
-        .values()
-        .filter(|p| !app.config.models.contains_key(&p.id))
-    {
-        let meta = json!({"type": "pool", "members": pool.members});
-        data.push(record(&pool.id, created, meta, ready(&pool.members)));
+
+    /// The model's own entry, with its lifecycle status and any download in progress.
+    fn model_entry(&self, m: &ModelConfig, loaded: bool, ids: &[String]) -> Value {
+        let mut r = model_record(m, self.created, loaded, ids);
+        if let Some(st) = self.statuses.get(&m.id) {
+            r["status"]["lifecycle"] = json!(st.status.as_str());
+            if let Some(reason) = &st.reason {
+                r["status"]["reason"] = json!(reason);
+            }
+        }
+        let download = self
+            .snapshot
+            .iter()
+            .find(|s| s.model == m.id && s.download.is_some());
+        if let Some(d) = download.and_then(|s| s.download.as_ref()) {
+            r["status"]["download"] = json!(d);
+        }
+        r
     }
+
+    /// Pools that are not also a model's id (a model's own pool is listed as that model).
+    fn pool_entries(&self) -> Vec<Value> {
+        self.catalog
+            .pools
+            .values()
+            .filter(|p| !self.app.config.models.contains_key(&p.id))
+            .map(|pool| {
+                let meta = json!({"type": "pool", "members": pool.members});
+                record(&pool.id, self.created, meta, self.ready(&pool.members))
+            })
+            .collect()
+    }
+}
+
+/// One entry per model a peer serves, as `peer/model`; never loaded, as corral does not know.
+fn peer_entries(app: &App, created: u64) -> Vec<Value> {
+    let mut data = Vec::new();
     for (peer_id, peer) in &app.config.peers {
         for m in &peer.models {
             let fqn = format!("{peer_id}/{m}");
@@ -86,6 +153,12 @@ pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
             data.push(r);
         }
     }
+    data
+}
+
+/// Listed selectors, with their metadata, strategy and targets.
+fn selector_entries(app: &App, created: u64) -> Vec<Value> {
+    let mut data = Vec::new();
     for (id, sel) in app.config.selectors.iter().filter(|(_, s)| !s.unlisted) {
         let mut meta: Map<String, Value> = sel.metadata.clone();
         meta.insert("type".into(), json!("selector"));
@@ -103,14 +176,7 @@ pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
         }
         data.push(r);
     }
-    data.extend(profile_pins(app, &data, created));
-    data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        resp.headers_mut()
-            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
-    }
-    resp
+    data
 }
 
 /// The active profile's pins that name no listed id (a pin that shadows a model is that model's
@@ -176,36 +242,49 @@ fn model_record(m: &ModelConfig, created: u64, loaded: bool, ids: &[String]) -> 
         r["architecture"] = json!({"input_modalities": caps.input, "output_modalities": caps.output, "modality": modality});
     }
     if has_caps {
-        let has = |list: &[String], m: &str| list.iter().any(|x| x == m);
-        let mut c = Map::new();
-        let flags = [
-            ("vision", has(&caps.input, "image")),
-            (
-                "audio_transcriptions",
-                has(&caps.input, "audio") && has(&caps.output, "text"),
-            ),
-            ("audio_speech", has(&caps.output, "audio")),
-            ("image_generation", has(&caps.output, "image")),
-            (
-                "image_to_image",
-                has(&caps.input, "image") && has(&caps.output, "image"),
-            ),
-            ("function_calling", caps.tools),
-            ("reranker", caps.reranker),
-        ];
-        for (k, v) in flags.into_iter().filter(|(_, v)| *v) {
-            c.insert(k.into(), json!(v));
-        }
-        if !c.is_empty() {
-            r["capabilities"] = Value::Object(c);
-        }
-        if caps.tools {
-            r["supported_parameters"] = json!(["tools", "tool_choice"]);
-        }
-        if caps.context > 0 {
-            r["context_length"] = json!(caps.context);
-            r["meta"]["n_ctx"] = json!(caps.context);
-        }
+        capability_fields(&mut r, caps);
     }
     r
+}
+
+/// The OpenRouter-style fields that configured capabilities add to a model's entry: the flags
+/// they imply, the tool parameters and the context length.
+fn capability_fields(r: &mut Value, caps: &Capabilities) {
+    let c = capability_flags(caps);
+    if !c.is_empty() {
+        r["capabilities"] = Value::Object(c);
+    }
+    if caps.tools {
+        r["supported_parameters"] = json!(["tools", "tool_choice"]);
+    }
+    if caps.context > 0 {
+        r["context_length"] = json!(caps.context);
+        r["meta"]["n_ctx"] = json!(caps.context);
+    }
+}
+
+/// The capability flags that hold, from the input and output modalities and the tool and
+/// reranker switches.
+fn capability_flags(caps: &Capabilities) -> Map<String, Value> {
+    let has = |list: &[String], m: &str| list.iter().any(|x| x == m);
+    let mut c = Map::new();
+    let flags = [
+        ("vision", has(&caps.input, "image")),
+        (
+            "audio_transcriptions",
+            has(&caps.input, "audio") && has(&caps.output, "text"),
+        ),
+        ("audio_speech", has(&caps.output, "audio")),
+        ("image_generation", has(&caps.output, "image")),
+        (
+            "image_to_image",
+            has(&caps.input, "image") && has(&caps.output, "image"),
+        ),
+        ("function_calling", caps.tools),
+        ("reranker", caps.reranker),
+    ];
+    for (k, v) in flags.into_iter().filter(|(_, v)| *v) {
+        c.insert(k.into(), json!(v));
+    }
+    c
 }

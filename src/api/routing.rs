@@ -178,59 +178,77 @@ fn choose(
 ) -> Result<String, Error> {
     match sel.strategy.as_str() {
         "pin" => Ok(sel.targets[0].clone()),
-        "warm" => {
-            for want in [Phase::Ready, Phase::Starting] {
-                if let Some(t) = sel
-                    .targets
-                    .iter()
-                    .find(|t| phase_of(fleet, config, t) == Some(want))
-                {
-                    return Ok(t.clone());
-                }
-            }
-            Ok(sel.targets[0].clone())
-        }
-        _ => {
-            // spillover: least-loaded active target while under the threshold, else the next cold one
-            let load = |t: &str| spill.counter(id, t).load(Ordering::SeqCst);
-            let is_peer = |t: &str| fleet.catalog().resolve(t).is_none();
-            let active: Vec<&String> = sel
-                .targets
-                .iter()
-                .filter(|t| match phase_of(fleet, config, t) {
-                    Some(Phase::Ready | Phase::Starting) => true,
-                    _ => load(t) > 0 || (is_peer(t) && load(t) > 0),
-                })
-                .collect();
-            let usable: Vec<&String> = sel
-                .targets
-                .iter()
-                .filter(|t| !matches!(phase_of(fleet, config, t), Some(Phase::Stopping)))
-                .collect();
-            if usable.is_empty() {
-                return Err(Error::Busy {
-                    status: 503,
-                    message: format!("selector \"{id}\" has no available spillover targets"),
-                    retry_after: 1,
-                });
-            }
-            let least = |set: &[&String]| -> Option<String> {
-                let min = set.iter().map(|t| load(t)).min()?;
-                let ties: Vec<&&String> = set.iter().filter(|t| load(t) == min).collect();
-                let i = spill.rr.fetch_add(1, Ordering::Relaxed) % ties.len();
-                Some((*ties[i]).clone())
-            };
-            if active.is_empty() {
-                return Ok(usable[0].clone());
-            }
-            let best = least(&active).expect("active is not empty");
-            if (load(&best) as u64) < sel.spillover {
-                return Ok(best);
-            }
-            if let Some(cold) = usable.iter().find(|t| !active.contains(t)) {
-                return Ok((*cold).clone());
-            }
-            Ok(best)
+        "warm" => Ok(warm(config, fleet, sel)),
+        _ => spillover(config, fleet, spill, id, sel),
+    }
+}
+
+/// `warm`: the first target that is ready, else the first that is starting, else the first.
+fn warm(config: &Config, fleet: &Fleet, sel: &crate::config::Selector) -> String {
+    for want in [Phase::Ready, Phase::Starting] {
+        if let Some(t) = sel
+            .targets
+            .iter()
+            .find(|t| phase_of(fleet, config, t) == Some(want))
+        {
+            return t.clone();
         }
     }
+    sel.targets[0].clone()
+}
+
+/// `spillover`: the least-loaded active target while under the threshold, else the next cold
+/// one; targets that are stopping are never chosen.
+fn spillover(
+    config: &Config,
+    fleet: &Fleet,
+    spill: &Spillover,
+    id: &str,
+    sel: &crate::config::Selector,
+) -> Result<String, Error> {
+    let load = |t: &str| spill.counter(id, t).load(Ordering::SeqCst);
+    let is_peer = |t: &str| fleet.catalog().resolve(t).is_none();
+    let active: Vec<&String> = sel
+        .targets
+        .iter()
+        .filter(|t| match phase_of(fleet, config, t) {
+            Some(Phase::Ready | Phase::Starting) => true,
+            _ => load(t) > 0 || (is_peer(t) && load(t) > 0),
+        })
+        .collect();
+    let usable: Vec<&String> = sel
+        .targets
+        .iter()
+        .filter(|t| !matches!(phase_of(fleet, config, t), Some(Phase::Stopping)))
+        .collect();
+    if usable.is_empty() {
+        return Err(Error::Busy {
+            status: 503,
+            message: format!("selector \"{id}\" has no available spillover targets"),
+            retry_after: 1,
+        });
+    }
+    if active.is_empty() {
+        return Ok(usable[0].clone());
+    }
+    let best = least_loaded(spill, &active, load).expect("active is not empty");
+    if (load(&best) as u64) < sel.spillover {
+        return Ok(best);
+    }
+    if let Some(cold) = usable.iter().find(|t| !active.contains(t)) {
+        return Ok((*cold).clone());
+    }
+    Ok(best)
+}
+
+/// The target of `set` with the least `load`; ties take turns.
+fn least_loaded(
+    spill: &Spillover,
+    set: &[&String],
+    load: impl Fn(&str) -> usize,
+) -> Option<String> {
+    let min = set.iter().map(|t| load(t)).min()?;
+    let ties: Vec<&&String> = set.iter().filter(|t| load(t) == min).collect();
+    let i = spill.rr.fetch_add(1, Ordering::Relaxed) % ties.len();
+    Some((*ties[i]).clone())
 }

@@ -190,6 +190,39 @@ pub fn decode_model_engine(
     engines: &BTreeMap<&'static str, EngineSettings>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<EngineModel>, ConfigError> {
+    let Some(kind) = engine_kind(id, m)? else {
+        return Ok(None);
+    };
+    if m.string("cmd")?.is_some_and(|c| !c.trim().is_empty()) {
+        warnings.push(format!(
+            "{}: cmd is given, so it runs as written and engine, source, ctx, slots and args are not used",
+            m.path
+        ));
+        return Ok(None);
+    }
+    let settings = engines.get(kind.name()).cloned().unwrap_or_default();
+    let command = engine_command(m, kind, settings.command)?;
+    let source_text = m
+        .string("source")?
+        .ok_or_else(|| m.err("source", format!("model {id} names an engine but no source: add source: hf://org/repo, s3://bucket/key, ollama://name:tag, a URL or a path")))?;
+    let source = Source::parse(&source_text).map_err(|e| m.err("source", e))?;
+    Ok(Some(EngineModel {
+        kind,
+        command,
+        env: settings.env,
+        source,
+        sha256: sha256(m)?,
+        ctx: positive(m, "ctx")?,
+        slots: positive(m, "slots")?.map(|n| n as usize),
+        args: args(m)?,
+        task: task(m)?,
+        served_name: id.to_string(),
+    }))
+}
+
+/// The model's `engine`; `None` without one, where a `source` alone is an error (it would be
+/// ignored).
+fn engine_kind(id: &str, m: &MapReader<'_>) -> Result<Option<EngineKind>, ConfigError> {
     let Some(kind_name) = m.string("engine")? else {
         if m.get("source").is_some() {
             return Err(m.err(
@@ -211,15 +244,17 @@ pub fn decode_model_engine(
             ),
         )
     })?;
-    if m.string("cmd")?.is_some_and(|c| !c.trim().is_empty()) {
-        warnings.push(format!(
-            "{}: cmd is given, so it runs as written and engine, source, ctx, slots and args are not used",
-            m.path
-        ));
-        return Ok(None);
-    }
-    let settings = engines.get(kind.name()).cloned().unwrap_or_default();
-    let command = match settings.command {
+    Ok(Some(kind))
+}
+
+/// The `engines.<kind>.command` configured, else the kind's default; an error for a kind that
+/// has none.
+fn engine_command(
+    m: &MapReader<'_>,
+    kind: EngineKind,
+    configured: Vec<String>,
+) -> Result<Vec<String>, ConfigError> {
+    let command = match configured {
         c if !c.is_empty() => c,
         _ => kind.default_command(),
     };
@@ -233,22 +268,7 @@ pub fn decode_model_engine(
             ),
         ));
     }
-    let source_text = m
-        .string("source")?
-        .ok_or_else(|| m.err("source", format!("model {id} names an engine but no source: add source: hf://org/repo, s3://bucket/key, ollama://name:tag, a URL or a path")))?;
-    let source = Source::parse(&source_text).map_err(|e| m.err("source", e))?;
-    Ok(Some(EngineModel {
-        kind,
-        command,
-        env: settings.env,
-        source,
-        sha256: sha256(m)?,
-        ctx: positive(m, "ctx")?,
-        slots: positive(m, "slots")?.map(|n| n as usize),
-        args: args(m)?,
-        task: task(m)?,
-        served_name: id.to_string(),
-    }))
+    Ok(command)
 }
 
 fn sha256(m: &MapReader<'_>) -> Result<Option<String>, ConfigError> {

@@ -122,44 +122,57 @@ pub fn devices(
         if out.iter().any(|o| o.name == name) {
             return Err(d.err("name", format!("device {name:?} is listed twice")));
         }
-        let capacity = bytes_value(&d, "capacity")?
-            .ok_or_else(|| d.err("capacity", "a device needs a capacity, such as 24GiB"))?;
-        let reserve = bytes_value(&d, "reserve")?.unwrap_or(0);
-        if reserve >= capacity {
-            return Err(d.err("reserve", "must be less than the capacity"));
-        }
-        let index = match d.int("index")? {
-            Some(i) if i >= 0 => Some(i.to_string()),
-            Some(_) => return Err(d.err("index", "must be 0 or more")),
-            None => trailing_index(&name),
-        };
-        let select_as = d.string("uuid")?.or(index);
-        let vendor = match d.string("vendor")? {
-            // a name like cuda0 says both; one without a number is only budgeted
-            None if select_as.is_some() => Vendor::from_name(&name),
-            None => Vendor::None,
-            Some(v) => Vendor::parse(&v).ok_or_else(|| {
-                d.err(
-                    "vendor",
-                    format!("must be nvidia, amd, intel, vulkan or none, not {v:?}"),
-                )
-            })?,
-        };
-        if vendor != Vendor::None && select_as.is_none() {
-            return Err(d.err(
-                "index",
-                format!("{name} needs an index or a uuid to be pinned"),
-            ));
-        }
-        out.push(Device {
-            name,
-            capacity,
-            reserve,
-            vendor,
-            select_as,
-        });
+        out.push(device(&d, name)?);
     }
     Ok(out)
+}
+
+/// One entry of a `devices:` list, its name already read: its memory budget and how an engine
+/// is pinned to it.
+fn device(d: &MapReader<'_>, name: String) -> Result<Device, ConfigError> {
+    let capacity = bytes_value(d, "capacity")?
+        .ok_or_else(|| d.err("capacity", "a device needs a capacity, such as 24GiB"))?;
+    let reserve = bytes_value(d, "reserve")?.unwrap_or(0);
+    if reserve >= capacity {
+        return Err(d.err("reserve", "must be less than the capacity"));
+    }
+    let (vendor, select_as) = pinning(d, &name)?;
+    Ok(Device {
+        name,
+        capacity,
+        reserve,
+        vendor,
+        select_as,
+    })
+}
+
+/// A device's vendor and what its selection variable names it by (`uuid`, else `index`, else
+/// the number its name ends with); a pinned device must have one of them.
+fn pinning(d: &MapReader<'_>, name: &str) -> Result<(Vendor, Option<String>), ConfigError> {
+    let index = match d.int("index")? {
+        Some(i) if i >= 0 => Some(i.to_string()),
+        Some(_) => return Err(d.err("index", "must be 0 or more")),
+        None => trailing_index(name),
+    };
+    let select_as = d.string("uuid")?.or(index);
+    let vendor = match d.string("vendor")? {
+        // a name like cuda0 says both; one without a number is only budgeted
+        None if select_as.is_some() => Vendor::from_name(name),
+        None => Vendor::None,
+        Some(v) => Vendor::parse(&v).ok_or_else(|| {
+            d.err(
+                "vendor",
+                format!("must be nvidia, amd, intel, vulkan or none, not {v:?}"),
+            )
+        })?,
+    };
+    if vendor != Vendor::None && select_as.is_none() {
+        return Err(d.err(
+            "index",
+            format!("{name} needs an index or a uuid to be pinned"),
+        ));
+    }
+    Ok((vendor, select_as))
 }
 
 /// `devices: auto`: every NVIDIA GPU (NVML, else nvidia-smi), else every AMD one (rocm-smi),

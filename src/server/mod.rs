@@ -7,23 +7,25 @@ pub(crate) mod stall;
 pub(crate) mod trim;
 pub(crate) mod workers;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use std::sync::RwLock;
-
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{App, Limits};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::logs::Logs;
+use crate::metrics::Metrics;
 use crate::supervisor::sweep::StateFile;
 use crate::supervisor::Spawner;
 use admission::Admission;
+use trim::Connections;
 use workers::Workers;
 
 /// How to run, beyond the config file.
@@ -80,69 +82,13 @@ pub async fn run_with_reloads(
     abort: CancellationToken,
     mut reloads: mpsc::Receiver<Reload>,
 ) -> std::io::Result<()> {
-    let state_file = StateFile::new(opts.state_dir.clone(), &opts.state_key);
-    let swept = state_file.sweep();
-    if !swept.is_empty() {
-        tracing::warn!("killed process groups left by a previous run: {swept:?}");
-    }
-    let settings = config.server.clone();
-    let admission = Admission::new(max_connections(&settings));
-    let spawner = Spawner::start(tokio::runtime::Handle::current())?;
-    let metrics = Arc::new(crate::metrics::Metrics::new());
-    let fetcher = fetcher(&opts.source_env);
-    metrics.register(Box::new(fetcher.download_bytes()));
-    let fleet = Fleet::new(
-        Arc::new(config),
-        spawner,
-        logs.clone(),
-        metrics.fleet.clone(),
-        state_file,
-        fetcher,
-    );
-    metrics.register_instances(&fleet.snapshot());
-    let mut limits = opts.limits;
-    if let Some(n) = settings.max_buffered_bodies {
-        limits.buffered_bytes = n;
-    }
-    let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), limits));
-    let current = Arc::new(RwLock::new(app.clone()));
-    let ttl = tokio::spawn(fleet.clone().run_ttl());
-    let device_refresh = tokio::spawn(fleet.clone().run_device_refresh());
-    let reaper =
-        crate::supervisor::reaper::needed().then(|| tokio::spawn(crate::supervisor::reaper::run()));
-    let mut preload_task = tokio::spawn(preload(fleet.clone()));
-
-    let connections = Arc::new(crate::server::trim::Connections::default());
-    let trimmer = tokio::spawn(crate::server::trim::run(connections.clone()));
-    let shared = workers::Shared {
-        current: current.clone(),
-        settings,
-    };
-    let mut refusals = Refusals::default();
-    let mut workers = Workers::start(workers::count(), shared, opts.drain_timeout)?;
-
+    let mut server = Server::start(config, logs, opts)?;
     loop {
         let (stream, remote) = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = abort.cancelled() => break,
             Some(reload) = reloads.recv() => {
-                let running = fleet.config();
-                match reload.and_then(|next| crate::config::reload_guard::check(&running, next)) {
-                    Ok(config) => {
-                        fleet.reconfigure(Arc::new(config));
-                        let next = Arc::new(current.read().unwrap_or_else(|e| e.into_inner()).reloaded());
-                        *current.write().unwrap_or_else(|e| e.into_inner()) = next;
-                        metrics.config_reloads.with_label_values(&["success"]).inc();
-                        metrics.register_instances(&fleet.snapshot());
-                        preload_task.abort();
-                        preload_task = tokio::spawn(preload(fleet.clone()));
-                        tracing::info!("config reloaded");
-                    }
-                    Err(why) => {
-                        metrics.config_reloads.with_label_values(&["failure"]).inc();
-                        tracing::warn!("config reload failed, keeping the running config: {why}");
-                    }
-                }
+                server.reload(reload);
                 continue;
             }
             accepted = listener.accept() => match accepted {
@@ -154,38 +100,187 @@ pub async fn run_with_reloads(
                 }
             },
         };
-        let Some(admitted) = admission.admit() else {
-            refusals.refused(admission.max());
-            continue;
-        };
-        workers.dispatch(stream, remote, connections.opened(), admitted);
+        server.accept(stream, remote);
     }
     drop(listener);
-    app.closing.cancel();
-    tracing::info!(
-        "shutting down: draining {} connection(s)",
-        workers.open_connections()
-    );
-    let stop = async {
-        workers.drain().await;
-        fleet.shutdown().await;
-    };
-    tokio::select! {
-        _ = stop => {}
-        _ = abort.cancelled() => {
-            tracing::warn!("stopping at once");
-            fleet.kill_all();
+    server.shut_down(&abort).await;
+    Ok(())
+}
+
+/// A running corral: its fleet, the service for the config in force, the serving threads and
+/// the tasks beside them, so that each step of a run (start, reload, accept, shut down) is one
+/// method.
+struct Server {
+    fleet: Fleet,
+    metrics: Arc<Metrics>,
+    /// The service first built; every reloaded one shares its `closing` token.
+    app: Arc<App>,
+    /// The service for the config in force, as the serving threads read it.
+    current: Arc<RwLock<Arc<App>>>,
+    admission: Arc<Admission>,
+    refusals: Refusals,
+    connections: Arc<Connections>,
+    workers: Workers,
+    /// `hooks.on_startup.preload`, started again by each reload.
+    preload: JoinHandle<()>,
+    /// Tasks that run until shutdown: the TTL timer, the device refresh, the reaper and the
+    /// connection trimmer.
+    background: Vec<AbortHandle>,
+}
+
+impl Server {
+    /// Sweeps what a previous run left, then starts the fleet, the serving threads and the tasks
+    /// beside them.
+    fn start(config: Config, logs: Arc<Logs>, opts: Options) -> std::io::Result<Server> {
+        let state_file = StateFile::new(opts.state_dir.clone(), &opts.state_key);
+        let swept = state_file.sweep();
+        if !swept.is_empty() {
+            tracing::warn!("killed process groups left by a previous run: {swept:?}");
+        }
+        let settings = config.server.clone();
+        let admission = Admission::new(max_connections(&settings));
+        let (fleet, metrics) = start_fleet(config, logs.clone(), state_file, &opts.source_env)?;
+        let mut limits = opts.limits;
+        if let Some(n) = settings.max_buffered_bodies {
+            limits.buffered_bytes = n;
+        }
+        let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), limits));
+        let current = Arc::new(RwLock::new(app.clone()));
+        let mut background = fleet_tasks(&fleet);
+        let preload = tokio::spawn(preload(fleet.clone()));
+        let connections = Arc::new(Connections::default());
+        background.push(tokio::spawn(trim::run(connections.clone())).abort_handle());
+        let shared = workers::Shared {
+            current: current.clone(),
+            settings,
+        };
+        let workers = Workers::start(workers::count(), shared, opts.drain_timeout)?;
+        Ok(Server {
+            fleet,
+            metrics,
+            app,
+            current,
+            admission,
+            refusals: Refusals::default(),
+            connections,
+            workers,
+            preload,
+            background,
+        })
+    }
+
+    /// Applies a reloaded config, or keeps the running one when it could not be loaded or
+    /// cannot be applied live.
+    fn reload(&mut self, reload: Reload) {
+        let running = self.fleet.config();
+        match reload.and_then(|next| crate::config::reload_guard::check(&running, next)) {
+            Ok(config) => {
+                self.fleet.reconfigure(Arc::new(config));
+                let next = Arc::new(
+                    self.current
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .reloaded(),
+                );
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = next;
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["success"])
+                    .inc();
+                self.metrics.register_instances(&self.fleet.snapshot());
+                self.preload.abort();
+                self.preload = tokio::spawn(preload(self.fleet.clone()));
+                tracing::info!("config reloaded");
+            }
+            Err(why) => {
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["failure"])
+                    .inc();
+                tracing::warn!("config reload failed, keeping the running config: {why}");
+            }
         }
     }
-    workers.stop().await;
-    ttl.abort();
-    device_refresh.abort();
-    if let Some(reaper) = reaper {
-        reaper.abort();
+
+    /// Hands an accepted connection to a serving thread, or refuses it at the cap.
+    fn accept(&mut self, stream: TcpStream, remote: SocketAddr) {
+        let Some(admitted) = self.admission.admit() else {
+            self.refusals.refused(self.admission.max());
+            return;
+        };
+        self.workers
+            .dispatch(stream, remote, self.connections.opened(), admitted);
     }
-    trimmer.abort();
-    preload_task.abort();
-    Ok(())
+
+    /// Drains the open connections and stops every child; `abort` cuts that short and kills
+    /// the children at once.
+    async fn shut_down(self, abort: &CancellationToken) {
+        let Server {
+            fleet,
+            app,
+            mut workers,
+            preload,
+            background,
+            ..
+        } = self;
+        app.closing.cancel();
+        tracing::info!(
+            "shutting down: draining {} connection(s)",
+            workers.open_connections()
+        );
+        let stop = async {
+            workers.drain().await;
+            fleet.shutdown().await;
+        };
+        tokio::select! {
+            _ = stop => {}
+            _ = abort.cancelled() => {
+                tracing::warn!("stopping at once");
+                fleet.kill_all();
+            }
+        }
+        workers.stop().await;
+        for task in background {
+            task.abort();
+        }
+        preload.abort();
+    }
+}
+
+/// The fleet under `config`, with the metrics that count its work and its downloads.
+fn start_fleet(
+    config: Config,
+    logs: Arc<Logs>,
+    state_file: StateFile,
+    source_env: &[(String, String)],
+) -> std::io::Result<(Fleet, Arc<Metrics>)> {
+    let spawner = Spawner::start(tokio::runtime::Handle::current())?;
+    let metrics = Arc::new(Metrics::new());
+    let fetcher = fetcher(source_env);
+    metrics.register(Box::new(fetcher.download_bytes()));
+    let fleet = Fleet::new(
+        Arc::new(config),
+        spawner,
+        logs,
+        metrics.fleet.clone(),
+        state_file,
+        fetcher,
+    );
+    metrics.register_instances(&fleet.snapshot());
+    Ok((fleet, metrics))
+}
+
+/// The fleet's own tasks: the TTL timer, the device refresh and, where needed, the reaper of
+/// orphaned children.
+fn fleet_tasks(fleet: &Fleet) -> Vec<AbortHandle> {
+    let mut tasks = vec![
+        tokio::spawn(fleet.clone().run_ttl()).abort_handle(),
+        tokio::spawn(fleet.clone().run_device_refresh()).abort_handle(),
+    ];
+    if crate::supervisor::reaper::needed() {
+        tasks.push(tokio::spawn(crate::supervisor::reaper::run()).abort_handle());
+    }
+    tasks
 }
 
 /// `hooks.on_startup.preload`: loads each model in turn without sending it a request.

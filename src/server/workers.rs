@@ -289,64 +289,97 @@ async fn serve(
     drain_timeout: Duration,
     finish: CancellationToken,
 ) {
-    let settings = shared.settings.clone();
-    let builder = connection_builder(&settings);
-    let body_limits = BodyLimits {
-        stall: settings.request_body,
-        min_rate: settings.request_body_min_rate,
-    };
-    let graceful = GracefulShutdown::new();
+    let serving = Serving::new(shared);
     let heartbeat = tokio::spawn(heartbeat());
     loop {
         let next = tokio::select! {
             next = conns.recv() => next,
             _ = finish.cancelled() => None,
         };
-        let Some(Accepted {
+        let Some(accepted) = next else {
+            break;
+        };
+        serving.start(accepted, Counted(load.clone()));
+    }
+    serving.drain(drain_timeout, &finish).await;
+    heartbeat.abort();
+}
+
+/// The connections one serving thread serves: how each is set up, and the watch that lets the
+/// open ones finish at shutdown.
+struct Serving {
+    current: Arc<RwLock<Arc<App>>>,
+    settings: ServerSettings,
+    builder: auto::Builder<TokioExecutor>,
+    body_limits: BodyLimits,
+    graceful: GracefulShutdown,
+}
+
+impl Serving {
+    fn new(shared: Shared) -> Self {
+        let settings = shared.settings;
+        Serving {
+            current: shared.current,
+            builder: connection_builder(&settings),
+            body_limits: BodyLimits {
+                stall: settings.request_body,
+                min_rate: settings.request_body_min_rate,
+            },
+            settings,
+            graceful: GracefulShutdown::new(),
+        }
+    }
+
+    /// Serves one connection on a task of its own, under the write and idle deadlines; its
+    /// admission, trim slot and count are held until it closes.
+    fn start(&self, accepted: Accepted, counted: Counted) {
+        let Accepted {
             stream,
             remote,
             open,
             admitted,
-        }) = next
-        else {
-            break;
-        };
-        let counted = Counted(load.clone());
+        } = accepted;
         let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
-            continue;
+            return;
         };
         let _ = stream.set_nodelay(true);
+        let settings = &self.settings;
         let activity = admitted.activity.clone();
         let service = connection_service(
-            shared.current.clone(),
+            self.current.clone(),
             remote,
             activity.clone(),
-            body_limits,
+            self.body_limits,
         );
         let stream = WriteDeadline::new(stream, settings.write);
         let stream = IdleDeadline::new(stream, activity, settings.request_header, settings.idle);
-        let conn = builder
+        let conn = self
+            .builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
-        let conn = graceful.watch(conn);
+        let conn = self.graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;
             drop((open, admitted, counted));
         });
     }
-    tokio::select! {
-        drained = tokio::time::timeout(drain_timeout, graceful.shutdown()) => {
-            if drained.is_err() {
-                tracing::warn!(
-                    "in-flight requests did not finish within {}s",
-                    drain_timeout.as_secs()
-                );
+
+    /// Lets the open connections finish, for at most `drain_timeout`, or until `finish` (a second
+    /// signal: stop at once).
+    async fn drain(self, drain_timeout: Duration, finish: &CancellationToken) {
+        tokio::select! {
+            drained = tokio::time::timeout(drain_timeout, self.graceful.shutdown()) => {
+                if drained.is_err() {
+                    tracing::warn!(
+                        "in-flight requests did not finish within {}s",
+                        drain_timeout.as_secs()
+                    );
+                }
             }
+            // a second signal: stop at once
+            _ = finish.cancelled() => {}
         }
-        // a second signal: stop at once
-        _ = finish.cancelled() => {}
     }
-    heartbeat.abort();
 }
 
 /// Once a second, closes this thread's idle upstream connections that expired or were closed by

@@ -60,76 +60,114 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|e| FetchError::io(&job.src, dir, e))?;
-    let mut failures = 0;
-    let mut last_error = String::new();
+    let mut retries = Retries::default();
     let mut state = Digest {
         hasher: Hasher::new(&job.verify, job.size),
         at: 0,
     };
     loop {
-        if failures > 0 {
-            if failures >= ATTEMPTS {
-                return Err(FetchError::Network {
-                    src: job.src.clone(),
-                    file: job.file.clone(),
-                    attempts: failures,
-                    detail: last_error,
-                });
-            }
-            tokio::time::sleep(FIRST_PAUSE * 2u32.pow(failures - 1)).await;
+        retries.pause(job).await?;
+        match attempt(job, &part, dir, &mut state, report).await? {
+            Attempt::Whole => return finish(job, &part, state, report).await,
+            Attempt::Failed(why) => retries.failed(why),
+            Attempt::Again => {}
         }
-        let have = std::fs::metadata(&part).map_or(0, |m| m.len());
-        if job.size.is_some_and(|s| have > s) {
-            remove(&part);
-            continue;
+    }
+}
+
+/// How one try at a download ended, when not with an error that ends it for good.
+enum Attempt {
+    /// Every byte is in the partial file, to be verified.
+    Whole,
+    /// A failure that counts against the tries, and why.
+    Failed(String),
+    /// The partial file was dropped; try again at once without counting a failure.
+    Again,
+}
+
+/// One try: opens the source from what the partial file holds and streams the rest into it.
+async fn attempt(
+    job: &Job,
+    part: &Path,
+    dir: &Path,
+    state: &mut Digest,
+    report: &mut Reporter,
+) -> Result<Attempt, FetchError> {
+    let have = std::fs::metadata(part).map_or(0, |m| m.len());
+    if job.size.is_some_and(|s| have > s) {
+        remove(part);
+        return Ok(Attempt::Again);
+    }
+    let opened = match job.transport.open(&job.src, &job.file, have).await {
+        Ok(o) => o,
+        Err(Failure::Fatal(e)) => return Err(e),
+        Err(Failure::Restart) => {
+            remove(part);
+            let why = "the server refused the range of the partial file";
+            return Ok(Attempt::Failed(why.into()));
         }
-        let opened = match job.transport.open(&job.src, &job.file, have).await {
-            Ok(o) => o,
-            Err(Failure::Fatal(e)) => return Err(e),
-            Err(Failure::Restart) => {
-                remove(&part);
-                failures += 1;
-                last_error = "the server refused the range of the partial file".into();
-                continue;
-            }
-            Err(Failure::Retry(why)) => {
-                failures += 1;
-                last_error = why;
-                continue;
-            }
-        };
-        let total = opened.total.or(job.size);
-        if let (Some(expected), Some(got)) = (job.size, opened.total) {
-            if expected != got {
-                return Err(FetchError::invalid(
-                    &job.src,
-                    format!(
-                        "{}: the server sends {got} bytes where {expected} were listed",
-                        job.file
-                    ),
-                ));
-            }
+        Err(Failure::Retry(why)) => return Ok(Attempt::Failed(why)),
+    };
+    let total = opened.total.or(job.size);
+    if let (Some(expected), Some(got)) = (job.size, opened.total) {
+        if expected != got {
+            return Err(FetchError::invalid(
+                &job.src,
+                format!(
+                    "{}: the server sends {got} bytes where {expected} were listed",
+                    job.file
+                ),
+            ));
         }
-        if let Some(t) = total {
-            disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
+    }
+    if let Some(t) = total {
+        disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
+    }
+    state.rewind(job, part, opened.start)?;
+    report.restart(opened.start, total);
+    match stream_into(job, part, opened, state, report).await {
+        Ok(()) => {}
+        Err(Step::Retry(why)) => return Ok(Attempt::Failed(why)),
+        Err(Step::Fatal(e)) => return Err(e),
+    }
+    Ok(match total.filter(|&t| t != state.at) {
+        Some(t) => Attempt::Failed(format!(
+            "the connection ended after {} of {t} bytes",
+            state.at
+        )),
+        None => Attempt::Whole,
+    })
+}
+
+/// Failed tries so far, and why the last one failed (the error once they run out).
+#[derive(Default)]
+struct Retries {
+    failures: u32,
+    last_error: String,
+}
+
+impl Retries {
+    fn failed(&mut self, why: String) {
+        self.failures += 1;
+        self.last_error = why;
+    }
+
+    /// Waits before a try after a failure, twice as long after each; the final error once
+    /// [`ATTEMPTS`] tries have failed.
+    async fn pause(&self, job: &Job) -> Result<(), FetchError> {
+        if self.failures == 0 {
+            return Ok(());
         }
-        state.rewind(job, &part, opened.start)?;
-        report.restart(opened.start, total);
-        match stream_into(job, &part, opened, &mut state, report).await {
-            Ok(()) => {}
-            Err(Step::Retry(why)) => {
-                failures += 1;
-                last_error = why;
-                continue;
-            }
-            Err(Step::Fatal(e)) => return Err(e),
+        if self.failures >= ATTEMPTS {
+            return Err(FetchError::Network {
+                src: job.src.clone(),
+                file: job.file.clone(),
+                attempts: self.failures,
+                detail: self.last_error.clone(),
+            });
         }
-        if let Some(t) = total.filter(|&t| t != state.at) {
-            failures += 1;
-            last_error = format!("the connection ended after {} of {t} bytes", state.at);
-            continue;
-        }
-        return finish(job, &part, state, report).await;
+        tokio::time::sleep(FIRST_PAUSE * 2u32.pow(self.failures - 1)).await;
+        Ok(())
     }
 }
 

@@ -113,60 +113,13 @@ pub(crate) async fn fetch(
             "an Ollama model is one GGUF file; this engine wants a model directory (use hf://)",
         ));
     }
-    let (host, ns, model) = split_name(name);
-    let base = match (&f.inner.ollama_registry, host) {
-        (Some(r), DEFAULT_HOST) => r.clone(),
-        _ => format!("https://{host}"),
-    };
-    let raw = manifest(
-        f,
-        &src,
-        &format!("{base}/v2/{ns}/{model}/manifests/{tag}"),
-        name,
-        tag,
-    )
-    .await?;
-    let parsed: Manifest = serde_json::from_slice(&raw)
-        .map_err(|e| FetchError::invalid(&src, format!("the registry's manifest: {e}")))?;
-    if !parsed.layers.iter().any(|l| l.media_type == MODEL) {
-        return Err(FetchError::invalid(
-            &src,
-            "the manifest has no model layer; is this an Ollama model?",
-        ));
-    }
-    let layers: Vec<Layer> = parsed
-        .config
-        .iter()
-        .chain(&parsed.layers)
-        .cloned()
-        .collect();
-    let mut need = 0;
-    for l in &layers {
-        let hex = l.hex().ok_or_else(|| {
-            FetchError::invalid(&src, format!("bad digest {:?} in the manifest", l.digest))
-        })?;
-        need += missing_bytes(&blob_path(f, hex), l.size);
-    }
-    disk::ensure_room(&src, &f.inner.ollama_root, need)?;
+    let registry = Registry::new(f, name);
+    let raw = manifest(f, &src, &registry.manifest_url(tag), name, tag).await?;
+    let layers = layers_of(&src, &raw)?;
+    ensure_room_for(f, &src, &layers)?;
     let jobs: Vec<Job> = layers
         .iter()
-        .map(|l| {
-            let hex = l.hex().unwrap_or_default();
-            Job {
-                src: src.clone(),
-                scheme: "ollama",
-                file: l.digest.clone(),
-                dest: blob_path(f, hex),
-                size: Some(l.size),
-                verify: Verify::Sha256(hex.to_string()),
-                transport: Transport::Http {
-                    client: f.inner.client.clone(),
-                    url: format!("{base}/v2/{ns}/{model}/blobs/{}", l.digest),
-                    headers: HeaderMap::new(),
-                    auth_fix: "check the model's name; a private registry needs its credentials",
-                },
-            }
-        })
+        .map(|l| registry.blob_job(f, &src, l))
         .collect();
     ensure_all(f, jobs, 4).await?;
     let path = manifest_path(f, name, tag);
@@ -175,6 +128,80 @@ pub(crate) async fn fetch(
     super::download::write_atomic(&path, &raw).map_err(io)?;
     cached(f, name, tag, want)
         .ok_or_else(|| FetchError::invalid(&src, "the store lacks a layer just downloaded"))
+}
+
+/// Where a model lives on its registry: `OLLAMA_REGISTRY` stands in for the default host.
+struct Registry<'a> {
+    base: String,
+    ns: &'a str,
+    model: &'a str,
+}
+
+impl<'a> Registry<'a> {
+    fn new(f: &Fetcher, name: &'a str) -> Self {
+        let (host, ns, model) = split_name(name);
+        let base = match (&f.inner.ollama_registry, host) {
+            (Some(r), DEFAULT_HOST) => r.clone(),
+            _ => format!("https://{host}"),
+        };
+        Registry { base, ns, model }
+    }
+
+    fn manifest_url(&self, tag: &str) -> String {
+        let Registry { base, ns, model } = self;
+        format!("{base}/v2/{ns}/{model}/manifests/{tag}")
+    }
+
+    /// The download of one layer into the store's blobs, checked against its digest.
+    fn blob_job(&self, f: &Fetcher, src: &str, l: &Layer) -> Job {
+        let Registry { base, ns, model } = self;
+        let hex = l.hex().unwrap_or_default();
+        Job {
+            src: src.to_string(),
+            scheme: "ollama",
+            file: l.digest.clone(),
+            dest: blob_path(f, hex),
+            size: Some(l.size),
+            verify: Verify::Sha256(hex.to_string()),
+            transport: Transport::Http {
+                client: f.inner.client.clone(),
+                url: format!("{base}/v2/{ns}/{model}/blobs/{}", l.digest),
+                headers: HeaderMap::new(),
+                auth_fix: "check the model's name; a private registry needs its credentials",
+            },
+        }
+    }
+}
+
+/// The manifest's config and layers, refused when it has no model layer.
+fn layers_of(src: &str, raw: &[u8]) -> Result<Vec<Layer>, FetchError> {
+    let parsed: Manifest = serde_json::from_slice(raw)
+        .map_err(|e| FetchError::invalid(src, format!("the registry's manifest: {e}")))?;
+    if !parsed.layers.iter().any(|l| l.media_type == MODEL) {
+        return Err(FetchError::invalid(
+            src,
+            "the manifest has no model layer; is this an Ollama model?",
+        ));
+    }
+    Ok(parsed
+        .config
+        .iter()
+        .chain(&parsed.layers)
+        .cloned()
+        .collect())
+}
+
+/// Fails before any download when the store's disk cannot hold the layers it lacks; a layer
+/// whose digest is not `sha256:<hex>` is refused here, before it could name a file.
+fn ensure_room_for(f: &Fetcher, src: &str, layers: &[Layer]) -> Result<(), FetchError> {
+    let mut need = 0;
+    for l in layers {
+        let hex = l.hex().ok_or_else(|| {
+            FetchError::invalid(src, format!("bad digest {:?} in the manifest", l.digest))
+        })?;
+        need += missing_bytes(&blob_path(f, hex), l.size);
+    }
+    disk::ensure_room(src, &f.inner.ollama_root, need)
 }
 
 /// The manifest's bytes as the registry sent them (written to the store unchanged).

@@ -11,7 +11,10 @@ use std::time::SystemTime;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-use super::meter::Tokens;
+use crate::api::meter::Tokens;
+use query::Query;
+
+mod query;
 
 /// One finished request.
 #[derive(Debug, Clone)]
@@ -200,15 +203,7 @@ impl Activity {
     pub fn query(&self, query: &str) -> Result<Value, String> {
         let q = Query::parse(query)?;
         let mut rows: Vec<Row> = self.rows().into_iter().filter(|r| q.keeps(r)).collect();
-        let key = q.sort.clone();
-        rows.sort_by(|a, b| {
-            let ord = compare(a, b, &key).then(a.id.cmp(&b.id));
-            if q.descending {
-                ord.reverse()
-            } else {
-                ord
-            }
-        });
+        q.sort(&mut rows);
         let total = rows.len();
         let pages = total.div_ceil(q.limit).max(1);
         let data: Vec<Value> = rows
@@ -301,127 +296,6 @@ fn histogram(mut values: Vec<f64>) -> Value {
     let pct = |p: f64| values[((values.len() - 1) as f64 * p).round() as usize];
     json!({"bins": bins, "min": min, "max": max, "binSize": size,
            "p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99)})
-}
-
-#[derive(Clone, PartialEq)]
-enum Sort {
-    Id,
-    Time,
-    Model,
-    Path,
-    Status,
-    ContentType,
-    Cached,
-    Prompt,
-    Generated,
-    Drafted,
-    PromptSpeed,
-    GenSpeed,
-    Duration,
-}
-
-fn compare(a: &Row, b: &Row, key: &Sort) -> std::cmp::Ordering {
-    let (ta, tb) = (a.tokens.unwrap_or_default(), b.tokens.unwrap_or_default());
-    let rate = |x: Option<f64>, y: Option<f64>| x.unwrap_or(-1.0).total_cmp(&y.unwrap_or(-1.0));
-    match key {
-        Sort::Id => a.id.cmp(&b.id),
-        Sort::Time => a.time.cmp(&b.time),
-        Sort::Model => a.model.cmp(&b.model),
-        Sort::Path => a.req_path.cmp(&b.req_path),
-        Sort::Status => a.status.cmp(&b.status),
-        Sort::ContentType => a.content_type.cmp(&b.content_type),
-        Sort::Cached => ta.cache.cmp(&tb.cache),
-        Sort::Prompt => ta.prompt.cmp(&tb.prompt),
-        Sort::Generated => ta.completion.cmp(&tb.completion),
-        Sort::Drafted => ta.draft.cmp(&tb.draft),
-        Sort::PromptSpeed => rate(ta.prompt_per_second, tb.prompt_per_second),
-        Sort::GenSpeed => rate(ta.tokens_per_second, tb.tokens_per_second),
-        Sort::Duration => a.duration_ms.cmp(&b.duration_ms),
-    }
-}
-
-struct Query {
-    models: Vec<String>,
-    start: Option<SystemTime>,
-    end: Option<SystemTime>,
-    min_id: Option<u64>,
-    max_id: Option<u64>,
-    limit: usize,
-    page: usize,
-    sort: Sort,
-    descending: bool,
-}
-
-impl Query {
-    fn parse(query: &str) -> Result<Query, String> {
-        let mut q = Query {
-            models: Vec::new(),
-            start: None,
-            end: None,
-            min_id: None,
-            max_id: None,
-            limit: 25,
-            page: 1,
-            sort: Sort::Id,
-            descending: true,
-        };
-        let number = |k: &str, v: &str, min: u64, max: u64| -> Result<u64, String> {
-            v.parse::<u64>()
-                .ok()
-                .filter(|n| (min..=max).contains(n))
-                .ok_or_else(|| format!("{k} must be a whole number from {min} to {max}, not {v:?}"))
-        };
-        let time = |k: &str, v: &str| {
-            crate::rfc3339::parse(v)
-                .ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
-        };
-        for (k, v) in super::extract::query_pairs(query) {
-            match k.as_str() {
-                "model" => q.models.push(v),
-                "start" => q.start = Some(time(&k, &v)?),
-                "end" => q.end = Some(time(&k, &v)?),
-                "min_id" => q.min_id = Some(number(&k, &v, 1, u64::MAX)?),
-                "max_id" => q.max_id = Some(number(&k, &v, 1, u64::MAX)?),
-                "limit" => q.limit = number(&k, &v, 1, 999)? as usize,
-                "page" => q.page = number(&k, &v, 1, 1_000_000)? as usize,
-                "sort" => {
-                    q.sort = match v.as_str() {
-                        "id" => Sort::Id,
-                        "time" => Sort::Time,
-                        "model" => Sort::Model,
-                        "req_path" => Sort::Path,
-                        "resp_status_code" => Sort::Status,
-                        "resp_content_type" => Sort::ContentType,
-                        "cached" => Sort::Cached,
-                        "prompt" => Sort::Prompt,
-                        "generated" => Sort::Generated,
-                        "drafted" => Sort::Drafted,
-                        "prompt_speed" => Sort::PromptSpeed,
-                        "gen_speed" => Sort::GenSpeed,
-                        "duration" => Sort::Duration,
-                        other => return Err(format!("sort: unknown field {other:?}")),
-                    }
-                }
-                "order" => {
-                    q.descending = match v.as_str() {
-                        "desc" => true,
-                        "asc" => false,
-                        other => return Err(format!("order must be asc or desc, not {other:?}")),
-                    }
-                }
-                other => return Err(format!("unknown parameter {other:?}")),
-            }
-        }
-        Ok(q)
-    }
-
-    fn keeps(&self, r: &Row) -> bool {
-        (self.models.is_empty() || self.models.iter().any(|m| **m == *r.model))
-            && self.start.is_none_or(|s| r.time >= s)
-            && self.end.is_none_or(|e| r.time <= e)
-            && self.min_id.is_none_or(|m| r.id >= m)
-            && self.max_id.is_none_or(|m| r.id <= m)
-    }
 }
 
 #[cfg(test)]
