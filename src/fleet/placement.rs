@@ -2,7 +2,8 @@
 //! holders when needed), and telling whether an instance could run without evicting anything.
 //! Split out of `mod.rs` so the memory-eviction decisions sit in one place.
 
-use super::{busy, ledger, swap, Fleet, Phase, Prepared, State, StopReason};
+use super::prepare::{busy, Prepared};
+use super::{ledger, swap, Fleet, Phase, State, StopReason};
 
 impl Fleet {
     /// With devices configured, finds room for `id` or says why not; `None` means it is placed.

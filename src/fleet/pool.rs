@@ -5,10 +5,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::acquire::{backoff_error, failed_start};
 use super::instance::Instance;
 use super::lease::{Lease, Ticket};
 use super::prefix::{Holder, Prefix};
-use super::{backoff_error, failed_start, pick, Fleet, Phase, Prepared, State};
+use super::prepare::Prepared;
+use super::{pick, Fleet, Phase, State};
 use crate::config::Balance;
 use crate::error::Error;
 
