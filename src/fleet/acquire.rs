@@ -3,6 +3,7 @@
 //! tries. The pool path is in `pool.rs`; what each try decides is in `prepare.rs`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::instance::Instance;
@@ -12,6 +13,18 @@ use super::{oom, prefix, Fleet, Phase};
 use crate::catalog::Target;
 use crate::error::Error;
 use crate::supervisor::StartError;
+
+/// What a direct request carries from one try to the next.
+#[derive(Default)]
+struct Direct {
+    /// A place among swap waiters, taken only if the model is not ready at once.
+    turn: Option<Turn>,
+    /// The generation of the start this request waits on, so that start failing fails it.
+    awaited: Option<u64>,
+    /// Since when, and why, busy instances have held the memory it needs: waited for at most the
+    /// model's queue timeout.
+    no_room: Option<(tokio::time::Instant, String)>,
+}
 
 impl Fleet {
     /// Waits for a lease on a ready instance for `target`; `avoid` skips one pool member (a retry).
@@ -34,70 +47,79 @@ impl Fleet {
 
     async fn acquire_instance(&self, id: &str) -> Result<Lease, Error> {
         let reservation = self.reserve(id)?;
-        // a place among swap waiters, taken only if the model is not ready at once
-        let mut turn: Option<Turn> = None;
-        let mut awaited: Option<u64> = None;
-        // while memory is held by busy instances, wait at most the model's queue timeout
-        let mut no_room: Option<(tokio::time::Instant, String)> = None;
+        let mut direct = Direct::default();
         loop {
             let notified = self.inner.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let mut st = self.inner.lock();
-                self.check_open(id)?;
-                let Some(inst) = st.instances.get(id) else {
-                    return Err(Error::UnknownModel); // removed by a reload while waiting
-                };
-                if let Some(err) = failed_start(inst, awaited) {
-                    return Err(err);
-                }
-                if inst.phase == Phase::Stopped && inst.in_backoff() && awaited.is_none() {
-                    return Err(backoff_error(inst));
-                }
-                if turn.is_none() && inst.phase != Phase::Ready {
-                    turn = Some(self.take_turn(&mut st, id));
-                }
-                match self.prepare(&mut st, id, turn.as_ref().map(|t| t.seq)) {
-                    Prepared::Ready => {
-                        let inst = st.instances.get_mut(id).expect("known instance");
-                        inst.in_flight += 1;
-                        return Ok(reservation.into_lease(inst.proxy.clone()));
-                    }
-                    Prepared::Started(generation) => awaited = Some(generation),
-                    Prepared::Starting(generation) if awaited.is_none() => {
-                        awaited = Some(generation)
-                    }
-                    Prepared::NeverFits(why) => return Err(Error::InsufficientMemory(why)),
-                    Prepared::NoRoom(why) => {
-                        let limit = st.instances[id].model.pool.queue_timeout;
-                        let since = no_room
-                            .take()
-                            .map_or_else(tokio::time::Instant::now, |(t, _)| t);
-                        if since.elapsed() >= limit {
-                            return Err(Error::InsufficientMemory(why));
-                        }
-                        no_room = Some((since, why));
-                    }
-                    _ => no_room = None,
-                }
+            if let Some(proxy) = self.try_direct(id, &mut direct)? {
+                return Ok(reservation.into_lease(proxy));
             }
-            match &no_room {
+            match &direct.no_room {
                 Some((since, _)) => {
-                    let limit = self
-                        .inner
-                        .lock()
-                        .instances
-                        .get(id)
-                        .map_or(Duration::ZERO, |i| i.model.pool.queue_timeout);
+                    let deadline = *since + self.no_room_limit(id);
                     tokio::select! {
                         _ = notified => {}
-                        _ = tokio::time::sleep_until(*since + limit) => {}
+                        _ = tokio::time::sleep_until(deadline) => {}
                     }
                 }
                 None => notified.await,
             }
         }
+    }
+
+    /// One try under the lock: the ready instance's address once this request is counted in
+    /// flight there, `None` to wait for the next change, or the error that ends the request.
+    fn try_direct(&self, id: &str, direct: &mut Direct) -> Result<Option<Arc<str>>, Error> {
+        let mut st = self.inner.lock();
+        self.check_open(id)?;
+        let Some(inst) = st.instances.get(id) else {
+            return Err(Error::UnknownModel); // removed by a reload while waiting
+        };
+        if let Some(err) = failed_start(inst, direct.awaited) {
+            return Err(err);
+        }
+        if inst.phase == Phase::Stopped && inst.in_backoff() && direct.awaited.is_none() {
+            return Err(backoff_error(inst));
+        }
+        if direct.turn.is_none() && inst.phase != Phase::Ready {
+            direct.turn = Some(self.take_turn(&mut st, id));
+        }
+        match self.prepare(&mut st, id, direct.turn.as_ref().map(|t| t.seq)) {
+            Prepared::Ready => {
+                let inst = st.instances.get_mut(id).expect("known instance");
+                inst.in_flight += 1;
+                return Ok(Some(inst.proxy.clone()));
+            }
+            Prepared::Started(generation) => direct.awaited = Some(generation),
+            Prepared::Starting(generation) if direct.awaited.is_none() => {
+                direct.awaited = Some(generation)
+            }
+            Prepared::NeverFits(why) => return Err(Error::InsufficientMemory(why)),
+            Prepared::NoRoom(why) => {
+                let limit = st.instances[id].model.pool.queue_timeout;
+                let since = direct
+                    .no_room
+                    .take()
+                    .map_or_else(tokio::time::Instant::now, |(t, _)| t);
+                if since.elapsed() >= limit {
+                    return Err(Error::InsufficientMemory(why));
+                }
+                direct.no_room = Some((since, why));
+            }
+            _ => direct.no_room = None,
+        }
+        Ok(None)
+    }
+
+    /// How long a request waits while busy instances hold the memory its model needs: the
+    /// model's queue timeout (none for an instance a reload removed).
+    fn no_room_limit(&self, id: &str) -> Duration {
+        self.inner
+            .lock()
+            .instances
+            .get(id)
+            .map_or(Duration::ZERO, |i| i.model.pool.queue_timeout)
     }
 
     pub(super) fn check_open(&self, what: &str) -> Result<(), Error> {

@@ -1,6 +1,7 @@
-//! Choosing idle holders to stop when a device holds more than it can.
+//! Choosing idle holders to stop: to make room for a new instance, or because a device holds more
+//! than it can. Either way busy holders are never chosen and stopping ones already count as gone.
 
-use super::Holder;
+use super::{room, stopping_on, Charges, Holder};
 use crate::config::Device;
 
 /// Idle instances to stop because a device holds more than it can (other programs grew, or an
@@ -31,6 +32,35 @@ pub fn over_capacity(devices: &[Device], holders: &[Holder]) -> Vec<String> {
         }
     }
     chosen.into_iter().map(|h| h.id.clone()).collect()
+}
+
+/// The idle holders on the candidate's devices to stop, least recently used first, until the
+/// candidate fits once they and the stopping holders are gone; `None` when stopping every idle
+/// one would still not make room (busy holders are in the way).
+pub(super) fn idle_to_evict<'h>(
+    devices: &[Device],
+    holders: &'h [Holder],
+    c: &Charges,
+) -> Option<Vec<&'h Holder>> {
+    let mut idle: Vec<&Holder> = holders
+        .iter()
+        .filter(|h| !h.busy && !h.stopping && h.uses(c))
+        .collect();
+    idle.sort_by_key(|h| h.last_used);
+    let fits = |chosen: &[&Holder]| {
+        c.iter().all(|(d, share)| {
+            let freed = stopping_on(holders, *d) + chosen.iter().map(|h| h.on(*d)).sum::<u64>();
+            room(devices, holders, *d) + freed >= *share
+        })
+    };
+    let mut chosen: Vec<&Holder> = Vec::new();
+    for h in idle {
+        if fits(&chosen) {
+            break;
+        }
+        chosen.push(h);
+    }
+    fits(&chosen).then_some(chosen)
 }
 
 #[cfg(test)]

@@ -67,6 +67,22 @@ pub fn charged(holders: &[Holder], device: usize) -> u64 {
     holders.iter().map(|h| h.on(device)).sum()
 }
 
+/// What a device has free now: usable memory less what the holders charge there.
+fn room(devices: &[Device], holders: &[Holder], device: usize) -> u64 {
+    devices[device]
+        .usable()
+        .saturating_sub(charged(holders, device))
+}
+
+/// What the holders that are already stopping charge on one device: room that comes back soon.
+fn stopping_on(holders: &[Holder], device: usize) -> u64 {
+    holders
+        .iter()
+        .filter(|h| h.stopping)
+        .map(|h| h.on(device))
+        .sum()
+}
+
 /// The devices as placement sees them once other programs' use is taken out: what they hold counts
 /// as reserved (usable = capacity - reserve - used by others).
 pub fn less_outside_use(devices: &[Device], others: &[u64]) -> Vec<Device> {

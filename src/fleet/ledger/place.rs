@@ -1,8 +1,9 @@
 //! The placement search: where a new instance's memory can go, given what holders charge now,
 //! and what must happen first when it cannot go anywhere yet.
 
+use super::evict::idle_to_evict;
 use super::split::split;
-use super::{charged, Charges, Holder};
+use super::{room, stopping_on, Charges, Holder};
 use crate::config::Device;
 use crate::memory;
 
@@ -36,102 +37,103 @@ pub fn place_by(
     holders: &[Holder],
     pack: bool,
 ) -> Placement {
-    let candidates: Vec<Charges> = if pinned.is_empty() {
+    let mut search = Search::default();
+    for c in candidates(devices, need, pinned, holders) {
+        search.judge(devices, holders, c, pack);
+    }
+    search.outcome()
+}
+
+/// Every way `need` could be charged: evenly over the pinned devices, else on any one device or
+/// split over several, so the search can compare them.
+fn candidates(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]) -> Vec<Charges> {
+    if pinned.is_empty() {
         let singles = (0..devices.len()).map(|d| vec![(d, need)]);
         singles.chain(split(devices, need, holders)).collect()
     } else {
         let per = need.div_ceil(pinned.len() as u64);
         vec![pinned.iter().map(|d| (*d, per)).collect()]
-    };
-    let mut best: Option<((u8, u64), Placement)> = None;
-    let mut blocked = Vec::new();
-    let mut never = Vec::new();
-    for c in candidates {
+    }
+}
+
+/// The best placement found so far, and why the rejected candidates were rejected, so that when
+/// none will do the answer can name what is in the way.
+#[derive(Default)]
+struct Search {
+    best: Option<((u8, u64), Placement)>,
+    /// Busy holders in the way of some candidate, as `id (size)`.
+    blocked: Vec<String>,
+    /// Devices too small for their share whatever is stopped.
+    never: Vec<String>,
+}
+
+impl Search {
+    /// Weighs one candidate: fitting now beats everything, then waiting for stops, then evicting.
+    fn judge(&mut self, devices: &[Device], holders: &[Holder], c: Charges, pack: bool) {
         if let Some((d, _)) = c.iter().find(|(d, share)| devices[*d].usable() < *share) {
-            never.push(format!(
+            self.never.push(format!(
                 "{} has {} usable",
                 devices[*d].name,
                 memory::format_bytes(devices[*d].usable())
             ));
-            continue;
+            return;
         }
-        let free =
-            |d: usize, extra: u64| devices[d].usable().saturating_sub(charged(holders, d)) + extra;
+        let free = |d: usize, extra: u64| room(devices, holders, d) + extra;
         if c.iter().all(|(d, share)| free(*d, 0) >= *share) {
             let headroom = c
                 .iter()
                 .map(|(d, share)| free(*d, 0) - share)
                 .min()
                 .unwrap_or(0);
-            // fitting now beats everything; one device beats a split; then the most headroom left
-            // (spread) or the least (pack)
+            // one device beats a split; then the most headroom left (spread) or the least (pack)
             let class = if c.len() == 1 { 0 } else { 1 };
             let measure = if pack { headroom } else { u64::MAX - headroom };
-            consider(&mut best, (class, measure), Placement::Fits(c));
-            continue;
+            self.consider((class, measure), Placement::Fits(c));
+            return;
         }
-        let stopping = |d: usize| {
-            holders
-                .iter()
-                .filter(|h| h.stopping)
-                .map(|h| h.on(d))
-                .sum::<u64>()
-        };
-        if c.iter().all(|(d, share)| free(*d, stopping(*d)) >= *share) {
-            consider(&mut best, (2, 0), Placement::WaitForStops);
-            continue;
+        if c.iter()
+            .all(|(d, share)| free(*d, stopping_on(holders, *d)) >= *share)
+        {
+            self.consider((2, 0), Placement::WaitForStops);
+            return;
         }
-        let mut idle: Vec<&Holder> = holders
-            .iter()
-            .filter(|h| !h.busy && !h.stopping && h.uses(&c))
-            .collect();
-        idle.sort_by_key(|h| h.last_used);
-        let mut chosen: Vec<&Holder> = Vec::new();
-        let fits = |chosen: &[&Holder]| {
-            c.iter().all(|(d, share)| {
-                free(
-                    *d,
-                    stopping(*d) + chosen.iter().map(|h| h.on(*d)).sum::<u64>(),
-                ) >= *share
-            })
-        };
-        for h in idle {
-            if fits(&chosen) {
-                break;
+        match idle_to_evict(devices, holders, &c) {
+            Some(chosen) => {
+                let evicted: u64 = chosen.iter().map(|h| h.bytes).sum();
+                let ids = chosen.iter().map(|h| h.id.clone()).collect();
+                self.consider((3, evicted), Placement::Evict(ids));
             }
-            chosen.push(h);
-        }
-        if fits(&chosen) {
-            let evicted: u64 = chosen.iter().map(|h| h.bytes).sum();
-            consider(
-                &mut best,
-                (3, evicted),
-                Placement::Evict(chosen.iter().map(|h| h.id.clone()).collect()),
-            );
-        } else {
-            for h in holders.iter().filter(|h| h.busy && h.uses(&c)) {
-                let entry = format!("{} ({})", h.id, memory::format_bytes(h.bytes));
-                if !blocked.contains(&entry) {
-                    blocked.push(entry);
-                }
-            }
+            None => self.note_busy(holders, &c),
         }
     }
-    match best {
-        Some((_, p)) => p,
-        None if !blocked.is_empty() => {
-            Placement::Blocked(format!("held by {} (serving)", blocked.join(", ")))
-        }
-        None if !never.is_empty() => Placement::Never(never.join("; ")),
-        None => Placement::Blocked("no device has room".into()),
-    }
-}
 
-/// Keeps the better placement: lower class first (fits on one device, fits split, wait, evict),
-/// then the lower measure.
-fn consider(best: &mut Option<((u8, u64), Placement)>, key: (u8, u64), p: Placement) {
-    if best.as_ref().is_none_or(|(k, _)| key < *k) {
-        *best = Some((key, p));
+    /// Keeps the better placement: lower class first (fits on one device, fits split, wait,
+    /// evict), then the lower measure.
+    fn consider(&mut self, key: (u8, u64), p: Placement) {
+        if self.best.as_ref().is_none_or(|(k, _)| key < *k) {
+            self.best = Some((key, p));
+        }
+    }
+
+    /// Remembers the busy holders on a candidate's devices, once each, for the blocked message.
+    fn note_busy(&mut self, holders: &[Holder], c: &Charges) {
+        for h in holders.iter().filter(|h| h.busy && h.uses(c)) {
+            let entry = format!("{} ({})", h.id, memory::format_bytes(h.bytes));
+            if !self.blocked.contains(&entry) {
+                self.blocked.push(entry);
+            }
+        }
+    }
+
+    fn outcome(self) -> Placement {
+        match self.best {
+            Some((_, p)) => p,
+            None if !self.blocked.is_empty() => {
+                Placement::Blocked(format!("held by {} (serving)", self.blocked.join(", ")))
+            }
+            None if !self.never.is_empty() => Placement::Never(self.never.join("; ")),
+            None => Placement::Blocked("no device has room".into()),
+        }
     }
 }
 
@@ -141,6 +143,7 @@ mod props;
 
 #[cfg(test)]
 mod tests {
+    use super::super::charged;
     use super::super::fixtures::{gpu, holder, GIB};
     use super::*;
 
