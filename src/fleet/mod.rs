@@ -12,8 +12,9 @@
 //! position is below the number of free slots, so slots go out in arrival order.
 //!
 //! The files: `acquire.rs` (a request for one instance) and `pool.rs` (for a pool), `prepare.rs`
-//! (what each try decides), `placement.rs` and `ledger/` (device memory), `start.rs`, `stop.rs`,
-//! `eject.rs`, `reload.rs`, and `snapshot.rs` with `queries.rs` for what the outside reads.
+//! (what each try decides) with `swap_plan.rs` (which instances a swap stops), `placement.rs`
+//! and `ledger/` (device memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, and
+//! `snapshot.rs` with `queries.rs` for what the outside reads.
 
 mod acquire;
 mod build;
@@ -40,6 +41,7 @@ mod snapshot;
 mod start;
 mod stop;
 pub mod swap;
+mod swap_plan;
 mod weights;
 
 use std::collections::{BTreeMap, VecDeque};

@@ -70,8 +70,7 @@ impl Fleet {
                 devices: i.placed.clone(),
                 bytes: i.need.bytes,
                 busy: busy(st, &i.id),
-                stopping: i.phase == Phase::Stopping
-                    || i.stop.as_ref().is_some_and(|s| s.borrow().is_some()),
+                stopping: i.is_stopping(),
                 last_used: i.last_used,
             })
             .collect()

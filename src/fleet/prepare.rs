@@ -3,6 +3,7 @@
 //! Shared by the direct path (`acquire.rs`) and the pool path (`pool.rs`).
 
 use super::lease::Turn;
+use super::swap_plan::{plan_swap, Conflict, SwapPlan};
 use super::{swap, Fleet, Phase, Retire, State, StopReason};
 
 /// The outcome of one try: ready, or what the request waits for.
@@ -27,40 +28,30 @@ impl Fleet {
                 return Prepared::Waiting;
             }
         }
-        let running: Vec<&str> = st
-            .instances
-            .iter()
-            .filter(|(_, i)| i.phase != Phase::Stopped)
-            .map(|(k, _)| k.as_str())
-            .collect();
-        let conflicts = swap::conflicts(&st.config, &st.catalog, id, running);
         let phase = st.instances[id].phase;
-        if phase == Phase::Ready && conflicts.is_empty() {
-            return Prepared::Ready;
-        }
-        if conflicts.iter().any(|c| busy(st, c)) {
-            return Prepared::Blocked;
-        }
-        if phase == Phase::Stopped && turn.is_some_and(|t| self.outranked(st, id, t)) {
-            return Prepared::Waiting;
-        }
+        let conflicts = conflicts_seen(st, id);
+        let outranked = phase == Phase::Stopped && turn.is_some_and(|t| self.outranked(st, id, t));
+        let stops = match plan_swap(phase, outranked, &conflicts) {
+            SwapPlan::Ready => return Prepared::Ready,
+            SwapPlan::Blocked => return Prepared::Blocked,
+            SwapPlan::Outranked => return Prepared::Waiting,
+            SwapPlan::Swap { start: true, .. } => {
+                return match self.make_room(st, id) {
+                    Some(blocked) => blocked,
+                    None => Prepared::Started(self.start(st, id)),
+                };
+            }
+            SwapPlan::Swap { stops, .. } => stops,
+        };
         let grace = st.config.health_check_timeout;
-        for c in &conflicts {
+        for c in &stops {
             st.instances
                 .get_mut(c)
                 .expect("known")
                 .order_stop(grace, StopReason::Swap);
         }
-        let all_stopped = conflicts
-            .iter()
-            .all(|c| st.instances[c].phase == Phase::Stopped);
-        let inst = &st.instances[id];
         match phase {
-            Phase::Stopped if all_stopped => match self.make_room(st, id) {
-                Some(blocked) => blocked,
-                None => Prepared::Started(self.start(st, id)),
-            },
-            Phase::Starting => Prepared::Starting(inst.generation),
+            Phase::Starting => Prepared::Starting(st.instances[id].generation),
             _ => Prepared::Waiting,
         }
     }
@@ -112,4 +103,25 @@ pub(super) fn busy(st: &State, id: &str) -> bool {
     i.in_flight > 0
         || i.reserved > 0
         || (pool_waiting && matches!(i.phase, Phase::Starting | Phase::Ready))
+}
+
+/// The running instances that conflict with `id`, as the swap decision sees them.
+fn conflicts_seen(st: &State, id: &str) -> Vec<Conflict> {
+    let running = st
+        .instances
+        .iter()
+        .filter(|(_, i)| i.phase != Phase::Stopped)
+        .map(|(k, _)| k.as_str());
+    swap::conflicts(&st.config, &st.catalog, id, running)
+        .into_iter()
+        .map(|c| {
+            let i = &st.instances[&c];
+            Conflict {
+                busy: busy(st, &c),
+                phase: i.phase,
+                stopping: i.is_stopping(),
+                id: c,
+            }
+        })
+        .collect()
 }
