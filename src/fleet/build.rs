@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::instance::Instance;
+use super::ledger::{self, Need};
 use super::prefix::PrefixMemory;
-use super::{ledger, Phase, PoolState};
+use super::{Phase, PoolState};
 use crate::catalog::Catalog;
 use crate::config::{Config, InstanceSpec, ModelConfig};
 use crate::logs::LogRing;
@@ -27,68 +28,85 @@ pub(super) fn build_instances(
         for spec in &m.instances {
             let pool = catalog.instances.get(&spec.id).and_then(|r| r.pool.clone());
             let need = ledger::need_of(m, &sized_spec(m, spec, fetcher));
-            let mut env = spec.env.clone();
-            env.extend(m.env.iter().cloned());
-            if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
-                // llama-server prints its allocations at verbosity 4; the ledger reads them
-                env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
-            }
-            let load_timeout = crate::memory::load_deadline(
-                config.health_check_timeout,
-                need.weights,
-                config.load_bandwidth,
-                m.load_timeout,
-            );
-            let process = ProcessSpec {
-                id: spec.id.clone(),
-                argv: spec.argv.clone(),
-                base: spec.proxy.clone(),
-                env,
-                cmd_stop: spec.cmd_stop.clone(),
-                health_url: spec.check_endpoint.as_ref().and_then(|p| {
-                    format!("{}{}", spec.proxy.trim_end_matches('/'), p)
-                        .parse()
-                        .ok()
-                }),
-                load_timeout,
-                stall: config.load_stall,
-                extend_on_progress: m.load_timeout.is_some()
-                    || load_timeout > config.health_check_timeout,
-            };
-            let instance = Instance {
-                id: spec.id.clone(),
-                model: model.clone(),
-                pool,
-                spec: process,
-                proxy: spec.proxy.as_str().into(),
-                logs: Arc::new(LogRing::default()),
-                phase: Phase::Stopped,
-                reserved: 0,
-                in_flight: 0,
-                external_busy: 0,
-                recent_ends: Default::default(),
-                slots: spec.slots.unwrap_or(m.concurrency_limit),
-                last_used: Instant::now(),
-                last_picked: 0,
-                generation: 0,
-                last_error: None,
-                pid: None,
-                stop: None,
-                failures: 0,
-                retry_at: None,
-                server_errors: 0,
-                need,
-                placed: Vec::new(),
-                measured: None,
-                download: None,
-                running_argv: None,
-                oom_retried: false,
-                retire: Retire::No,
-            };
+            let process = process_spec(config, m, spec, &need);
+            let instance = stopped_instance(model.clone(), pool, spec, process, need);
             instances.insert(spec.id.clone(), instance);
         }
     }
     instances
+}
+
+/// The process an instance runs: its command with the model's environment, and a load deadline
+/// that grows with the weights it must read.
+fn process_spec(config: &Config, m: &ModelConfig, spec: &InstanceSpec, need: &Need) -> ProcessSpec {
+    let mut env = spec.env.clone();
+    env.extend(m.env.iter().cloned());
+    if !config.devices.is_empty() && wants_buffer_report(&spec.argv, &env) {
+        // llama-server prints its allocations at verbosity 4; the ledger reads them
+        env.push(("LLAMA_ARG_LOG_VERBOSITY".into(), "4".into()));
+    }
+    let load_timeout = crate::memory::load_deadline(
+        config.health_check_timeout,
+        need.weights,
+        config.load_bandwidth,
+        m.load_timeout,
+    );
+    ProcessSpec {
+        id: spec.id.clone(),
+        argv: spec.argv.clone(),
+        base: spec.proxy.clone(),
+        env,
+        cmd_stop: spec.cmd_stop.clone(),
+        health_url: spec.check_endpoint.as_ref().and_then(|p| {
+            format!("{}{}", spec.proxy.trim_end_matches('/'), p)
+                .parse()
+                .ok()
+        }),
+        load_timeout,
+        stall: config.load_stall,
+        extend_on_progress: m.load_timeout.is_some() || load_timeout > config.health_check_timeout,
+    }
+}
+
+/// An instance as it is before its first start: stopped, idle, never failed.
+fn stopped_instance(
+    model: Arc<ModelConfig>,
+    pool: Option<String>,
+    spec: &InstanceSpec,
+    process: ProcessSpec,
+    need: Need,
+) -> Instance {
+    let slots = spec.slots.unwrap_or(model.concurrency_limit);
+    Instance {
+        id: spec.id.clone(),
+        model,
+        pool,
+        spec: process,
+        proxy: spec.proxy.as_str().into(),
+        logs: Arc::new(LogRing::default()),
+        phase: Phase::Stopped,
+        reserved: 0,
+        in_flight: 0,
+        external_busy: 0,
+        recent_ends: Default::default(),
+        slots,
+        last_used: Instant::now(),
+        last_picked: 0,
+        generation: 0,
+        last_error: None,
+        pid: None,
+        stop: None,
+        failures: 0,
+        retry_at: None,
+        server_errors: 0,
+        need,
+        placed: Vec::new(),
+        measured: None,
+        download: None,
+        running_argv: None,
+        oom_retried: false,
+        retire: Retire::No,
+    }
 }
 
 /// The pools a catalog names; a pool that existed before keeps its queue, and its prefix memory

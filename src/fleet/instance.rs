@@ -160,6 +160,11 @@ impl Instance {
         self.retry_at = backoff(self.failures).map(|d| Instant::now() + d);
     }
 
+    /// Stopping, or told to stop: its memory is on its way back and a new order would be ignored.
+    pub fn is_stopping(&self) -> bool {
+        self.phase == Phase::Stopping || self.stop.as_ref().is_some_and(|s| s.borrow().is_some())
+    }
+
     pub fn order_stop(&mut self, grace: Duration, reason: StopReason) {
         if matches!(self.phase, Phase::Starting | Phase::Ready) {
             if let Some(stop) = &self.stop {

@@ -2,7 +2,8 @@
 //! holders when needed), and telling whether an instance could run without evicting anything.
 //! Split out of `mod.rs` so the memory-eviction decisions sit in one place.
 
-use super::{busy, ledger, swap, Fleet, Phase, Prepared, State, StopReason};
+use super::prepare::{busy, Prepared};
+use super::{ledger, swap, Fleet, Phase, State, StopReason};
 
 impl Fleet {
     /// With devices configured, finds room for `id` or says why not; `None` means it is placed.
@@ -69,8 +70,7 @@ impl Fleet {
                 devices: i.placed.clone(),
                 bytes: i.need.bytes,
                 busy: busy(st, &i.id),
-                stopping: i.phase == Phase::Stopping
-                    || i.stop.as_ref().is_some_and(|s| s.borrow().is_some()),
+                stopping: i.is_stopping(),
                 last_used: i.last_used,
             })
             .collect()

@@ -5,10 +5,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::acquire::{backoff_error, failed_start};
 use super::instance::Instance;
 use super::lease::{Lease, Ticket};
 use super::prefix::{Holder, Prefix};
-use super::{backoff_error, failed_start, pick, Fleet, Phase, Prepared, State};
+use super::prepare::Prepared;
+use super::{pick, Fleet, Phase, State};
 use crate::config::Balance;
 use crate::error::Error;
 
@@ -19,34 +21,8 @@ impl Fleet {
         avoid: Option<&str>,
         prompt: Option<&Prefix>,
     ) -> Result<Lease, Error> {
-        let ticket = {
-            let mut st = self.inner.lock();
-            let st = &mut *st;
-            let p = st.pools.get_mut(pool).ok_or(Error::UnknownModel)?;
-            if p.queue.len() >= p.settings.queue_depth.max(1) {
-                return Err(Error::Busy {
-                    status: 429,
-                    message: format!(
-                        "all replicas of {pool} are busy and its queue is full ({} waiting)",
-                        p.queue.len()
-                    ),
-                    retry_after: 1,
-                });
-            }
-            st.next_ticket += 1;
-            p.queue.push_back(st.next_ticket);
-            Ticket {
-                inner: self.inner.clone(),
-                pool: pool.to_string(),
-                id: st.next_ticket,
-            }
-        };
-        let timeout = self
-            .inner
-            .lock()
-            .pools
-            .get(pool)
-            .map_or(Duration::from_secs(60), |p| p.settings.queue_timeout);
+        let ticket = self.enqueue(pool)?;
+        let timeout = self.queue_timeout(pool);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut awaited: HashMap<String, u64> = HashMap::new();
         loop {
@@ -75,6 +51,40 @@ impl Fleet {
                 }
             }
         }
+    }
+
+    /// Takes a place at the back of the pool's queue, or refuses at once (429) when the queue is
+    /// full, so a burst beyond what the pool can absorb is told to come back instead of waiting.
+    fn enqueue(&self, pool: &str) -> Result<Ticket, Error> {
+        let mut st = self.inner.lock();
+        let st = &mut *st;
+        let p = st.pools.get_mut(pool).ok_or(Error::UnknownModel)?;
+        if p.queue.len() >= p.settings.queue_depth.max(1) {
+            return Err(Error::Busy {
+                status: 429,
+                message: format!(
+                    "all replicas of {pool} are busy and its queue is full ({} waiting)",
+                    p.queue.len()
+                ),
+                retry_after: 1,
+            });
+        }
+        st.next_ticket += 1;
+        p.queue.push_back(st.next_ticket);
+        Ok(Ticket {
+            inner: self.inner.clone(),
+            pool: pool.to_string(),
+            id: st.next_ticket,
+        })
+    }
+
+    /// How long a request may wait in the pool's queue (a minute for a pool a reload removed).
+    fn queue_timeout(&self, pool: &str) -> Duration {
+        self.inner
+            .lock()
+            .pools
+            .get(pool)
+            .map_or(Duration::from_secs(60), |p| p.settings.queue_timeout)
     }
 
     /// Takes a slot for the ticket when its place in the queue is within the free slots.
@@ -169,66 +179,18 @@ impl Fleet {
         let members = p.members.clone();
         let waiting = p.queue.len();
         let start_all = p.settings.start_all;
-        let mut failed = Vec::new();
-        for m in &members {
-            let inst = &st.instances[m];
-            if let Some(err) = awaited.get(m).and_then(|g| failed_start(inst, Some(*g))) {
-                failed.push((m.clone(), err));
-            }
+        let failed = failed_members(st, &members, awaited);
+        let survey = Survey::of(st, &members, avoid, &failed);
+        if !survey.alive && survey.startable.is_empty() {
+            return Err(no_replica_error(st, pool, &members, &failed));
         }
-        let usable =
-            |i: &Instance| Some(i.id.as_str()) != avoid && !failed.iter().any(|(f, _)| *f == i.id);
-        let ready_free: usize = members
-            .iter()
-            .map(|m| &st.instances[m])
-            .filter(|i| i.phase == Phase::Ready && usable(i))
-            .map(|i| i.free_slots())
-            .sum();
-        let coming: usize = members
-            .iter()
-            .map(|m| &st.instances[m])
-            .filter(|i| i.phase == Phase::Starting)
-            .map(|i| i.slots)
-            .sum();
-        let alive = members.iter().map(|m| &st.instances[m]).any(|i| {
-            matches!(i.phase, Phase::Ready | Phase::Starting | Phase::Stopping) && usable(i)
-        });
-        let startable: Vec<String> = members
-            .iter()
-            .filter(|m| {
-                let i = &st.instances[*m];
-                i.phase == Phase::Stopped && !i.in_backoff() && usable(i)
-            })
-            .cloned()
-            .collect();
-        if !alive && startable.is_empty() {
-            let reason = failed.first().map(|(_, e)| e.to_string()).or_else(|| {
-                members
-                    .iter()
-                    .map(|m| &st.instances[m])
-                    .find(|i| i.in_backoff())
-                    .map(|i| backoff_error(i).to_string())
-            });
-            return Err(match reason {
-                Some(r) => Error::Busy {
-                    status: 503,
-                    message: format!("no replica of {pool} can serve: {r}"),
-                    retry_after: 1,
-                },
-                None => Error::Busy {
-                    status: 503,
-                    message: format!("no replica of {pool} can serve"),
-                    retry_after: 1,
-                },
-            });
-        }
-        let demand = waiting.saturating_sub(ready_free);
-        if demand == 0 && alive {
+        let demand = waiting.saturating_sub(survey.ready_free);
+        if demand == 0 && survey.alive {
             return Ok(());
         }
-        let mut capacity = coming;
-        for m in startable {
-            if !start_all && capacity >= demand && alive {
+        let mut capacity = survey.coming;
+        for m in survey.startable {
+            if !start_all && capacity >= demand && survey.alive {
                 break;
             }
             if let Prepared::Started(g) = self.prepare(st, &m, None) {
@@ -240,5 +202,89 @@ impl Fleet {
             }
         }
         Ok(())
+    }
+}
+
+/// Members whose start this request waited on and that failed it: passed over from then on, so
+/// a request does not start a broken replica again and again.
+fn failed_members(
+    st: &State,
+    members: &[String],
+    awaited: &HashMap<String, u64>,
+) -> Vec<(String, Error)> {
+    members
+        .iter()
+        .filter_map(|m| {
+            let err = awaited
+                .get(m)
+                .and_then(|g| failed_start(&st.instances[m], Some(*g)))?;
+            Some((m.clone(), err))
+        })
+        .collect()
+}
+
+/// What a pool's members can offer a waiting request, the avoided and failed ones left out.
+struct Survey {
+    /// Free slots on ready members.
+    ready_free: usize,
+    /// Slots on members that are starting, avoided or failed ones included.
+    coming: usize,
+    /// Some usable member is running or on its way.
+    alive: bool,
+    /// Usable stopped members that may start now (not backing off).
+    startable: Vec<String>,
+}
+
+impl Survey {
+    fn of(st: &State, members: &[String], avoid: Option<&str>, failed: &[(String, Error)]) -> Self {
+        let usable =
+            |i: &Instance| Some(i.id.as_str()) != avoid && !failed.iter().any(|(f, _)| *f == i.id);
+        let each = || members.iter().map(|m| &st.instances[m]);
+        Survey {
+            ready_free: each()
+                .filter(|i| i.phase == Phase::Ready && usable(i))
+                .map(|i| i.free_slots())
+                .sum(),
+            coming: each()
+                .filter(|i| i.phase == Phase::Starting)
+                .map(|i| i.slots)
+                .sum(),
+            alive: each().any(|i| {
+                matches!(i.phase, Phase::Ready | Phase::Starting | Phase::Stopping) && usable(i)
+            }),
+            startable: members
+                .iter()
+                .filter(|m| {
+                    let i = &st.instances[*m];
+                    i.phase == Phase::Stopped && !i.in_backoff() && usable(i)
+                })
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// Why no member of the pool can serve: a failed start this request saw, else a member's backoff.
+fn no_replica_error(
+    st: &State,
+    pool: &str,
+    members: &[String],
+    failed: &[(String, Error)],
+) -> Error {
+    let reason = failed.first().map(|(_, e)| e.to_string()).or_else(|| {
+        members
+            .iter()
+            .map(|m| &st.instances[m])
+            .find(|i| i.in_backoff())
+            .map(|i| backoff_error(i).to_string())
+    });
+    let message = match reason {
+        Some(r) => format!("no replica of {pool} can serve: {r}"),
+        None => format!("no replica of {pool} can serve"),
+    };
+    Error::Busy {
+        status: 503,
+        message,
+        retry_after: 1,
     }
 }

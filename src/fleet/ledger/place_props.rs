@@ -1,10 +1,12 @@
 //! Properties of placement over random devices, holders and needs: a start is never charged past
-//! what a device can hold, covers what it needs, and eviction never picks a busy instance.
+//! what a device can hold, covers what it needs, and neither eviction nor shedding for an overfull
+//! device picks a busy or stopping instance.
 
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
+use super::super::{less_outside_use, over_capacity};
 use super::*;
 use crate::config::{Device, Vendor};
 
@@ -83,6 +85,21 @@ proptest! {
                 }
             }
             Placement::WaitForStops | Placement::Blocked(_) | Placement::Never(_) => {}
+        }
+    }
+
+    #[test]
+    fn shedding_an_overfull_device_never_stops_a_busy_or_stopping_instance(
+        devices in devices(),
+        seeds in prop::collection::vec((0usize..4, 1u64..=40 * 1024, any::<bool>(), any::<bool>()), 0..6),
+        outside_mib in prop::collection::vec(0u64..=80 * 1024, 0..=4),
+    ) {
+        let holders = holders(&devices, &seeds);
+        let outside: Vec<u64> = outside_mib.iter().map(|m| m * MIB).collect();
+        let seen = less_outside_use(&devices, &outside);
+        for v in over_capacity(&seen, &holders) {
+            let h = holders.iter().find(|h| h.id == v);
+            prop_assert!(h.is_some_and(|h| !h.busy && !h.stopping), "sheds {v}");
         }
     }
 }

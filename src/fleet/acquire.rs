@@ -1,0 +1,188 @@
+//! The path of a request for one instance by its own id: reserve a place, then loop under the lock
+//! until the instance is ready (or the request must fail), waiting for the next change between
+//! tries. The pool path is in `pool.rs`; what each try decides is in `prepare.rs`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::instance::Instance;
+use super::lease::{Lease, Reservation, Turn};
+use super::prepare::Prepared;
+use super::{oom, prefix, Fleet, Phase};
+use crate::catalog::Target;
+use crate::error::Error;
+use crate::supervisor::StartError;
+
+/// What a direct request carries from one try to the next.
+#[derive(Default)]
+struct Direct {
+    /// A place among swap waiters, taken only if the model is not ready at once.
+    turn: Option<Turn>,
+    /// The generation of the start this request waits on, so that start failing fails it.
+    awaited: Option<u64>,
+    /// Since when, and why, busy instances have held the memory it needs: waited for at most the
+    /// model's queue timeout.
+    no_room: Option<(tokio::time::Instant, String)>,
+}
+
+impl Fleet {
+    /// Waits for a lease on a ready instance for `target`; `avoid` skips one pool member (a retry).
+    pub async fn acquire(&self, target: &Target, avoid: Option<&str>) -> Result<Lease, Error> {
+        self.acquire_for(target, avoid, None).await
+    }
+
+    /// As [`Fleet::acquire`], with the request's prompt blocks for a pool that balances by prefix.
+    pub async fn acquire_for(
+        &self,
+        target: &Target,
+        avoid: Option<&str>,
+        prompt: Option<&prefix::Prefix>,
+    ) -> Result<Lease, Error> {
+        match target {
+            Target::Instance(id) => self.acquire_instance(id).await,
+            Target::Pool(id) => self.acquire_pool(id, avoid, prompt).await,
+        }
+    }
+
+    async fn acquire_instance(&self, id: &str) -> Result<Lease, Error> {
+        let reservation = self.reserve(id)?;
+        let mut direct = Direct::default();
+        loop {
+            let notified = self.inner.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(proxy) = self.try_direct(id, &mut direct)? {
+                return Ok(reservation.into_lease(proxy));
+            }
+            match &direct.no_room {
+                Some((since, _)) => {
+                    let deadline = *since + self.no_room_limit(id);
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(deadline) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// One try under the lock: the ready instance's address once this request is counted in
+    /// flight there, `None` to wait for the next change, or the error that ends the request.
+    fn try_direct(&self, id: &str, direct: &mut Direct) -> Result<Option<Arc<str>>, Error> {
+        let mut st = self.inner.lock();
+        self.check_open(id)?;
+        let Some(inst) = st.instances.get(id) else {
+            return Err(Error::UnknownModel); // removed by a reload while waiting
+        };
+        if let Some(err) = failed_start(inst, direct.awaited) {
+            return Err(err);
+        }
+        if inst.phase == Phase::Stopped && inst.in_backoff() && direct.awaited.is_none() {
+            return Err(backoff_error(inst));
+        }
+        if direct.turn.is_none() && inst.phase != Phase::Ready {
+            direct.turn = Some(self.take_turn(&mut st, id));
+        }
+        match self.prepare(&mut st, id, direct.turn.as_ref().map(|t| t.seq)) {
+            Prepared::Ready => {
+                let inst = st.instances.get_mut(id).expect("known instance");
+                inst.in_flight += 1;
+                return Ok(Some(inst.proxy.clone()));
+            }
+            Prepared::Started(generation) => direct.awaited = Some(generation),
+            Prepared::Starting(generation) if direct.awaited.is_none() => {
+                direct.awaited = Some(generation)
+            }
+            Prepared::NeverFits(why) => return Err(Error::InsufficientMemory(why)),
+            Prepared::NoRoom(why) => {
+                let limit = st.instances[id].model.pool.queue_timeout;
+                let since = direct
+                    .no_room
+                    .take()
+                    .map_or_else(tokio::time::Instant::now, |(t, _)| t);
+                if since.elapsed() >= limit {
+                    return Err(Error::InsufficientMemory(why));
+                }
+                direct.no_room = Some((since, why));
+            }
+            _ => direct.no_room = None,
+        }
+        Ok(None)
+    }
+
+    /// How long a request waits while busy instances hold the memory its model needs: the
+    /// model's queue timeout (none for an instance a reload removed).
+    fn no_room_limit(&self, id: &str) -> Duration {
+        self.inner
+            .lock()
+            .instances
+            .get(id)
+            .map_or(Duration::ZERO, |i| i.model.pool.queue_timeout)
+    }
+
+    pub(super) fn check_open(&self, what: &str) -> Result<(), Error> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown(what.to_string()));
+        }
+        Ok(())
+    }
+
+    fn reserve(&self, id: &str) -> Result<Reservation, Error> {
+        let mut st = self.inner.lock();
+        let inst = st.instances.get_mut(id).ok_or(Error::UnknownModel)?;
+        if inst.reserved >= inst.model.concurrency_limit {
+            return Err(Error::ConcurrencyLimit);
+        }
+        inst.reserved += 1;
+        Ok(Reservation {
+            inner: self.inner.clone(),
+            id: id.to_string(),
+            done: false,
+        })
+    }
+}
+
+/// The error for a request that finds its instance backing off after failed starts.
+pub(super) fn backoff_error(inst: &Instance) -> Error {
+    let wait = inst.retry_at.map_or(0, |t| {
+        t.saturating_duration_since(Instant::now()).as_secs() + 1
+    });
+    let last = inst
+        .last_error
+        .as_ref()
+        .map(|(_, e)| format!("; last error: {e}"))
+        .unwrap_or_default();
+    let what = if inst.circuit_open() {
+        "circuit open"
+    } else {
+        "backing off"
+    };
+    Error::Busy {
+        status: 503,
+        message: format!(
+            "{} failed {} times in a row ({what}, next start in {wait}s){last}",
+            inst.id, inst.failures
+        ),
+        retry_after: wait.max(1),
+    }
+}
+
+/// The error for the start a request waited on (`awaited`, its generation), when that start failed.
+pub(super) fn failed_start(inst: &Instance, awaited: Option<u64>) -> Option<Error> {
+    let awaited = awaited?;
+    match &inst.last_error {
+        Some((generation, err)) if *generation == awaited && inst.phase == Phase::Stopped => {
+            Some(match **err {
+                StartError::Aborted => Error::Unloaded,
+                ref e @ StartError::Diagnosed {
+                    out_of_memory: Some(_),
+                    ..
+                } => Error::InsufficientMemory(oom::insufficient(&inst.id, inst.need.bytes, e)),
+                ref e => Error::StartFailed(e.to_string()),
+            })
+        }
+        _ => None,
+    }
+}

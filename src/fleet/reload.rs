@@ -1,0 +1,86 @@
+//! Applying a new config while running: which instances keep their process, which are replaced
+//! or removed once idle. Kept apart because it is the one path that rebuilds the fleet's state.
+
+use std::sync::Arc;
+
+use super::build::{build_instances, build_pools, same_process};
+use super::prepare::busy;
+use super::{weights, Fleet, Phase, Retire, State, StopReason};
+use crate::catalog::Catalog;
+use crate::config::Config;
+
+impl Fleet {
+    /// Applies a new config. Instances whose process would be the same keep running and serving;
+    /// changed ones finish their requests and restart with the new command; removed ones stop
+    /// once idle. Requests waiting in a pool that still exists keep their place.
+    pub fn reconfigure(&self, config: Arc<Config>) {
+        let catalog = Arc::new(Catalog::new(&config));
+        let fresh = build_instances(&config, &catalog, &self.inner.fetcher);
+        let mut guard = self.inner.lock();
+        let st = &mut *guard;
+        let mut kept = 0;
+        for (id, new) in fresh {
+            match st.instances.get_mut(&id) {
+                Some(old) if same_process(&old.spec, &new.spec) => {
+                    old.model = new.model;
+                    old.pool = new.pool;
+                    old.spec.load_timeout = new.spec.load_timeout;
+                    old.spec.stall = new.spec.stall;
+                    old.spec.extend_on_progress = new.spec.extend_on_progress;
+                    if old.measured.is_none() {
+                        old.need = new.need;
+                    }
+                    old.retire = Retire::No;
+                    kept += 1;
+                }
+                Some(old) if old.phase == Phase::Stopped => *old = new,
+                Some(old) => old.retire = Retire::Replace(Box::new(new)),
+                None => {
+                    st.instances.insert(id, new);
+                }
+            }
+        }
+        let known: std::collections::BTreeSet<String> = catalog.instances.keys().cloned().collect();
+        st.instances
+            .retain(|id, i| known.contains(id) || i.phase != Phase::Stopped);
+        for (id, i) in st.instances.iter_mut() {
+            if !known.contains(id) {
+                i.retire = Retire::Remove;
+            }
+        }
+        let mut old_pools = std::mem::take(&mut st.pools);
+        st.pools = build_pools(&config, &catalog, &mut old_pools);
+        st.config = config;
+        st.catalog = catalog;
+        tracing::info!("config applied: {kept} running or stopped instance(s) kept as they were");
+        drop(guard);
+        weights::size_before_download(&self.inner);
+        self.inner.touch();
+    }
+
+    /// Stops retired instances once idle, and swaps in their successors once stopped.
+    pub(super) fn retire_idle(st: &mut State) {
+        let ids: Vec<String> = st
+            .instances
+            .iter()
+            .filter(|(_, i)| i.retire != Retire::No)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in ids {
+            let idle = !busy(st, &id);
+            let inst = st.instances.get_mut(&id).expect("listed");
+            if inst.phase == Phase::Stopped {
+                match std::mem::replace(&mut inst.retire, Retire::No) {
+                    Retire::Replace(next) => *inst = *next,
+                    Retire::Remove => {
+                        st.instances.remove(&id);
+                    }
+                    Retire::No => {}
+                }
+            } else if idle {
+                let grace = inst.model.unload_timeout;
+                inst.order_stop(grace, StopReason::Reload);
+            }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! What the fleet shows of itself: a snapshot of every instance, as `/running`, the UI, the
+//! metrics and the lifecycle events read it. Kept apart from the scheduling so the shape the
+//! outside sees is in one place.
+
+use serde::Serialize;
+
+use super::{Fleet, Phase, State};
+
+/// One instance's state, as `/running` and the events show it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    pub instance: String,
+    pub model: String,
+    pub pool: Option<String>,
+    pub state: Phase,
+    pub in_flight: usize,
+    /// Requests admitted for this instance by its own id that are not in flight yet (waiting for
+    /// its load, or for a swap); a pool's waiting requests are in its queue.
+    pub waiting: usize,
+    pub slots: usize,
+    /// Slots a request could take now: neither corral's nor the engine's other clients' work.
+    pub free: usize,
+    pub pid: Option<u32>,
+    pub failures: u32,
+    pub circuit_open: bool,
+    /// Device memory charged while it runs: the estimate, or the engine's report once loaded.
+    pub memory: u64,
+    pub measured: Option<u64>,
+    /// The devices it is charged on, by name, with the bytes placed on each.
+    pub devices: Vec<(String, u64)>,
+    pub load_deadline: std::time::Duration,
+    /// Why its last start failed, when it did.
+    pub last_error: Option<String>,
+    /// Its weights' download, while one runs.
+    pub download: Option<Download>,
+    /// The command line of its process, while one runs.
+    pub argv: Option<Vec<String>>,
+}
+
+/// How far the download of an instance's weights has come.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Download {
+    /// The file being received (a path in the repository, a layer, an object key).
+    pub file: String,
+    pub bytes: u64,
+    pub total: Option<u64>,
+    pub bytes_per_second: f64,
+    pub eta_seconds: Option<f64>,
+}
+
+/// What instances that are not stopped hold on one device: charged (the estimate, or the engine's
+/// report once loaded) and measured, each instance's figure shared out in the proportions it was
+/// placed with.
+pub fn device_totals(snapshot: &[Snapshot], device: &str) -> (u64, u64) {
+    let share = |bytes: u64, s: &Snapshot| {
+        let placed: u64 = s.devices.iter().map(|(_, b)| b).sum();
+        let here: u64 = s
+            .devices
+            .iter()
+            .filter(|(n, _)| n == device)
+            .map(|(_, b)| b)
+            .sum();
+        match placed {
+            0 => 0,
+            total => (u128::from(bytes) * u128::from(here) / u128::from(total)) as u64,
+        }
+    };
+    snapshot
+        .iter()
+        .filter(|s| s.state != Phase::Stopped)
+        .fold((0, 0), |(c, m), s| {
+            (
+                c + share(s.memory, s),
+                m + share(s.measured.unwrap_or(0), s),
+            )
+        })
+}
+
+/// Every instance's snapshot, under the lock the caller holds.
+pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
+    let devices = &st.config.devices;
+    st.instances
+        .values()
+        .map(|i| Snapshot {
+            instance: i.id.clone(),
+            model: i.model.id.clone(),
+            pool: i.pool.clone(),
+            state: i.phase,
+            in_flight: i.in_flight,
+            waiting: i.reserved.saturating_sub(i.in_flight),
+            slots: i.slots,
+            free: i.free_slots(),
+            pid: i.pid,
+            failures: i.failures,
+            circuit_open: i.circuit_open(),
+            memory: i.need.bytes,
+            measured: i.measured,
+            devices: i
+                .placed
+                .iter()
+                .filter_map(|(d, bytes)| Some((devices.get(*d)?.name.clone(), *bytes)))
+                .collect(),
+            load_deadline: i.spec.load_timeout,
+            last_error: i.last_error.as_ref().map(|(_, e)| e.to_string()),
+            download: i.download.clone(),
+            argv: i.running_argv.clone(),
+        })
+        .collect()
+}
+
+impl Fleet {
+    pub fn snapshot(&self) -> Vec<Snapshot> {
+        snapshot_of(&self.inner.lock())
+    }
+
+    /// The download of a model's weights, while one runs for any of its instances.
+    pub fn download_of(&self, model: &str) -> Option<Download> {
+        let st = self.inner.lock();
+        st.instances
+            .values()
+            .filter(|i| i.model.id == model)
+            .find_map(|i| i.download.clone())
+    }
+}

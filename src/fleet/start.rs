@@ -1,0 +1,54 @@
+//! Starting an instance: its devices pinned and its model split as the ledger placed it, and its
+//! life handed to a supervising task. Kept apart because it is where scheduling meets processes.
+
+use tokio::sync::watch;
+
+use super::{ledger, pinning, run, Fleet, Phase, State};
+use crate::supervisor::Sinks;
+
+impl Fleet {
+    /// Marks the instance starting and hands its life to a task. Returns the new generation.
+    pub(super) fn start(&self, st: &mut State, id: &str) -> u64 {
+        let inst = st.instances.get_mut(id).expect("known instance");
+        inst.generation += 1;
+        inst.phase = Phase::Starting;
+        let (tx, rx) = watch::channel(None);
+        inst.stop = Some(tx);
+        let sinks = Sinks {
+            model: inst.logs.clone(),
+            logs: self.inner.logs.clone(),
+            upstream_to_stdout: st.config.log_to_stdout.upstream(),
+            redactor: st.config.redactor.clone(),
+        };
+        let poll = inst.pool.as_ref().and(inst.model.pool.slots_poll);
+        let shown = st.config.redactor.command_line(&inst.spec.argv);
+        tracing::info!(instance = id, "starting: {shown}");
+        let mut spec = inst.spec.clone();
+        let pins = pinning::visible_devices(
+            &st.config.devices,
+            &ledger::devices_of(&inst.placed),
+            &spec.env,
+            &spec.argv,
+        );
+        if !pins.is_empty() {
+            tracing::info!(instance = id, "pinned to its devices: {pins:?}");
+        }
+        spec.env.extend(pins);
+        let split = pinning::split_args(&spec.argv, &inst.placed);
+        if !split.is_empty() {
+            tracing::info!(instance = id, "split over its devices: {}", split.join(" "));
+        }
+        spec.argv.extend(split);
+        // supervision runs on the control runtime, whichever thread's request started it
+        self.inner.runtime.spawn(run::run(
+            self.inner.clone(),
+            spec,
+            sinks,
+            inst.generation,
+            rx,
+            poll,
+        ));
+        self.inner.touch();
+        inst.generation
+    }
+}
