@@ -45,7 +45,11 @@ pub async fn forward_local(
     match proxy::forward(client, first, timeout, lease).await {
         Err(Error::Upstream(e)) => {
             app.fleet.report_unreachable(&first_id);
-            app.metrics.retries.with_label_values(&[&model.id]).inc();
+            app.metrics
+                .requests
+                .retries
+                .with_label_values(&[&model.id])
+                .inc();
             tracing::warn!(instance = %first_id, "retrying on another replica after: {e}");
             let lease = app
                 .fleet

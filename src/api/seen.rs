@@ -93,7 +93,7 @@ pub(super) fn metered(
 ) -> Result<Response<Body>, Error> {
     let Some(model) = seen.model.clone() else {
         if matches!(result, Err(Error::NoModel | Error::UnknownModel)) {
-            app.metrics.unknown_model_requests.inc();
+            app.metrics.requests.unknown_model.inc();
         }
         return result;
     };

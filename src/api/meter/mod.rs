@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
 
 use crate::body::{Body, BoxError};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RequestSeries};
 use idle::IdleLimit;
 pub(crate) use usage::Tokens;
 use usage::UsageTap;
@@ -29,32 +29,27 @@ pub struct Labels {
     pub status: &'static str,
 }
 
-pub fn status_class(status: http::StatusCode) -> &'static str {
-    match status.as_u16() {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
+pub use crate::metrics::status_class;
+
+impl Labels {
+    fn series(&self, metrics: &Metrics) -> Arc<RequestSeries> {
+        metrics
+            .requests
+            .series(&self.model, &self.route, self.status)
     }
 }
 
 /// Records a request that ended before any upstream body (an error answered by corral itself).
 pub fn record_error(metrics: &Metrics, labels: &Labels, started: Instant) {
-    let l = [labels.model.as_str(), labels.route.as_str()];
-    metrics
-        .requests
-        .with_label_values(&[l[0], l[1], labels.status])
-        .inc();
-    metrics
-        .request_duration
-        .with_label_values(&l)
-        .observe(started.elapsed().as_secs_f64());
+    let series = labels.series(metrics);
+    series.answered.inc();
+    series.duration.observe(started.elapsed().as_secs_f64());
 }
 
 pub struct Metered {
     inner: Body,
-    metrics: Arc<Metrics>,
+    /// Where this request's counts go, resolved once.
+    series: Arc<RequestSeries>,
     labels: Labels,
     started: Instant,
     usage: UsageTap,
@@ -90,7 +85,7 @@ impl Metered {
     ) -> Metered {
         Metered {
             inner,
-            metrics,
+            series: labels.series(&metrics),
             labels,
             started,
             usage: UsageTap::new(content_type),
@@ -165,10 +160,8 @@ impl Metered {
         if self.ttft_ms.is_none() {
             let elapsed = self.started.elapsed();
             self.ttft_ms = Some(elapsed.as_millis() as u64);
-            let l = [self.labels.model.as_str(), self.labels.route.as_str()];
-            self.metrics
+            self.series
                 .time_to_first_byte
-                .with_label_values(&l)
                 .observe(elapsed.as_secs_f64());
         }
         self.usage.observe(data);
@@ -220,24 +213,13 @@ impl Metered {
     }
 
     fn record_metrics(&self, tokens: Option<Tokens>) {
-        let l = [self.labels.model.as_str(), self.labels.route.as_str()];
-        self.metrics
-            .requests
-            .with_label_values(&[l[0], l[1], self.labels.status])
-            .inc();
-        self.metrics
-            .request_duration
-            .with_label_values(&l)
+        self.series.answered.inc();
+        self.series
+            .duration
             .observe(self.started.elapsed().as_secs_f64());
         if let Some(t) = tokens {
-            self.metrics
-                .prompt_tokens
-                .with_label_values(&[l[0]])
-                .inc_by(t.prompt);
-            self.metrics
-                .completion_tokens
-                .with_label_values(&[l[0]])
-                .inc_by(t.completion);
+            self.series.prompt_tokens.inc_by(t.prompt);
+            self.series.completion_tokens.inc_by(t.completion);
         }
     }
 
