@@ -547,3 +547,38 @@ async fn with_balance_slots_a_conversation_alternates() {
     assert_eq!(run_conversation(&h, &url, 6).await, [3, 3]);
     h.stop().await;
 }
+
+/// With `prefixWait`, a turn whose replica is busy waits for it (up to the wait) instead of going
+/// to the free one; without it, the turn goes to the free replica at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_prefix_wait_a_turn_waits_for_its_busy_replica() {
+    for (wait, expected) in [("prefixWait: 5000", [0, 3]), ("", [1, 2])] {
+        let (h, url) = warm_pair("-np 1", &format!("startReplicas: all\n{wait}")).await;
+        let before = per_replica(&h, "chat");
+        let turns = conversation_turns(3);
+        assert_eq!(post_json(&url, &turns[0]).await.status, 200);
+        // the second turn holds its replica's only slot for a while
+        let mut slow = turns[1].clone();
+        slow["fakellm"] = json!({"delay_ms": 1500});
+        let slow = tokio::spawn({
+            let url = url.clone();
+            async move { post_json(&url, &slow).await.status }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = std::time::Instant::now();
+        assert_eq!(post_json(&url, &turns[2]).await.status, 200);
+        let waited = started.elapsed();
+        assert_eq!(slow.await.unwrap(), 200);
+        let after = per_replica(&h, "chat");
+        let mut added: Vec<usize> = after
+            .iter()
+            .map(|(port, n)| n - before.get(port).copied().unwrap_or(0))
+            .collect();
+        added.sort();
+        assert_eq!(added, expected, "{wait:?}: turns per replica");
+        if !wait.is_empty() {
+            assert!(waited >= Duration::from_millis(900), "waited {waited:?} for the holder");
+        }
+        h.stop().await;
+    }
+}

@@ -307,6 +307,9 @@ pub struct PoolSettings {
     pub slots_poll: Option<Duration>,
     /// How a request chooses among the ready replicas (`balance`).
     pub balance: Balance,
+    /// How long a request may wait for the replica holding its prompt's prefix while another has a
+    /// free slot (`prefixWait`, milliseconds; `balance: prefix` only). Zero: never.
+    pub prefix_wait: Duration,
 }
 
 /// `balance`: how a pool chooses a replica for a request.
@@ -331,6 +334,7 @@ impl Default for PoolSettings {
             queue_depth: 64,
             queue_timeout: Duration::from_secs(60),
             slots_poll: Some(Duration::from_secs(5)),
+            prefix_wait: Duration::ZERO,
         }
     }
 }

@@ -613,6 +613,23 @@ fn balance_defaults_to_prefix_and_names_three_modes() {
     assert!(load_err(&pool("    balance: random\n")).contains("prefix, slots or round-robin"));
 }
 
+/// `prefixWait` is milliseconds, off by default, and bounded.
+#[test]
+fn prefix_wait_is_milliseconds_and_off_by_default() {
+    let pool = |extra: &str| {
+        format!("models:\n  m:\n    cmd: srv --port ${{PORT}}\n    replicas: 2\n{extra}")
+    };
+    assert_eq!(load(&pool("")).models["m"].pool.prefix_wait, Duration::ZERO);
+    assert_eq!(
+        load(&pool("    prefixWait: 250\n")).models["m"].pool.prefix_wait,
+        Duration::from_millis(250)
+    );
+    for bad in ["-1", "60001", "soon"] {
+        let err = load_err(&pool(&format!("    prefixWait: {bad}\n")));
+        assert!(err.contains("models.m.prefixWait"), "{bad}: {err}");
+    }
+}
+
 #[test]
 fn placement_is_spread_or_pack() {
     let model = |extra: &str| format!("models:\n  m:\n    cmd: srv --port ${{PORT}}\n{extra}");

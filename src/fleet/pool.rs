@@ -14,6 +14,22 @@ use super::{pick, Fleet, Phase, State};
 use crate::config::Balance;
 use crate::error::Error;
 
+/// What one waiting request asks of its pool.
+struct Wants<'a> {
+    ticket: u64,
+    /// A member not to pick (the one a retry left).
+    avoid: Option<&'a str>,
+    /// The prompt's block hashes, for `balance: prefix`.
+    prompt: Option<&'a Prefix>,
+    /// Still within `prefixWait`: a busy holder of the prefix is waited for.
+    holding_out: bool,
+}
+
+/// True when the replica holding the prefix is ready but has no free slot.
+fn busy_holder(candidates: &[pick::Candidate], holder: usize) -> bool {
+    candidates.iter().any(|c| c.index == holder && c.free == 0)
+}
+
 impl Fleet {
     pub(super) async fn acquire_pool(
         &self,
@@ -22,8 +38,11 @@ impl Fleet {
         prompt: Option<&Prefix>,
     ) -> Result<Lease, Error> {
         let ticket = self.enqueue(pool)?;
-        let timeout = self.queue_timeout(pool);
-        let deadline = tokio::time::Instant::now() + timeout;
+        let (timeout, prefix_wait) = self.queue_timeouts(pool);
+        let now = tokio::time::Instant::now();
+        let deadline = now + timeout;
+        // until then, a request waits for the replica holding its prefix rather than go elsewhere
+        let prefer_until = now + prefix_wait;
         let mut awaited: HashMap<String, u64> = HashMap::new();
         loop {
             let notified = self.inner.changed.notified();
@@ -35,13 +54,22 @@ impl Fleet {
                 if !st.pools.contains_key(pool) {
                     return Err(Error::UnknownModel); // removed by a reload while waiting
                 }
-                if let Some(lease) = self.try_pick(&mut st, pool, ticket.id, avoid, prompt) {
+                let holding_out = tokio::time::Instant::now() < prefer_until;
+                let wants = Wants {
+                    ticket: ticket.id,
+                    avoid,
+                    prompt,
+                    holding_out,
+                };
+                if let Some(lease) = self.try_pick(&mut st, pool, &wants) {
                     return Ok(lease);
                 }
                 self.grow_pool(&mut st, pool, avoid, &mut awaited)?;
             }
+            let holding_out = tokio::time::Instant::now() < prefer_until;
             tokio::select! {
                 _ = notified => {}
+                _ = tokio::time::sleep_until(prefer_until), if holding_out => {}
                 _ = tokio::time::sleep_until(deadline) => {
                     return Err(Error::Busy {
                         status: 503,
@@ -78,24 +106,26 @@ impl Fleet {
         })
     }
 
-    /// How long a request may wait in the pool's queue (a minute for a pool a reload removed).
-    fn queue_timeout(&self, pool: &str) -> Duration {
+    /// How long a request may wait in the pool's queue (a minute for a pool a reload removed), and
+    /// how long for the replica holding its prefix (`prefixWait`).
+    fn queue_timeouts(&self, pool: &str) -> (Duration, Duration) {
         self.inner
             .lock()
             .pools
             .get(pool)
-            .map_or(Duration::from_secs(60), |p| p.settings.queue_timeout)
+            .map_or((Duration::from_secs(60), Duration::ZERO), |p| {
+                (p.settings.queue_timeout, p.settings.prefix_wait)
+            })
     }
 
     /// Takes a slot for the ticket when its place in the queue is within the free slots.
-    fn try_pick(
-        &self,
-        st: &mut State,
-        pool: &str,
-        ticket: u64,
-        avoid: Option<&str>,
-        prompt: Option<&Prefix>,
-    ) -> Option<Lease> {
+    fn try_pick(&self, st: &mut State, pool: &str, wants: &Wants<'_>) -> Option<Lease> {
+        let Wants {
+            ticket,
+            avoid,
+            prompt,
+            ..
+        } = *wants;
         let p = &st.pools[pool];
         let round_robin = p.settings.balance == Balance::RoundRobin;
         let prompt = prompt.filter(|_| p.settings.balance == Balance::Prefix);
@@ -117,6 +147,9 @@ impl Fleet {
         let free: usize = candidates.iter().map(|c| c.free).sum();
         if !round_robin && position >= free {
             return None;
+        }
+        if wants.holding_out && holder.is_some_and(|h| busy_holder(&candidates, h.member)) {
+            return None; // within prefixWait: wait for the holder's slot
         }
         let index = pick::pick_preferring(&candidates, holder.map(|h| h.member))?;
         let chosen = members[index].id.clone();

@@ -1,5 +1,7 @@
 //! The processes a model runs (itself, or one per replica), and how requests queue for them.
 
+use std::time::Duration;
+
 use super::launch::{decode_check_endpoint, Launch};
 use super::parse::{parse_proxy, secs, slots_from_argv, split_command};
 use crate::config::engine::EngineModel;
@@ -87,7 +89,7 @@ fn replica_instance(
     })
 }
 
-/// `startReplicas`, `queueDepth`, `queueTimeout`, `slotsPollInterval` and `balance`.
+/// `startReplicas`, `queueDepth`, `queueTimeout`, `slotsPollInterval`, `balance` and `prefixWait`.
 pub(super) fn decode_pool(m: &MapReader<'_>) -> Result<PoolSettings, ConfigError> {
     let defaults = PoolSettings::default();
     let start_all = match m.string("startReplicas")?.as_deref() {
@@ -135,9 +137,22 @@ pub(super) fn decode_pool(m: &MapReader<'_>) -> Result<PoolSettings, ConfigError
     };
     Ok(PoolSettings {
         balance,
+        prefix_wait: decode_prefix_wait(m)?,
         start_all,
         queue_depth: depth,
         queue_timeout: timeout,
         slots_poll: poll,
     })
+}
+
+/// `prefixWait`: milliseconds a request may wait for the replica holding its prefix.
+fn decode_prefix_wait(m: &MapReader<'_>) -> Result<Duration, ConfigError> {
+    match m.int("prefixWait")? {
+        None => Ok(PoolSettings::default().prefix_wait),
+        Some(ms) if (0..=60_000).contains(&ms) => Ok(Duration::from_millis(ms as u64)),
+        Some(_) => Err(m.err(
+            "prefixWait",
+            "must be milliseconds from 0 (never wait) to 60000",
+        )),
+    }
 }

@@ -71,6 +71,7 @@ pub(super) const MODEL_KEYS: &[&str] = &[
     "queueTimeout",
     "slotsPollInterval",
     "balance",
+    "prefixWait",
     "memory",
     "placement",
     "loadTimeout",

@@ -13,6 +13,8 @@
 //! Usage: corral-prefix --corral BIN --llama-server BIN --model GGUF [--conversations N]
 //! [--turns N] [--system-bytes N] [--think-ms N] [--max-tokens N] [--seed N]
 //! [--modes prefix,slots,round-robin] [--engine-args "..."]
+//!
+//! A mode is a `balance` value, or `prefix:MS` for `balance: prefix` with `prefixWait: MS`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -160,17 +162,27 @@ struct Sample {
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
+/// A failed request, said on stderr so the table's count can be explained.
+fn failed(why: String) -> Sample {
+    eprintln!("corral-prefix: a request failed: {why}");
+    Sample::default()
+}
+
 async fn send(client: &HttpClient, url: &str, body: String) -> Sample {
     let req = hyper::Request::post(format!("{url}/v1/chat/completions"))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .unwrap();
     let t0 = Instant::now();
-    let Ok(resp) = client.request(req).await else {
-        return Sample::default();
+    let resp = match client.request(req).await {
+        Ok(resp) => resp,
+        Err(e) => return failed(format!("{e}")),
     };
     if !resp.status().is_success() {
-        return Sample::default();
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map(|b| b.to_bytes());
+        let body = String::from_utf8_lossy(body.as_deref().unwrap_or_default()).into_owned();
+        return failed(format!("{status}: {body}"));
     }
     let mut body = resp.into_body();
     let mut text = Vec::new();
@@ -191,7 +203,7 @@ async fn send(client: &HttpClient, url: &str, body: String) -> Sample {
         .filter_map(|v| v.get("timings").cloned())
         .next_back();
     let Some(timings) = timings else {
-        return Sample::default();
+        return failed("no timings in the answer".into());
     };
     let count = |k: &str| timings.get(k).and_then(Value::as_u64).unwrap_or(0);
     Sample {
@@ -203,10 +215,12 @@ async fn send(client: &HttpClient, url: &str, body: String) -> Sample {
     }
 }
 
+/// A mode is a `balance` value, optionally with a `prefixWait` in milliseconds (`prefix:500`).
 fn config(o: &Options, mode: &str, base_port: u16) -> String {
+    let (balance, wait) = mode.split_once(':').unwrap_or((mode, "0"));
     let ctx_per_slot = 2 * (o.system_bytes + o.turns * 460) + 1024;
     format!(
-        "startPort: {base_port}\nhealthCheckTimeout: 300\nmodels:\n  chat:\n    cmd: {} --model {} --host 127.0.0.1 --port ${{PORT}} -np {SLOTS} -c {} --threads 1 --threads-batch 1 {}\n    proxy: http://127.0.0.1:${{PORT}}\n    replicas: {REPLICAS}\n    startReplicas: all\n    balance: {mode}\n    queueDepth: 10000\n    queueTimeout: 600\n    concurrencyLimit: 10000\n",
+        "startPort: {base_port}\nhealthCheckTimeout: 300\nmodels:\n  chat:\n    cmd: {} --model {} --host 127.0.0.1 --port ${{PORT}} -np {SLOTS} -c {} --threads 1 --threads-batch 1 {}\n    proxy: http://127.0.0.1:${{PORT}}\n    replicas: {REPLICAS}\n    startReplicas: all\n    balance: {balance}\n    prefixWait: {wait}\n    queueDepth: 10000\n    queueTimeout: 600\n    concurrencyLimit: 10000\n",
         o.llama_server, o.model, ctx_per_slot * SLOTS, o.engine_args
     )
 }
