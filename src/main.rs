@@ -13,6 +13,15 @@ mod plan;
 mod pull;
 mod reload;
 
+/// The allocator: glibc's unless built with `--features mimalloc` or `jemalloc` (the A/B in
+/// bench/README.md chose the default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const EXIT_CONFIG: u8 = 64;
 const DEMO_CONFIG: &str = include_str!("../config/demo.yaml");
 

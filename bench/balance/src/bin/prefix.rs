@@ -203,7 +203,9 @@ async fn send(client: &HttpClient, url: &str, body: String) -> Sample {
         .filter_map(|v| v.get("timings").cloned())
         .next_back();
     let Some(timings) = timings else {
-        return failed("no timings in the answer".into());
+        let text = String::from_utf8_lossy(&text);
+        let tail = &text[text.len().saturating_sub(400)..];
+        return failed(format!("no timings in the answer; it ended: {tail}"));
     };
     let count = |k: &str| timings.get(k).and_then(Value::as_u64).unwrap_or(0);
     Sample {
@@ -237,8 +239,7 @@ async fn run_mode(o: &Options, mode: &str, work: &Arc<Vec<Conversation>>) -> (Ve
     .await;
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
     // Load both replicas before measuring (`startReplicas: all` starts them on the first request).
-    let warm =
-        json!({"model": "chat", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]});
+    let warm = json!({"model": "chat", "max_tokens": 1, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     for _ in 0..REPLICAS {
         let _ = send(&client, &corral.url, warm.to_string()).await;
     }
