@@ -18,6 +18,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use crate::api::{self, App};
 use crate::config::ServerSettings;
@@ -212,14 +213,14 @@ fn connection_service(
         let in_flight = activity.begin();
         let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
         let activity = activity.clone();
-        // boxed: the request future is large, and unboxed it would size every connection's task
-        Box::pin(async move {
+        // unboxed: the API's own future is small, its routes' work boxed within it
+        async move {
             let (version, accept) = (
                 req.version(),
                 req.headers().get(http::header::ACCEPT).cloned(),
             );
             let (req, too_slow) = split_body_deadline(req, body_limits);
-            let mut resp = api::handle(app, req, remote).await;
+            let Ok(mut resp) = api::service(&app, remote).oneshot(req).await;
             if too_slow.load(Ordering::Acquire) {
                 resp = slow_body_response(version, accept.as_ref());
             }
@@ -237,7 +238,7 @@ fn connection_service(
                 ))
             });
             Ok::<_, std::convert::Infallible>(resp)
-        })
+        }
     })
 }
 

@@ -1,0 +1,217 @@
+//! Model requests split off before the management route table: each is dispatched to its model (or
+//! passed through for `/upstream/<model>/...`) so an operator can cancel it, then metered under its
+//! route (all of `/upstream` is one route).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::future::Either;
+use http::{Method, Request, Response};
+
+use super::Routed;
+use crate::api::seen::{cancellable, metered, Seen};
+use crate::api::{inference, passthrough, App};
+use crate::body::{Body, BoxError};
+use crate::error::Error;
+
+#[derive(Clone, Copy)]
+pub struct ModelRequestLayer<'a> {
+    app: &'a Arc<App>,
+    remote: SocketAddr,
+}
+
+impl<'a> ModelRequestLayer<'a> {
+    pub fn new(app: &'a Arc<App>, remote: SocketAddr) -> Self {
+        ModelRequestLayer { app, remote }
+    }
+}
+
+impl<'a, S> tower::Layer<S> for ModelRequestLayer<'a> {
+    type Service = ModelRequests<'a, S>;
+
+    fn layer(&self, routes: S) -> Self::Service {
+        ModelRequests {
+            app: self.app,
+            remote: self.remote,
+            routes,
+        }
+    }
+}
+
+/// Model requests go to their model; the rest to `routes`.
+#[derive(Clone)]
+pub struct ModelRequests<'a, S> {
+    app: &'a Arc<App>,
+    remote: SocketAddr,
+    routes: S,
+}
+
+impl<'a, S, B> tower::Service<Request<B>> for ModelRequests<'a, S>
+where
+    S: tower::Service<Request<B>, Response = Response<Body>, Error = Error>,
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Error;
+    type Future = Either<Routed<'a>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.routes.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        match model_call(req.method(), req.uri().path()) {
+            Some(call) => Either::Left(Box::pin(model_request(self.app, req, self.remote, call))),
+            None => Either::Right(self.routes.call(req)),
+        }
+    }
+}
+
+/// A request that goes to a model, and how.
+#[derive(Clone, Copy)]
+enum ModelCall {
+    /// `/upstream/<rest>`: passed through as sent.
+    Passthrough,
+    /// A model route, sent upstream to this path.
+    Dispatch(&'static str),
+    /// A model query, sent upstream to its own path.
+    Query,
+}
+
+const UPSTREAM: &str = "/upstream/";
+
+/// The model request a method and path make, if any.
+fn model_call(method: &Method, path: &str) -> Option<ModelCall> {
+    if path.starts_with(UPSTREAM) {
+        return Some(ModelCall::Passthrough);
+    }
+    if method == Method::POST {
+        if let Some(upstream_path) = inference::model_route(path) {
+            return Some(ModelCall::Dispatch(upstream_path));
+        }
+    }
+    let read = method == Method::GET || method == Method::HEAD;
+    (read && inference::query_route(path)).then_some(ModelCall::Query)
+}
+
+async fn model_request<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    remote: SocketAddr,
+    call: ModelCall,
+) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
+{
+    // the request moves on; its route is kept for the metrics
+    let path = req.uri().path().to_string();
+    let mut seen = Seen::new(app, req.method(), &path, req.headers(), remote);
+    let started = std::time::Instant::now();
+    let token = seen.token.clone();
+    let (label, result) = match call {
+        ModelCall::Passthrough => {
+            let rest = path[UPSTREAM.len()..].to_string();
+            let work = passthrough::upstream_passthrough(app, req, rest, remote, &mut seen);
+            ("/upstream", cancellable(&token, work).await)
+        }
+        ModelCall::Dispatch(upstream_path) => {
+            let work = inference::dispatch(app, req, upstream_path, remote, &mut seen);
+            (path.as_str(), cancellable(&token, work).await)
+        }
+        ModelCall::Query => {
+            let work = inference::dispatch(app, req, &path, remote, &mut seen);
+            (path.as_str(), cancellable(&token, work).await)
+        }
+    };
+    metered(app, label, started, seen, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::{Layer, ServiceExt};
+
+    use super::super::stub::{self, Stub};
+    use super::*;
+
+    /// An App with no models, on a fleet that never starts one.
+    fn app() -> Arc<App> {
+        let config = crate::config::load_str("t.yaml", "models: {}\n", &|_| None)
+            .unwrap()
+            .config;
+        let spawner = crate::supervisor::Spawner::start(tokio::runtime::Handle::current()).unwrap();
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let logs = Arc::new(crate::logs::Logs::default());
+        let fleet = crate::fleet::Fleet::new(
+            Arc::new(config),
+            spawner,
+            logs.clone(),
+            metrics.fleet.clone(),
+            crate::supervisor::sweep::StateFile::new(None, "t"),
+            crate::sources::Fetcher::from_env(&|_| None),
+        );
+        Arc::new(App::new(fleet, logs, metrics, Default::default()))
+    }
+
+    #[test]
+    fn model_calls() {
+        let (get, post) = (Method::GET, Method::POST);
+        assert!(matches!(
+            model_call(&post, "/v1/chat/completions"),
+            Some(ModelCall::Dispatch("/v1/chat/completions"))
+        ));
+        assert!(matches!(
+            model_call(&get, "/upstream/m/props"),
+            Some(ModelCall::Passthrough)
+        ));
+        assert!(matches!(model_call(&get, "/props"), Some(ModelCall::Query)));
+        assert!(model_call(&get, "/v1/chat/completions").is_none());
+        assert!(model_call(&post, "/props").is_none());
+        assert!(model_call(&get, "/upstream").is_none());
+        assert!(model_call(&get, "/running").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_model_request_goes_to_its_model_and_is_metered() {
+        let app = app();
+        let remote: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let routes = Stub::answering(stub::ok);
+        let req = stub::with_body(
+            "POST",
+            "/v1/chat/completions",
+            &[("content-type", "application/json")],
+            r#"{"model":"nowhere"}"#,
+        );
+        let result = ModelRequestLayer::new(&app, remote)
+            .layer(routes.clone())
+            .oneshot(req)
+            .await;
+        assert!(matches!(result, Err(Error::UnknownModel)), "{result:?}");
+        assert_eq!(routes.calls(), 0);
+        assert_eq!(app.metrics.requests.unknown_model.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn management_requests_go_to_the_routes() {
+        let app = app();
+        let remote: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        for (method, uri) in [
+            ("GET", "/running"),
+            ("GET", "/v1/models"),
+            ("POST", "/props"),
+        ] {
+            let routes = Stub::answering(stub::ok);
+            let resp = ModelRequestLayer::new(&app, remote)
+                .layer(routes.clone())
+                .oneshot(stub::request(method, uri, &[]))
+                .await
+                .unwrap();
+            assert_eq!(stub::text(resp).await, "inner", "{method} {uri}");
+            assert_eq!(routes.calls(), 1, "{method} {uri}");
+        }
+        assert_eq!(app.metrics.requests.unknown_model.get(), 0);
+    }
+}
