@@ -1,10 +1,11 @@
 //! Captures (`captureBuffer`, in MB): the request and response of recent model requests, kept in
 //! memory by activity id and served as llama-swap serves them (`GET /api/captures/<id>`).
 //!
-//! The bodies are the bytes that passed anyway, shared rather than copied while the request runs
-//! (the request body is the buffer corral read it into; the response's frames are kept up to the
-//! budget). A capture larger than the whole budget is cut and marked `*_truncated`; the oldest
-//! captures go when new ones need the room. Secrets in headers are never kept.
+//! A capture copies what it keeps into buffers of its own, one per header map and body: holding the
+//! frames that passed would pin the connections' whole read buffers (kilobytes each, for a few
+//! hundred bytes of answer) and make every next read allocate a new one. A capture larger than the
+//! whole budget is cut and marked `*_truncated`; the oldest captures go when new ones need the
+//! room. Secrets in headers are never kept.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -26,9 +27,9 @@ const SENSITIVE: &[&str] = &[
 /// One request's capture, filled as the request goes.
 pub struct Capture {
     req_path: String,
-    req_headers: Vec<(String, String)>,
+    req_headers: HeaderText,
     req_body: Bytes,
-    resp_headers: Vec<(String, String)>,
+    resp_headers: HeaderText,
     resp_body: Bytes,
     req_truncated: bool,
     resp_truncated: bool,
@@ -42,20 +43,14 @@ fn cut(body: &Bytes, keep: usize) -> Bytes {
 }
 
 impl Capture {
-    /// The request body as read: shared when it fits the budget, else its start copied (a body
-    /// larger than every capture together is not held for the whole response).
+    /// The request body as read, copied up to the budget.
     pub fn request_body(&mut self, body: &Bytes) {
-        if body.len() <= self.limit {
-            self.req_body = body.clone();
-        } else {
-            self.req_body = cut(body, self.limit);
-            self.req_truncated = true;
-        }
+        self.req_body = cut(body, self.limit);
+        self.req_truncated = body.len() > self.limit;
     }
 
     fn headers_len(&self) -> usize {
-        let len = |h: &[(String, String)]| h.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-        self.req_path.len() + len(&self.req_headers) + len(&self.resp_headers)
+        self.req_path.len() + self.req_headers.0.len() + self.resp_headers.0.len()
     }
 
     /// Cuts the bodies to fit `budget` bytes in all: each keeps at least half of what is left
@@ -84,19 +79,12 @@ impl Capture {
 
     fn json(&self, id: u64) -> Value {
         let b64 = |b: &Bytes| base64::engine::general_purpose::STANDARD.encode(b);
-        let map = |h: &[(String, String)]| {
-            Value::Object(
-                h.iter()
-                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                    .collect::<Map<_, _>>(),
-            )
-        };
         json!({
             "id": id,
             "req_path": self.req_path,
-            "req_headers": map(&self.req_headers),
+            "req_headers": self.req_headers.json(),
             "req_body": b64(&self.req_body),
-            "resp_headers": map(&self.resp_headers),
+            "resp_headers": self.resp_headers.json(),
             "resp_body": b64(&self.resp_body),
             "req_body_truncated": self.req_truncated,
             "resp_body_truncated": self.resp_truncated,
@@ -104,66 +92,69 @@ impl Capture {
     }
 }
 
-/// The response body of a capture, gathered frame by frame up to a limit.
+/// The response body of a capture, copied frame by frame up to a limit.
 pub struct Recording {
     capture: Capture,
-    chunks: Vec<Bytes>,
-    len: usize,
+    body: Vec<u8>,
     limit: usize,
 }
 
 impl Recording {
     pub fn push(&mut self, data: &Bytes) {
-        let room = self.limit.saturating_sub(self.len);
+        let room = self.limit.saturating_sub(self.body.len());
         if data.len() > room {
             self.capture.resp_truncated = true;
         }
-        let kept = data.slice(..data.len().min(room));
-        self.len += kept.len();
-        if !kept.is_empty() {
-            self.chunks.push(kept);
-        }
+        self.body.extend_from_slice(&data[..data.len().min(room)]);
     }
 
-    /// The capture with its response body joined.
+    /// The capture with its response body.
     pub fn finish(mut self) -> Capture {
-        self.capture.resp_body = match self.chunks.len() {
-            1 => self.chunks.pop().unwrap_or_default(),
-            _ => Bytes::from(self.chunks.concat()),
-        };
+        self.capture.resp_body = Bytes::from(self.body);
         self.capture
     }
 }
 
-/// A header map as a name-to-first-value list, names in the usual capitals, secrets masked.
-fn headers(map: &HeaderMap) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for (name, value) in map {
-        if out
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case(name.as_str()))
-        {
-            continue;
-        }
-        let shown = if SENSITIVE.contains(&name.as_str()) {
-            "[REDACTED]".to_string()
-        } else {
-            String::from_utf8_lossy(value.as_bytes()).into_owned()
-        };
-        out.push((canonical(name.as_str()), shown));
-    }
-    out
-}
+/// A header map as one string, `Name\nvalue\n` per name (HTTP allows no line break in either):
+/// names in the usual capitals, the first value of each, secrets masked.
+#[derive(Default)]
+struct HeaderText(String);
 
-/// `content-type` as `Content-Type`.
-fn canonical(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut upper = true;
-    for c in name.chars() {
-        out.push(if upper { c.to_ascii_uppercase() } else { c });
-        upper = c == '-';
+impl HeaderText {
+    fn of(map: &HeaderMap) -> HeaderText {
+        let size: usize = map.keys().map(|k| k.as_str().len() + 2).sum();
+        let mut text = String::with_capacity(
+            size + map
+                .keys()
+                .filter_map(|k| map.get(k))
+                .map(|v| v.len())
+                .sum::<usize>(),
+        );
+        for name in map.keys() {
+            let mut upper = true;
+            for c in name.as_str().chars() {
+                text.push(if upper { c.to_ascii_uppercase() } else { c });
+                upper = c == '-';
+            }
+            text.push('\n');
+            match map.get(name) {
+                _ if SENSITIVE.contains(&name.as_str()) => text.push_str("[REDACTED]"),
+                Some(v) => text.push_str(&String::from_utf8_lossy(v.as_bytes())),
+                None => {}
+            }
+            text.push('\n');
+        }
+        HeaderText(text)
     }
-    out
+
+    fn json(&self) -> Value {
+        let mut lines = self.0.lines();
+        let mut map = Map::new();
+        while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
+            map.insert(name.to_string(), Value::String(value.to_string()));
+        }
+        Value::Object(map)
+    }
 }
 
 /// The captures of recent requests, oldest first, within a byte budget.
@@ -190,9 +181,9 @@ impl Captures {
     pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
         Capture {
             req_path: path.to_string(),
-            req_headers: headers(request_headers),
+            req_headers: HeaderText::of(request_headers),
             req_body: Bytes::new(),
-            resp_headers: Vec::new(),
+            resp_headers: HeaderText::default(),
             resp_body: Bytes::new(),
             req_truncated: false,
             resp_truncated: false,
@@ -202,11 +193,10 @@ impl Captures {
 
     /// Follows the response: its headers now, its body as it passes (at most the whole budget).
     pub fn record(&self, mut capture: Capture, response_headers: &HeaderMap) -> Recording {
-        capture.resp_headers = headers(response_headers);
+        capture.resp_headers = HeaderText::of(response_headers);
         Recording {
             capture,
-            chunks: Vec::new(),
-            len: 0,
+            body: Vec::new(),
             limit: self.budget,
         }
     }
@@ -292,5 +282,27 @@ mod tests {
             ring.bytes <= 200
                 && ring.bytes == ring.items.iter().map(|(_, c)| c.size()).sum::<usize>()
         );
+    }
+
+    /// A capture keeps copies: the frames that passed (slices of a connection's read buffer) are
+    /// not held, and a header map keeps its first value per name.
+    #[test]
+    fn a_capture_holds_no_frame_it_saw() {
+        let c = Captures::new(1 << 20);
+        let mut h = HeaderMap::new();
+        h.append("x-a", "1".parse().unwrap());
+        h.append("x-a", "2".parse().unwrap());
+        let mut cap = c.begin("/p", &h);
+        let request = Bytes::from(b"question".to_vec());
+        cap.request_body(&request);
+        let mut rec = c.record(cap, &HeaderMap::new());
+        let frame = Bytes::from(b"answer".to_vec());
+        rec.push(&frame);
+        let kept = rec.finish();
+        assert!(request.is_unique() && frame.is_unique());
+        assert!(c.put(1, kept));
+        let json = c.get(1).unwrap();
+        assert_eq!(json["req_headers"], json!({"X-A": "1"}));
+        assert_eq!(json["resp_body"], "YW5zd2Vy");
     }
 }

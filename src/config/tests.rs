@@ -621,7 +621,9 @@ fn prefix_wait_is_milliseconds_and_off_by_default() {
     };
     assert_eq!(load(&pool("")).models["m"].pool.prefix_wait, Duration::ZERO);
     assert_eq!(
-        load(&pool("    prefixWait: 250\n")).models["m"].pool.prefix_wait,
+        load(&pool("    prefixWait: 250\n")).models["m"]
+            .pool
+            .prefix_wait,
         Duration::from_millis(250)
     );
     for bad in ["-1", "60001", "soon"] {
