@@ -289,6 +289,51 @@ async fn a_refusing_replica_is_skipped_with_one_retry() {
     h.stop().await;
 }
 
+/// A replica that takes the connection and closes it without an answer (as llama-server does now and
+/// then under load) is not taken out at once: the request is retried on a sibling,
+/// and only five such failures in a row eject it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_closing_connections_is_retried_and_ejected_only_when_it_keeps_failing() {
+    let closer = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closer.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = closer.accept().await else {
+                return;
+            };
+            // read the request, then close without a word
+            let mut buf = [0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+            drop(socket);
+        }
+    });
+    let yaml = format!(
+        "models:\n  r-0:\n    cmd: sleep 30\n    checkEndpoint: none\n    proxy: http://127.0.0.1:{port}\n    env: [\"${{env.MARKER}}\"]\n{}",
+        fake_model("r-1", "", "")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    // prompts of their own, so no request is drawn to where an earlier one went
+    let ask = |i: usize| json!({"model": "r", "messages": [{"role": "user", "content": format!("q{i}")}]});
+    let mut sent = 0;
+    while h.count_requests("r-1", "/v1/chat/completions") < 4 {
+        let resp = post_json(&url, &ask(sent)).await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        sent += 1;
+    }
+    assert!(sent >= 4);
+    let events = get(&format!("{}/api/lifecycle", h.url)).await.text();
+    assert!(
+        !events.contains("unreachable"),
+        "a closed connection is not an unreachable replica: {events}"
+    );
+    for i in 0..12 {
+        assert_eq!(post_json(&url, &ask(100 + i)).await.status, 200);
+    }
+    wait_for_stop(&h, "r-0", "ejected").await;
+    h.stop().await;
+}
+
 /// An instance that keeps failing to start is held back: after two failures, requests get 503 with
 /// Retry-After and the last error, without another spawn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -577,7 +622,10 @@ async fn with_prefix_wait_a_turn_waits_for_its_busy_replica() {
         added.sort();
         assert_eq!(added, expected, "{wait:?}: turns per replica");
         if !wait.is_empty() {
-            assert!(waited >= Duration::from_millis(900), "waited {waited:?} for the holder");
+            assert!(
+                waited >= Duration::from_millis(900),
+                "waited {waited:?} for the holder"
+            );
         }
         h.stop().await;
     }

@@ -15,7 +15,8 @@ use crate::error::Error;
 use crate::proxy::{self, Outgoing};
 
 /// Sends a buffered request to the target's instance; for a pool, a member that fails before sending
-/// a byte back is taken out and the request tried once more on another.
+/// a byte back is tried once more on another, and taken out when it could not be reached (or, by
+/// [`crate::fleet::Fleet::report_answer`], when it keeps failing).
 pub async fn forward_local(
     app: &Arc<App>,
     model: &crate::config::ModelConfig,
@@ -44,7 +45,15 @@ pub async fn forward_local(
     let first_id = lease.id().to_string();
     match proxy::forward(client, first, timeout, lease).await {
         Err(Error::Upstream(e)) => {
-            app.fleet.report_unreachable(&first_id);
+            if proxy::could_not_connect(&e) {
+                app.fleet.report_unreachable(&first_id);
+            } else {
+                // It took the connection and closed it without an answer (llama-server does so
+                // now and then under load): not a dead replica, but a failure that counts towards
+                // taking it out when it keeps happening.
+                app.fleet
+                    .report_answer(&first_id, http::StatusCode::BAD_GATEWAY);
+            }
             app.metrics
                 .requests
                 .retries

@@ -5,6 +5,7 @@
 //! drops the upstream connection, so a disconnect reaches the engine at once. Nothing here spawns a
 //! task that could outlive the client.
 pub(crate) mod upstream;
+pub use upstream::could_not_connect;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

@@ -63,8 +63,12 @@ impl Corral {
                 "127.0.0.1:0",
             ])
             .env("RUST_LOG", "warn,corral=info")
+            .stderr(if std::env::var_os("CORRAL_BENCH_LOG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .expect("corral starts");
@@ -79,7 +83,22 @@ impl Corral {
                 break addr.trim().to_string();
             }
         };
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // CORRAL_BENCH_LOG=FILE keeps corral's log (its engines' output included) for a look after
+        let mut log = std::env::var_os("CORRAL_BENCH_LOG").and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(f) = &mut log {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{line}");
+                }
+            }
+        });
         Corral { url, child }
     }
 

@@ -287,7 +287,7 @@ async fn prefix_hits(client: &HttpClient, url: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with("corral_prefix_hits_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |sum, hits| sum + hits)
 }
 
 fn row(mode: &str, samples: &[Sample], hits: f64) -> String {
