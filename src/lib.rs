@@ -23,7 +23,6 @@ mod proxy;
 mod rfc3339;
 mod server;
 mod sources;
-mod store;
 mod supervisor;
 mod ui;
 

@@ -108,7 +108,7 @@ where
     match page {
         Page::ModelList => Ok(super::models::list(app, req.headers())),
         Page::Running => Ok(reports::running(app)),
-        Page::State => Ok(json(StatusCode::OK, &crate::ui::state::state(app))),
+        Page::State => Ok(json(StatusCode::OK, &super::state::state(app))),
         Page::Events => Ok(super::events::stream(app)),
         Page::Profiles => Ok(json(StatusCode::OK, &control::profiles(app))),
         Page::SetProfile => control::set_profile(app, req).await,

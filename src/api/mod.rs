@@ -29,6 +29,7 @@ mod reports;
 mod router;
 pub mod routing;
 mod seen;
+mod state;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -7,8 +7,6 @@
 //! The assets hold no data, so they are served without a key (like `/health`): the page can
 //! then ask for one. Everything the page shows comes from routes that stay behind their keys.
 
-pub mod state;
-
 use http::{header, Method, Response, StatusCode};
 
 use crate::body::Body;

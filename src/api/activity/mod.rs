@@ -1,6 +1,6 @@
 //! The activity log: one row per model request, kept in memory (`metricsMaxInMemory` rows), served
 //! as llama-swap serves it (`/api/metrics/activity`, `/api/metrics/stats`, `activity` events).
-//! With `store.path` every row is also written to SQLite (`crate::store`) and the newest rows are
+//! With `store.path` every row is also written to SQLite (`store`) and the newest rows are
 //! read back at start; with `captureBuffer` the bodies of recent requests are kept beside it.
 
 use std::collections::{HashMap, VecDeque};
@@ -15,6 +15,7 @@ use crate::api::meter::Tokens;
 use query::Query;
 
 mod query;
+mod store;
 
 /// One finished request.
 #[derive(Debug, Clone)]
@@ -70,7 +71,7 @@ pub struct Activity {
     /// Ids of new rows, for the events stream.
     pub events: broadcast::Sender<u64>,
     /// The copy on disk (`store.path`).
-    store: Option<crate::store::Store>,
+    store: Option<store::Store>,
     /// Bodies of recent requests (`captureBuffer`).
     pub captures: Option<super::captures::Captures>,
     /// Per-model counts since the last performance sample.
@@ -130,8 +131,8 @@ impl Activity {
         log.captures = (config.capture_buffer_mb > 0)
             .then(|| super::captures::Captures::new(config.capture_buffer_mb << 20));
         if let Some(path) = &config.store_path {
-            let retention = crate::store::Retention::default();
-            if let Some(opened) = crate::store::Store::open(path.as_ref(), log.max, retention) {
+            let retention = store::Retention::default();
+            if let Some(opened) = store::Store::open(path.as_ref(), log.max, retention) {
                 log.restore(opened.rows, opened.next_id);
                 log.store = Some(opened.store);
             }

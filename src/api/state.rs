@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::api::App;
+use super::App;
 use crate::config::Device;
 use crate::fleet::{Phase, Snapshot};
 
@@ -45,7 +45,7 @@ fn models(app: &App) -> Vec<Value> {
 
 /// One instance, with its command line as `/running` shows it (secrets as `***`).
 fn instance(app: &App, s: &Snapshot) -> Value {
-    let cmd = crate::api::shown_command(app, s);
+    let cmd = super::shown_command(app, s);
     let loading_for = (s.state == Phase::Starting)
         .then_some(s.pid)
         .flatten()
