@@ -45,15 +45,7 @@ pub async fn forward_local(
     let first_id = lease.id().to_string();
     match proxy::forward(client, first, timeout, lease).await {
         Err(Error::Upstream(e)) => {
-            if proxy::could_not_connect(&e) {
-                app.fleet.report_unreachable(&first_id);
-            } else {
-                // It took the connection and closed it without an answer (llama-server does so
-                // now and then under load): not a dead replica, but a failure that counts towards
-                // taking it out when it keeps happening.
-                app.fleet
-                    .report_answer(&first_id, http::StatusCode::BAD_GATEWAY);
-            }
+            report_failure(app, &first_id, &e);
             app.metrics
                 .requests
                 .retries
@@ -77,6 +69,17 @@ pub async fn forward_local(
             Ok(resp)
         }
         other => other,
+    }
+}
+
+/// A pool member that gave no answer: taken out when it could not be reached. One that took the
+/// connection and closed it without an answer (llama-server does so now and then under load) is
+/// not a dead replica, but a failure that counts towards taking it out when it keeps happening.
+fn report_failure(app: &App, id: &str, error: &str) {
+    if proxy::could_not_connect(error) {
+        app.fleet.report_unreachable(id);
+    } else {
+        app.fleet.report_answer(id, http::StatusCode::BAD_GATEWAY);
     }
 }
 
