@@ -6,7 +6,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::PermissionsExt;
 
 use support::process::*;
 use support::*;
@@ -21,9 +20,7 @@ fn fake_nvidia_smi(dir: &std::path::Path) -> String {
         "#!/bin/sh\ncase \"$1\" in --query-compute-apps*) cat '{}' 2>/dev/null; exit 0;; esac\nprintf '0, GPU-aaaa-0000, 24576\\n1, GPU-bbbb-1111, 24576\\n'\n",
         apps.display()
     );
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
+    executable(&path, &script)
 }
 
 /// corral on `models` (YAML under `models:`) with `devices: auto` reading the fake two-GPU
@@ -33,17 +30,7 @@ fn corral_on_two_gpus(
     models: &str,
 ) -> (Proc, std::path::PathBuf, tempfile::TempDir) {
     let smi = fake_nvidia_smi(dir.path());
-    let config = dir.path().join("config.yaml");
-    let yaml = format!(
-        "startPort: {}\ndevices: auto\ndeviceRefresh: 1\nmodels:\n{models}",
-        free_port_range(8)
-    );
-    std::fs::write(&config, yaml).unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let events_dir = dir.path().to_path_buf();
-    let env = [("CORRAL_NVIDIA_SMI", smi.as_str())];
-    let p = spawn_corral_env(dir, &config, state.path(), &[], &env);
-    (p, events_dir, state)
+    spawn_corral_on_auto_devices(dir, models, &[("CORRAL_NVIDIA_SMI", smi.as_str())])
 }
 
 /// Starts the pool `chat` (two replicas, `startReplicas: all`) with one request; the GPUs its

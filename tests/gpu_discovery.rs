@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,12 +18,6 @@ const GIB: u64 = 1 << 30;
 const PIDS: &str = "pids.json";
 /// What it answers `--showpidgpus` from.
 const PID_GPUS: &str = "pidgpus.txt";
-
-fn executable(path: &Path, script: &str) -> String {
-    std::fs::write(path, script).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.display().to_string()
-}
 
 /// A rocm-smi with two 24 GiB cards, printing JSON as rocm-smi prints it.
 fn fake_rocm_smi(dir: &Path) -> String {
@@ -42,27 +35,6 @@ fn fake_rocm_smi(dir: &Path) -> String {
 fn fake_nvidia_smi(dir: &Path) -> String {
     let script = "#!/bin/sh\ncase \"$1\" in --query-compute-apps*) exit 0;; esac\nprintf '0, GPU-cccc-2222, 16384, NVIDIA L4\\n'\n";
     executable(&dir.join("nvidia-smi"), script)
-}
-
-/// corral on `models` with `devices: auto`, the given tools, and the directory the events go to.
-fn corral_with(
-    models: &str,
-    env: &[(&str, &str)],
-) -> (Proc, std::path::PathBuf, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    let yaml = format!(
-        "startPort: {}\ndevices: auto\ndeviceRefresh: 1\nmodels:\n{models}",
-        free_port_range(8)
-    );
-    std::fs::write(&config, yaml).unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let events = dir.path().to_path_buf();
-    (
-        spawn_corral_env(dir, &config, state.path(), &[], env),
-        events,
-        state,
-    )
 }
 
 /// Tools in a directory of their own, which the test keeps until corral is done.
@@ -95,7 +67,11 @@ async fn nvidia_smi_is_still_read_and_wins_over_rocm_smi() {
         ("CORRAL_NVIDIA_SMI", nvidia.as_str()),
         ("CORRAL_ROCM_SMI", rocm.as_str()),
     ];
-    let (p, events, _state) = corral_with(&fake_model("a", "", "memory: 4GiB"), &env);
+    let (p, events, _state) = spawn_corral_on_auto_devices(
+        tempfile::tempdir().unwrap(),
+        &fake_model("a", "", "memory: 4GiB"),
+        &env,
+    );
     let usable = 16 * GIB - 16 * GIB / 20;
     let cap = r#"corral_device_memory_capacity_bytes{device="cuda0"} "#;
     assert_eq!(metric(&p.url, cap).await, Some(usable));
@@ -116,7 +92,8 @@ async fn rocm_smi_gives_amd_devices_pinned_by_index() {
         ("CORRAL_ROCM_SMI", rocm.as_str()),
     ];
     let models = fake_model("chat", "", "replicas: 2\nstartReplicas: all\nmemory: 12GiB");
-    let (p, events, _state) = corral_with(&models, &env);
+    let (p, events, _state) =
+        spawn_corral_on_auto_devices(tempfile::tempdir().unwrap(), &models, &env);
     for gpu in ["rocm0", "rocm1"] {
         let cap = format!("corral_device_memory_capacity_bytes{{device=\"{gpu}\"}} ");
         assert_eq!(
@@ -176,7 +153,8 @@ async fn memory_other_programs_take_on_an_amd_gpu_evicts_an_idle_model() {
         fake_model("a", "", "memory: 12GiB"),
         fake_model("b", "", "memory: 12GiB")
     );
-    let (p, _events, _state) = corral_with(&models, &env);
+    let (p, _events, _state) =
+        spawn_corral_on_auto_devices(tempfile::tempdir().unwrap(), &models, &env);
     let url = format!("{}/v1/chat/completions", p.url);
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     assert_eq!(running_on(&p.url, "a").await.unwrap(), ["rocm0"]);

@@ -232,13 +232,10 @@ async fn hardware_reports_cpu_memory_and_devices() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpus_come_from_nvidia_smi() {
     let dir = tempfile::tempdir().unwrap();
-    let smi = dir.path().join("nvidia-smi");
-    std::fs::write(
-        &smi,
+    let smi = executable(
+        &dir.path().join("nvidia-smi"),
         "#!/bin/sh\necho '0, GPU-fake-0, Fake GPU 24G, 41, 55, 12, 2048, 24576, 120.5'\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let config = dir.path().join("config.yaml");
     let yaml = format!(
         "startPort: {}\nmodels:\n{}",
@@ -247,7 +244,7 @@ async fn gpus_come_from_nvidia_smi() {
     );
     std::fs::write(&config, yaml).unwrap();
     let state = tempfile::tempdir().unwrap();
-    let env = [("CORRAL_NVIDIA_SMI", smi.to_str().unwrap())];
+    let env = [("CORRAL_NVIDIA_SMI", smi.as_str())];
     let p = spawn_corral_env(dir, &config, state.path(), &[], &env);
     let hw = get(&format!("{}/api/hardware", p.url)).await.json();
     let gpu = &hw["accelerators"][0];

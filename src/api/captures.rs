@@ -122,14 +122,12 @@ struct HeaderText(String);
 
 impl HeaderText {
     fn of(map: &HeaderMap) -> HeaderText {
-        let size: usize = map.keys().map(|k| k.as_str().len() + 2).sum();
-        let mut text = String::with_capacity(
-            size + map
-                .keys()
-                .filter_map(|k| map.get(k))
-                .map(|v| v.len())
-                .sum::<usize>(),
-        );
+        // every value counted, repeated names too: at most a little more than is kept
+        let size = map
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 2)
+            .sum();
+        let mut text = String::with_capacity(size);
         for name in map.keys() {
             let mut upper = true;
             for c in name.as_str().chars() {

@@ -111,11 +111,15 @@ pub(crate) async fn fetch_url(
     url: &str,
     want: &Want,
 ) -> Result<Fetched, FetchError> {
-    let job = url_job(f, source, url, want)?;
-    let dest = job.dest.clone();
+    fetch_one(f, url_job(f, source, url, want)?).await
+}
+
+/// Fetches a one-file source: the model is the job's destination.
+async fn fetch_one(f: &Fetcher, job: Job) -> Result<Fetched, FetchError> {
+    let model = job.dest.clone();
     let bytes = f.ensure(job).await?;
     Ok(Fetched {
-        model: dest,
+        model,
         mmproj: None,
         bytes,
     })
@@ -209,14 +213,7 @@ pub(crate) async fn fetch_s3(
     key: &str,
     want: &Want,
 ) -> Result<Fetched, FetchError> {
-    let job = s3_job(f, source, bucket, key, want).await?;
-    let dest = job.dest.clone();
-    let bytes = f.ensure(job).await?;
-    Ok(Fetched {
-        model: dest,
-        mmproj: None,
-        bytes,
-    })
+    fetch_one(f, s3_job(f, source, bucket, key, want).await?).await
 }
 
 /// The download of an S3 object, with its size and checksum from the object's metadata.

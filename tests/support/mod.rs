@@ -187,6 +187,14 @@ impl Drop for Harness {
     }
 }
 
+/// Writes `script` to `path` as an executable (a fake vendor tool); its path as text.
+pub fn executable(path: &std::path::Path, script: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, script).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
 /// A base port whose next `n` ports are free now, chosen at random so parallel tests do not collide.
 pub fn free_port_range(n: u16) -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};

@@ -66,6 +66,25 @@ pub fn spawn_corral_env(
     spawn_corral_wrapped(&[], dir, config, state_dir, extra, env)
 }
 
+/// corral in `dir` on `models` (YAML under `models:`) with `devices: auto`, refreshed every second,
+/// and `env` (the fake GPU tools); the directory the models' events files go to, and the state dir.
+pub fn spawn_corral_on_auto_devices(
+    dir: tempfile::TempDir,
+    models: &str,
+    env: &[(&str, &str)],
+) -> (Proc, std::path::PathBuf, tempfile::TempDir) {
+    let config = dir.path().join("config.yaml");
+    let yaml = format!(
+        "startPort: {}\ndevices: auto\ndeviceRefresh: 1\nmodels:\n{models}",
+        free_port_range(8)
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let events = dir.path().to_path_buf();
+    let p = spawn_corral_env(dir, &config, state.path(), &[], env);
+    (p, events, state)
+}
+
 /// Starts corral through `wrapper` (a command line that runs the rest, like `unshare …`).
 pub fn spawn_corral_wrapped(
     wrapper: &[&str],
