@@ -24,8 +24,14 @@ pub enum Error {
     Unloaded,
     #[error("{0} is shutting down")]
     ShuttingDown(String),
+    /// The upstream took the request and failed before an answer (a connection closed, a broken
+    /// exchange).
     #[error("upstream error: {0}")]
     Upstream(String),
+    /// No connection to the upstream could be made: refused, no answer, TLS refused. Said as
+    /// [`Error::Upstream`] is; a pool takes such a member out at once.
+    #[error("upstream error: {0}")]
+    Unreachable(String),
     #[error("upstream did not send response headers within {0}s")]
     UpstreamTimeout(u64),
     #[error("request body is larger than the limit of {0} bytes")]
@@ -70,7 +76,7 @@ impl Error {
             | Error::Unloaded
             | Error::ShuttingDown(_)
             | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Error::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Error::Upstream(_) | Error::Unreachable(_) => StatusCode::BAD_GATEWAY,
             Error::Cancelled | Error::InsufficientMemory(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -304,6 +310,10 @@ mod tests {
             ),
             (
                 Error::Upstream("x".into()),
+                seen(502, "bad_gateway", "server_error", "upstream error: x"),
+            ),
+            (
+                Error::Unreachable("x".into()),
                 seen(502, "bad_gateway", "server_error", "upstream error: x"),
             ),
             (

@@ -44,7 +44,7 @@ pub async fn forward_local(
     let first = out(&lease, clone_parts(&parts));
     let first_id = lease.id().to_string();
     match proxy::forward(client, first, timeout, lease).await {
-        Err(Error::Upstream(e)) => {
+        Err(e @ (Error::Upstream(_) | Error::Unreachable(_))) => {
             report_failure(app, &first_id, &e);
             app.metrics
                 .requests
@@ -75,8 +75,8 @@ pub async fn forward_local(
 /// A pool member that gave no answer: taken out when it could not be reached. One that took the
 /// connection and closed it without an answer (llama-server does so now and then under load) is
 /// not a dead replica, but a failure that counts towards taking it out when it keeps happening.
-fn report_failure(app: &App, id: &str, error: &str) {
-    if proxy::could_not_connect(error) {
+fn report_failure(app: &App, id: &str, error: &Error) {
+    if matches!(error, Error::Unreachable(_)) {
         app.fleet.report_unreachable(id);
     } else {
         app.fleet.report_answer(id, http::StatusCode::BAD_GATEWAY);

@@ -66,7 +66,7 @@ pub async fn forward_body(
     )
     .await
     .map_err(|e| match e {
-        Error::Upstream(msg) | Error::Internal(msg) => {
+        Error::Upstream(msg) | Error::Unreachable(msg) | Error::Internal(msg) => {
             Error::Upstream(format!("peer proxy error: {msg}"))
         }
         Error::UpstreamTimeout(s) => {

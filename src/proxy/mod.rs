@@ -5,7 +5,6 @@
 //! drops the upstream connection, so a disconnect reaches the engine at once. Nothing here spawns a
 //! task that could outlive the client.
 pub(crate) mod upstream;
-pub use upstream::could_not_connect;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -119,7 +118,7 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
             .map_err(|_| Error::UpstreamTimeout(t.as_secs()))?,
         None => send.await,
     }
-    .map_err(|e| Error::Upstream(e.to_string()))?;
+    .map_err(Error::from)?;
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let is_sse = parts
@@ -171,7 +170,7 @@ pub async fn forward_upgrade<G: Send + 'static>(
     let mut resp = upstream
         .send_upgrade(&to.origin.address, upstream_req)
         .await
-        .map_err(|e| Error::Upstream(e.to_string()))?;
+        .map_err(Error::from)?;
     if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
         let (parts, body) = resp.into_parts();
         return Ok(Response::from_parts(

@@ -157,13 +157,15 @@ pub enum Failure {
     Exchange(hyper::Error),
 }
 
-/// The start of a [`Failure::Connect`] message: nothing reached the upstream.
-const CONNECT_ERRORS: [&str; 2] = ["tcp connect error", "tls handshake error"];
-
-/// True when an upstream error's text says no connection could be made (refused, no answer, TLS
-/// refused), as opposed to a connection that was made and then closed before an answer.
-pub fn could_not_connect(error: &str) -> bool {
-    CONNECT_ERRORS.iter().any(|p| error.starts_with(p))
+impl From<Failure> for crate::error::Error {
+    /// A connection never made is unreachable; one made that then failed is an upstream error.
+    fn from(failure: Failure) -> crate::error::Error {
+        use crate::error::Error;
+        match failure {
+            Failure::Connect(_) => Error::Unreachable(failure.to_string()),
+            Failure::Exchange(_) => Error::Upstream(failure.to_string()),
+        }
+    }
 }
 
 impl std::fmt::Display for Failure {
