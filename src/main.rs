@@ -108,7 +108,11 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
         Err(code) => return code,
     };
     let logs = Arc::new(Logs::default());
-    corral::logging::init(&loaded.config, logs.clone());
+    corral::logging::init(
+        &loaded.config.log_level,
+        loaded.config.log_to_stdout.proxy(),
+        logs.clone(),
+    );
     corral::fdlimit::raise();
     if opts.sources.file.is_none() && opts.sources.dir.is_none() {
         tracing::info!("no --config given: serving the embedded demo config (two fake models)");

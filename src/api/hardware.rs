@@ -133,7 +133,7 @@ fn gpu_row(line: &str) -> Option<Value> {
 
 /// The GPUs nvidia-smi lists, or `None` when it is missing or fails.
 async fn query_gpus() -> Option<Vec<Value>> {
-    let mut cmd = tokio::process::Command::new(crate::config::nvidia_smi());
+    let mut cmd = tokio::process::Command::new(crate::gpu::nvidia_smi());
     cmd.args([GPU_QUERY, "--format=csv,noheader,nounits"])
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);

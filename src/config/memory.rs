@@ -6,6 +6,8 @@ use std::time::Duration;
 use super::read::MapReader;
 use super::yaml::{Node, Value};
 use super::ConfigError;
+use crate::gpu::Gpu;
+pub use crate::gpu::Vendor;
 use crate::memory::{parse_bytes, parse_params, DEFAULT_LOAD_BANDWIDTH};
 
 /// A GPU (or any device) memory budget, and how an engine is told to use it.
@@ -22,37 +24,17 @@ pub struct Device {
     pub select_as: Option<String>,
 }
 
-/// GPU makers, by the variable their runtimes read to choose devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Vendor {
-    /// `CUDA_VISIBLE_DEVICES`
-    Nvidia,
-    /// `HIP_VISIBLE_DEVICES` and `ROCR_VISIBLE_DEVICES`
-    Amd,
-    /// `ONEAPI_DEVICE_SELECTOR` (level_zero)
-    Intel,
-    /// `GGML_VK_VISIBLE_DEVICES`
-    Vulkan,
-    /// Not pinned: corral only budgets its memory.
-    None,
-}
-
-impl Vendor {
-    fn parse(s: &str) -> Option<Vendor> {
-        Some(match s {
-            "nvidia" | "cuda" => Vendor::Nvidia,
-            "amd" | "rocm" | "hip" => Vendor::Amd,
-            "intel" | "sycl" | "oneapi" => Vendor::Intel,
-            "vulkan" => Vendor::Vulkan,
-            "none" => Vendor::None,
-            _ => return None,
-        })
-    }
-
-    /// The vendor a device name suggests (`cuda0`, `rocm1`, `vulkan0`), for configs without one.
-    fn from_name(name: &str) -> Vendor {
-        let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit());
-        Vendor::parse(prefix).unwrap_or(Vendor::None)
+impl Device {
+    /// The budget for a GPU `devices: auto` found: named and pinned as its vendor selects it, with
+    /// 5% kept in reserve.
+    pub fn of_gpu(gpu: &Gpu) -> Device {
+        Device {
+            name: gpu.name(),
+            capacity: gpu.total,
+            reserve: gpu.total / 20,
+            vendor: gpu.vendor,
+            select_as: Some(gpu.selector()),
+        }
     }
 }
 
@@ -178,7 +160,7 @@ fn pinning(d: &MapReader<'_>, name: &str) -> Result<(Vendor, Option<String>), Co
 /// `devices: auto`: every NVIDIA GPU (NVML, else nvidia-smi), else every AMD one (rocm-smi),
 /// each with 5% kept in reserve.
 fn auto_devices(warnings: &mut Vec<String>) -> Vec<Device> {
-    let found: Vec<Device> = crate::gpu::discover().iter().map(|g| g.device()).collect();
+    let found: Vec<Device> = crate::gpu::discover().iter().map(Device::of_gpu).collect();
     if found.is_empty() {
         warnings.push(
             "devices: auto found no GPU (NVML, nvidia-smi, rocm-smi); placing by memory is off"
@@ -205,12 +187,6 @@ pub fn device_refresh(top: &MapReader<'_>) -> Result<Option<Duration>, ConfigErr
 
 /// Seconds between readings of the GPUs' processes when `deviceRefresh` is not set.
 pub const DEFAULT_DEVICE_REFRESH_S: u64 = 5;
-
-/// The command that reports the GPUs: `nvidia-smi`, or `CORRAL_NVIDIA_SMI` (tests use a fake
-/// that lists GPUs this machine lacks).
-pub fn nvidia_smi() -> String {
-    std::env::var("CORRAL_NVIDIA_SMI").unwrap_or_else(|_| "nvidia-smi".into())
-}
 
 pub fn load_bandwidth(top: &MapReader<'_>) -> Result<u64, ConfigError> {
     match top.get("loadBandwidth").map(|n| &n.value) {

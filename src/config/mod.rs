@@ -8,7 +8,6 @@ pub mod engine;
 mod expand;
 mod memory;
 mod read;
-pub mod redact;
 pub(crate) mod reload_guard;
 mod server;
 pub(crate) mod yaml;
@@ -19,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use memory::{nvidia_smi, Device, MemorySpec, Vendor};
-pub use redact::Redactor;
+pub use crate::logs::redact::{self, Redactor};
+pub use memory::{Device, MemorySpec, Vendor};
 pub use server::ServerSettings;
 pub use yaml::Loc;
 

@@ -652,3 +652,24 @@ fn placement_is_spread_or_pack() {
         "{err}"
     );
 }
+
+#[test]
+fn a_found_gpu_is_budgeted_with_five_percent_in_reserve_and_pinned_by_its_selector() {
+    let gpu = crate::gpu::Gpu {
+        vendor: Vendor::Nvidia,
+        index: 1,
+        uuid: Some("GPU-abc".into()),
+        product: String::new(),
+        total: 20 << 30,
+    };
+    assert_eq!(
+        Device::of_gpu(&gpu),
+        Device {
+            name: "cuda1".into(),
+            capacity: 20 << 30,
+            reserve: 1 << 30,
+            vendor: Vendor::Nvidia,
+            select_as: Some("GPU-abc".into()),
+        }
+    );
+}

@@ -11,7 +11,19 @@ use std::time::Duration;
 
 use super::{ledger, Fleet, StopReason};
 use crate::config::Device;
-use crate::gpu::ProcessUse;
+use crate::gpu::{ProcessUse, ToolRunner};
+use crate::supervisor::Spawner;
+
+/// The vendor tools run through the spawner, so each is reaped like any other child.
+impl ToolRunner for Spawner {
+    async fn output(
+        &self,
+        cmd: tokio::process::Command,
+        limit: Duration,
+    ) -> std::io::Result<std::process::Output> {
+        crate::supervisor::query_output(self, cmd, limit).await
+    }
+}
 
 /// Parents followed up from a process before giving up (a loop in /proc would be a kernel bug,
 /// but a bound costs nothing).
@@ -80,7 +92,11 @@ impl Fleet {
                 continue;
             };
             let devices = self.config().devices.clone();
-            match crate::gpu::process_use(&self.inner.spawner, &devices).await {
+            let selected: Vec<_> = devices
+                .iter()
+                .map(|d| (d.vendor, d.select_as.as_deref()))
+                .collect();
+            match crate::gpu::process_use(&self.inner.spawner, &selected).await {
                 Some(rows) => {
                     warned = false;
                     let engines = self.engine_pids();

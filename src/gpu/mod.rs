@@ -11,8 +11,51 @@ mod rocm_smi;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::config::{Device, Vendor};
-use crate::supervisor::Spawner;
+pub use nvidia_smi::command as nvidia_smi;
+
+/// GPU makers, by the variable their runtimes read to choose devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Vendor {
+    /// `CUDA_VISIBLE_DEVICES`
+    Nvidia,
+    /// `HIP_VISIBLE_DEVICES` and `ROCR_VISIBLE_DEVICES`
+    Amd,
+    /// `ONEAPI_DEVICE_SELECTOR` (level_zero)
+    Intel,
+    /// `GGML_VK_VISIBLE_DEVICES`
+    Vulkan,
+    /// Not pinned: corral only budgets its memory.
+    None,
+}
+
+impl Vendor {
+    pub(crate) fn parse(s: &str) -> Option<Vendor> {
+        Some(match s {
+            "nvidia" | "cuda" => Vendor::Nvidia,
+            "amd" | "rocm" | "hip" => Vendor::Amd,
+            "intel" | "sycl" | "oneapi" => Vendor::Intel,
+            "vulkan" => Vendor::Vulkan,
+            "none" => Vendor::None,
+            _ => return None,
+        })
+    }
+
+    /// The vendor a device name suggests (`cuda0`, `rocm1`, `vulkan0`), for configs without one.
+    pub(crate) fn from_name(name: &str) -> Vendor {
+        let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit());
+        Vendor::parse(prefix).unwrap_or(Vendor::None)
+    }
+}
+
+/// Runs a vendor tool for the periodic probes: corral's spawner in production, so that the tool
+/// is reaped with every other child, and may be killed when it outlives `limit`.
+pub trait ToolRunner: Sync {
+    fn output(
+        &self,
+        cmd: tokio::process::Command,
+        limit: Duration,
+    ) -> impl std::future::Future<Output = std::io::Result<std::process::Output>> + Send;
+}
 
 /// How long one probe may take before it is given up.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,7 +74,7 @@ pub struct Gpu {
     pub total: u64,
 }
 
-/// Memory one process holds on one GPU, which is named as its [`Device::select_as`] names it.
+/// Memory one process holds on one GPU, which is named by its selector (UUID or index).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessUse {
     pub vendor: Vendor,
@@ -49,20 +92,22 @@ fn nvidia_selector(index: u32, uuid: Option<&str>) -> String {
 }
 
 impl Gpu {
-    /// The device corral budgets: `cudaN` or `rocmN`, 5% kept in reserve, pinned by UUID for
-    /// NVIDIA and by index for AMD (HIP and ROCr take indices everywhere; UUIDs only on recent
-    /// ROCm).
-    pub fn device(&self) -> Device {
-        let (prefix, select_as) = match self.vendor {
-            Vendor::Amd => ("rocm", self.index.to_string()),
-            _ => ("cuda", nvidia_selector(self.index, self.uuid.as_deref())),
+    /// The name corral gives it: `cudaN` or `rocmN`.
+    pub fn name(&self) -> String {
+        let prefix = if self.vendor == Vendor::Amd {
+            "rocm"
+        } else {
+            "cuda"
         };
-        Device {
-            name: format!("{prefix}{}", self.index),
-            capacity: self.total,
-            reserve: self.total / 20,
-            vendor: self.vendor,
-            select_as: Some(select_as),
+        format!("{prefix}{}", self.index)
+    }
+
+    /// What an engine is pinned to it by: the UUID for NVIDIA, the index for AMD (HIP and ROCr
+    /// take indices everywhere; UUIDs only on recent ROCm).
+    pub fn selector(&self) -> String {
+        match self.vendor {
+            Vendor::Amd => self.index.to_string(),
+            _ => nvidia_selector(self.index, self.uuid.as_deref()),
         }
     }
 }
@@ -77,7 +122,7 @@ pub fn discover() -> Vec<Gpu> {
     for g in &found {
         tracing::debug!(
             "found {} {:?} ({}, {})",
-            g.device().name,
+            g.name(),
             g.product,
             g.uuid.as_deref().unwrap_or("no uuid"),
             crate::memory::format_bytes(g.total)
@@ -86,23 +131,26 @@ pub fn discover() -> Vec<Gpu> {
     found
 }
 
-/// Every process's memory on the GPUs of the vendors among `devices`, or `None` when no tool
-/// could tell.
-pub async fn process_use(spawner: &Spawner, devices: &[Device]) -> Option<Vec<ProcessUse>> {
+/// Every process's memory on the GPUs of the vendors among `devices` (each a vendor and the
+/// selector an engine is pinned by), or `None` when no tool could tell.
+pub async fn process_use(
+    tools: &impl ToolRunner,
+    devices: &[(Vendor, Option<&str>)],
+) -> Option<Vec<ProcessUse>> {
     let amd: Vec<String> = devices
         .iter()
-        .filter(|d| d.vendor == Vendor::Amd)
-        .filter_map(|d| d.select_as.clone())
+        .filter(|(vendor, _)| *vendor == Vendor::Amd)
+        .filter_map(|(_, selector)| selector.map(String::from))
         .collect();
     let mut read = None;
-    if devices.iter().any(|d| d.vendor == Vendor::Nvidia) {
+    if devices.iter().any(|(vendor, _)| *vendor == Vendor::Nvidia) {
         read = match nvml::process_use().await {
             Some(rows) => Some(rows),
-            None => nvidia_smi::process_use(spawner).await,
+            None => nvidia_smi::process_use(tools).await,
         };
     }
     if !amd.is_empty() {
-        if let Some(rows) = rocm_smi::process_use(spawner, &amd).await {
+        if let Some(rows) = rocm_smi::process_use(tools, &amd).await {
             read.get_or_insert_with(Vec::new).extend(rows);
         }
     }
@@ -141,18 +189,15 @@ mod tests {
 
     #[test]
     fn nvidia_gpus_are_pinned_by_uuid_and_amd_ones_by_index() {
-        let d = gpu(Vendor::Nvidia, 1, Some("GPU-abc")).device();
+        let g = gpu(Vendor::Nvidia, 1, Some("GPU-abc"));
         assert_eq!(
-            (d.name.as_str(), d.select_as.as_deref(), d.reserve),
-            ("cuda1", Some("GPU-abc"), 1 << 30)
+            (g.name().as_str(), g.selector().as_str()),
+            ("cuda1", "GPU-abc")
         );
-        let d = gpu(Vendor::Nvidia, 2, Some("N/A")).device();
-        assert_eq!(d.select_as.as_deref(), Some("2"));
-        let d = gpu(Vendor::Amd, 3, Some("0x18f68e602b8a790f")).device();
-        assert_eq!(
-            (d.name.as_str(), d.select_as.as_deref(), d.vendor),
-            ("rocm3", Some("3"), Vendor::Amd)
-        );
+        let g = gpu(Vendor::Nvidia, 2, Some("N/A"));
+        assert_eq!(g.selector(), "2");
+        let g = gpu(Vendor::Amd, 3, Some("0x18f68e602b8a790f"));
+        assert_eq!((g.name().as_str(), g.selector().as_str()), ("rocm3", "3"));
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! nvidia-smi, where NVML cannot be loaded (`CORRAL_NVIDIA_SMI` names another command: tests use
 //! a fake that lists GPUs this machine lacks).
 
-use super::{bounded, Gpu, ProcessUse, PROBE_TIMEOUT};
-use crate::config::Vendor;
-use crate::supervisor::Spawner;
+use super::{bounded, Gpu, ProcessUse, ToolRunner, Vendor, PROBE_TIMEOUT};
+
+/// The command that reports the GPUs: `nvidia-smi`, or `CORRAL_NVIDIA_SMI` (tests use a fake
+/// that lists GPUs this machine lacks).
+pub fn command() -> String {
+    std::env::var("CORRAL_NVIDIA_SMI").unwrap_or_else(|_| "nvidia-smi".into())
+}
 
 /// Every GPU nvidia-smi lists, or `None` when it cannot be run or fails (no driver, no GPU).
 pub fn gpus() -> Option<Vec<Gpu>> {
     let out = bounded(PROBE_TIMEOUT, || {
-        std::process::Command::new(crate::config::nvidia_smi())
+        std::process::Command::new(command())
             .args([
                 "--query-gpu=index,uuid,memory.total,name",
                 "--format=csv,noheader,nounits",
@@ -41,13 +45,13 @@ fn gpu_row(line: &str) -> Option<Gpu> {
 }
 
 /// One reading of every compute process's memory, or `None` when nvidia-smi could not tell.
-pub async fn process_use(spawner: &Spawner) -> Option<Vec<ProcessUse>> {
-    let mut cmd = tokio::process::Command::new(crate::config::nvidia_smi());
+pub async fn process_use(tools: &impl ToolRunner) -> Option<Vec<ProcessUse>> {
+    let mut cmd = tokio::process::Command::new(command());
     cmd.args([
         "--query-compute-apps=gpu_uuid,pid,used_memory",
         "--format=csv,noheader,nounits",
     ]);
-    match crate::supervisor::query_output(spawner, cmd, PROBE_TIMEOUT).await {
+    match tools.output(cmd, PROBE_TIMEOUT).await {
         Ok(out) if out.status.success() => Some(
             String::from_utf8_lossy(&out.stdout)
                 .lines()

@@ -12,8 +12,7 @@ use std::sync::OnceLock;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
 
-use super::{nvidia_selector, Gpu, ProcessUse, PROBE_TIMEOUT};
-use crate::config::Vendor;
+use super::{nvidia_selector, Gpu, ProcessUse, Vendor, PROBE_TIMEOUT};
 
 /// One GPU as NVML describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,12 +198,11 @@ mod tests {
     #[test]
     fn nvml_cards_become_devices_pinned_by_uuid() {
         let gpus = gpus_of(&Fake).unwrap();
-        let devices: Vec<_> = gpus.iter().map(Gpu::device).collect();
-        assert_eq!(devices[0].name, "cuda0");
-        assert_eq!(devices[1].name, "cuda5");
-        assert_eq!(devices[1].select_as.as_deref(), Some("GPU-1"));
-        assert_eq!(devices[1].capacity, (141 << 30) + 1);
-        assert_eq!(devices[1].vendor, Vendor::Nvidia);
+        assert_eq!(gpus[0].name(), "cuda0");
+        assert_eq!(gpus[1].name(), "cuda5");
+        assert_eq!(gpus[1].selector(), "GPU-1");
+        assert_eq!(gpus[1].total, (141 << 30) + 1);
+        assert_eq!(gpus[1].vendor, Vendor::Nvidia);
         assert_eq!(gpus[0].product, "NVIDIA H200");
     }
 

@@ -11,9 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{bounded, Gpu, ProcessUse, PROBE_TIMEOUT};
-use crate::config::Vendor;
-use crate::supervisor::Spawner;
+use super::{bounded, Gpu, ProcessUse, ToolRunner, Vendor, PROBE_TIMEOUT};
 
 /// The command that reports the AMD GPUs: `rocm-smi`, or `CORRAL_ROCM_SMI`.
 fn rocm_smi() -> String {
@@ -138,20 +136,20 @@ pub fn attribute(
 
 /// One reading of every KFD process's VRAM on `devices` (AMD selectors, which are indices), or
 /// `None` when rocm-smi could not tell.
-pub async fn process_use(spawner: &Spawner, devices: &[String]) -> Option<Vec<ProcessUse>> {
-    let vram = parse_pids(&run(spawner, &["--showpids", "--json"]).await?)?;
+pub async fn process_use(tools: &impl ToolRunner, devices: &[String]) -> Option<Vec<ProcessUse>> {
+    let vram = parse_pids(&run(tools, &["--showpids", "--json"]).await?)?;
     let gpus_of = if vram.is_empty() {
         HashMap::new()
     } else {
-        parse_pid_gpus(&run(spawner, &["--showpidgpus"]).await.unwrap_or_default())
+        parse_pid_gpus(&run(tools, &["--showpidgpus"]).await.unwrap_or_default())
     };
     Some(attribute(&vram, &gpus_of, devices))
 }
 
-async fn run(spawner: &Spawner, args: &[&str]) -> Option<String> {
+async fn run(tools: &impl ToolRunner, args: &[&str]) -> Option<String> {
     let mut cmd = tokio::process::Command::new(rocm_smi());
     cmd.args(args);
-    match crate::supervisor::query_output(spawner, cmd, PROBE_TIMEOUT).await {
+    match tools.output(cmd, PROBE_TIMEOUT).await {
         Ok(out) if out.status.success() => Some(String::from_utf8_lossy(&out.stdout).into()),
         _ => None,
     }

@@ -9,11 +9,10 @@ fn cards_become_amd_devices_with_their_vram() {
     assert_eq!(gpus.len(), 2);
     assert_eq!(gpus[0].uuid.as_deref(), Some("0x18f68e602b8a790f"));
     assert_eq!(gpus[1].uuid, None);
-    let d = gpus[1].device();
-    assert_eq!(d.name, "rocm1");
-    assert_eq!(d.capacity, 68_702_699_520);
-    assert_eq!(d.vendor, Vendor::Amd);
-    assert_eq!(d.select_as.as_deref(), Some("1"));
+    let g = &gpus[1];
+    assert_eq!((g.name().as_str(), g.selector().as_str()), ("rocm1", "1"));
+    assert_eq!(g.total, 68_702_699_520);
+    assert_eq!(g.vendor, Vendor::Amd);
 }
 
 #[test]

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::Config;
 use crate::logs::Logs;
 
 #[derive(Clone)]
@@ -37,15 +36,12 @@ impl<'a> MakeWriter<'a> for Tee {
     }
 }
 
-/// Installs the global subscriber. `RUST_LOG` overrides `logLevel`.
-pub fn init(config: &Config, logs: Arc<Logs>) {
-    let level = config.log_level.as_str();
+/// Installs the global subscriber at `level` (`logLevel`; `RUST_LOG` overrides it), writing to
+/// stdout too when `to_stdout` (`logToStdout` names the proxy).
+pub fn init(level: &str, to_stdout: bool, logs: Arc<Logs>) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("corral={level},warn")));
-    let tee = Tee {
-        logs,
-        to_stdout: config.log_to_stdout.proxy(),
-    };
+    let tee = Tee { logs, to_stdout };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)

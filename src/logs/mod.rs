@@ -1,6 +1,7 @@
 //! Log rings: the last 100 KiB of each stream, with live subscribers that can never block a writer.
 
 pub mod logging;
+pub mod redact;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -147,7 +147,7 @@ pub struct Sinks {
     pub logs: Arc<Logs>,
     pub upstream_to_stdout: bool,
     /// Masks the config's secrets in what the engine prints, before it is kept or shown anywhere.
-    pub redactor: crate::config::Redactor,
+    pub redactor: crate::logs::redact::Redactor,
 }
 
 /// A running child.
