@@ -7,7 +7,8 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
+
+use super::cancel::Cancel;
 
 struct Entry {
     model: String,
@@ -15,7 +16,7 @@ struct Entry {
     method: http::Method,
     remote: std::net::IpAddr,
     started: SystemTime,
-    token: CancellationToken,
+    cancel: Arc<Cancel>,
 }
 
 impl Entry {
@@ -71,7 +72,7 @@ impl Inflight {
         path: &str,
         method: &http::Method,
         remote: std::net::IpAddr,
-        token: CancellationToken,
+        cancel: Arc<Cancel>,
     ) -> Guard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let entry = Entry {
@@ -80,7 +81,7 @@ impl Inflight {
             method: method.clone(),
             remote,
             started: SystemTime::now(),
-            token,
+            cancel,
         };
         // the JSON is built only when someone listens
         if self.events.receiver_count() > 0 {
@@ -107,7 +108,7 @@ impl Inflight {
             .get(&id)
         {
             Some(e) => {
-                e.token.cancel();
+                e.cancel.cancel();
                 true
             }
             None => false,
@@ -127,17 +128,17 @@ mod tests {
     #[test]
     fn register_cancel_and_remove() {
         let reg = Arc::new(Inflight::default());
-        let token = CancellationToken::new();
+        let cancel = Cancel::new();
         let guard = reg.register(
             "m",
             "/v1/chat/completions",
             &http::Method::POST,
             std::net::Ipv4Addr::LOCALHOST.into(),
-            token.clone(),
+            cancel.clone(),
         );
         assert_eq!(reg.snapshot()["requests"].as_array().unwrap().len(), 1);
         assert!(reg.cancel(1));
-        assert!(token.is_cancelled());
+        assert!(cancel.is_cancelled());
         drop(guard);
         assert!(!reg.cancel(1));
     }

@@ -5,6 +5,7 @@ mod admin;
 mod app;
 pub mod auth;
 pub mod budget;
+mod cancel;
 mod captures;
 mod control;
 mod cors;

@@ -8,6 +8,7 @@ use std::time::Instant;
 use http::{header, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
+use super::cancel::Cancel;
 use super::{activity, captures, inflight, meter, App};
 use crate::body::Body;
 use crate::config::Config;
@@ -18,7 +19,7 @@ pub struct Seen {
     model: Option<String>,
     holds: Vec<Box<dyn Send + Sync>>,
     guard: Option<inflight::Guard>,
-    pub(super) token: tokio_util::sync::CancellationToken,
+    pub(super) cancel: Arc<Cancel>,
     method: Method,
     path: String,
     remote: SocketAddr,
@@ -43,7 +44,7 @@ impl Seen {
             model: None,
             holds: Vec::new(),
             guard: None,
-            token: Default::default(),
+            cancel: Cancel::new(),
             method: method.clone(),
             path: path.to_string(),
             remote,
@@ -64,22 +65,8 @@ impl Seen {
             &self.path,
             &self.method,
             self.remote.ip(),
-            self.token.clone(),
+            self.cancel.clone(),
         ));
-    }
-}
-
-/// Runs `work` until it ends or an operator cancels the request.
-pub(super) async fn cancellable<F>(
-    token: &tokio_util::sync::CancellationToken,
-    work: F,
-) -> Result<Response<Body>, Error>
-where
-    F: std::future::Future<Output = Result<Response<Body>, Error>>,
-{
-    tokio::select! {
-        r = work => r,
-        _ = token.cancelled() => Err(Error::Cancelled),
     }
 }
 
@@ -148,7 +135,7 @@ fn answered(
 ) -> Response<Body> {
     let Seen {
         guard,
-        token,
+        cancel,
         holds,
         path,
         capture,
@@ -166,7 +153,7 @@ fn answered(
         .zip(app.activity.captures.as_ref())
         .map(|(c, captures)| captures.record(c, &parts.headers));
     let body = meter::Metered::new(body, app.metrics.clone(), labels, started, content_type)
-        .with_inflight(guard, token)
+        .with_inflight(guard, cancel)
         .with_idle_limit(idle_limit)
         .length_framed(length_framed)
         .logged_in(app.activity.clone(), path, status, content_type)

@@ -11,7 +11,8 @@ use futures_util::future::Either;
 use http::{Method, Request, Response};
 
 use super::Routed;
-use crate::api::seen::{cancellable, metered, Seen};
+use crate::api::cancel::Cancellable;
+use crate::api::seen::{metered, Seen};
 use crate::api::{inference, passthrough, App};
 use crate::body::{Body, BoxError};
 use crate::error::Error;
@@ -111,20 +112,20 @@ where
     let path = req.uri().path().to_string();
     let mut seen = Seen::new(app, req.method(), &path, req.headers(), remote);
     let started = std::time::Instant::now();
-    let token = seen.token.clone();
+    let cancel = seen.cancel.clone();
     let (label, result) = match call {
         ModelCall::Passthrough => {
             let rest = path[UPSTREAM.len()..].to_string();
             let work = passthrough::upstream_passthrough(app, req, rest, remote, &mut seen);
-            ("/upstream", cancellable(&token, work).await)
+            ("/upstream", Cancellable::new(&cancel, work).await)
         }
         ModelCall::Dispatch(upstream_path) => {
             let work = inference::dispatch(app, req, upstream_path, remote, &mut seen);
-            (path.as_str(), cancellable(&token, work).await)
+            (path.as_str(), Cancellable::new(&cancel, work).await)
         }
         ModelCall::Query => {
             let work = inference::dispatch(app, req, &path, remote, &mut seen);
-            (path.as_str(), cancellable(&token, work).await)
+            (path.as_str(), Cancellable::new(&cancel, work).await)
         }
     };
     metered(app, label, started, seen, result)

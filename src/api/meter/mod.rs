@@ -6,7 +6,6 @@
 mod idle;
 pub(crate) mod usage;
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -58,7 +57,7 @@ pub struct Metered {
     finished: bool,
     inflight: Option<super::inflight::Guard>,
     holds: Vec<Box<dyn Send + Sync>>,
-    cancelled: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
+    cancel: Option<Arc<super::cancel::Cancel>>,
     idle: Option<IdleLimit>,
     /// Where the finished request is logged: the log, the request path, status and content type.
     activity: Option<ActivityRecord>,
@@ -93,7 +92,7 @@ impl Metered {
             finished: false,
             inflight: None,
             holds: Vec::new(),
-            cancelled: None,
+            cancel: None,
             idle: None,
             activity: None,
             ttft_ms: None,
@@ -140,10 +139,10 @@ impl Metered {
     pub fn with_inflight(
         mut self,
         guard: Option<super::inflight::Guard>,
-        token: tokio_util::sync::CancellationToken,
+        cancel: Arc<super::cancel::Cancel>,
     ) -> Self {
         self.inflight = guard;
-        self.cancelled = Some(Box::pin(token.cancelled_owned()));
+        self.cancel = Some(cancel);
         self
     }
 
@@ -174,13 +173,10 @@ impl Metered {
 
     /// True once an operator cancelled the request.
     fn cancelled(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(cancelled) = &mut self.cancelled else {
-            return false;
-        };
-        if cancelled.as_mut().poll(cx).is_pending() {
+        if !self.cancel.as_ref().is_some_and(|c| c.poll_cancelled(cx)) {
             return false;
         }
-        self.cancelled = None;
+        self.cancel = None;
         true
     }
 
