@@ -21,6 +21,7 @@ mod build;
 pub mod counters;
 mod eject;
 mod gpu_use;
+mod grow_plan;
 pub mod instance;
 mod lease;
 pub mod ledger;
@@ -34,8 +35,10 @@ mod pool;
 pub mod prefix;
 mod prepare;
 mod queries;
+mod queue;
 mod readback;
 mod reload;
+mod room_plan;
 mod run;
 mod snapshot;
 mod start;
@@ -44,7 +47,7 @@ pub mod swap;
 mod swap_plan;
 mod weights;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -67,7 +70,7 @@ use instance::Instance;
 struct PoolState {
     members: Vec<String>,
     settings: PoolSettings,
-    queue: VecDeque<u64>,
+    queue: queue::Queue,
     /// Which member last served each prompt block (used by `balance: prefix`).
     prefixes: prefix::PrefixMemory,
 }

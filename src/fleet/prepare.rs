@@ -3,6 +3,7 @@
 //! Shared by the direct path (`acquire.rs`) and the pool path (`pool.rs`).
 
 use super::lease::Turn;
+use super::room_plan::Load;
 use super::swap_plan::{plan_swap, Conflict, SwapPlan};
 use super::{swap, Fleet, Phase, Retire, State, StopReason};
 
@@ -95,14 +96,21 @@ impl Fleet {
 
 /// An instance that must not be evicted: it has requests in flight or waiting for it.
 pub(super) fn busy(st: &State, id: &str) -> bool {
+    load_of(st, id).busy(st.instances[id].phase)
+}
+
+/// The requests that hold `id`: its own, and its pool's waiting ones.
+pub(super) fn load_of(st: &State, id: &str) -> Load {
     let i = &st.instances[id];
     let pool_waiting = i
         .pool
         .as_ref()
         .is_some_and(|p| st.pools.get(p).is_some_and(|p| !p.queue.is_empty()));
-    i.in_flight > 0
-        || i.reserved > 0
-        || (pool_waiting && matches!(i.phase, Phase::Starting | Phase::Ready))
+    Load {
+        in_flight: i.in_flight,
+        reserved: i.reserved,
+        pool_waiting,
+    }
 }
 
 /// The running instances that conflict with `id`, as the swap decision sees them.
