@@ -3,13 +3,13 @@
 //! for the requests waiting in its queue. Kept free of the fleet's state so that what growth may
 //! start can be tested without processes. `pool.rs` carries the plan out.
 
-use super::Phase;
+use super::PhaseName;
 
 /// What the decision knows of one pool member.
 #[derive(Debug, Clone)]
 pub(super) struct Member {
     pub id: String,
-    pub phase: Phase,
+    pub phase: PhaseName,
     /// Slots a request could take now.
     pub free: usize,
     pub slots: usize,
@@ -45,21 +45,21 @@ pub(super) struct Starts {
 pub(super) fn plan_growth(members: &[Member], waiting: usize, start_all: bool) -> Growth {
     let ready_free: usize = members
         .iter()
-        .filter(|m| m.phase == Phase::Ready && m.usable)
+        .filter(|m| m.phase == PhaseName::Ready && m.usable)
         .map(|m| m.free)
         .sum();
     // a member the request passed over still brings its slots for the others in the queue
     let coming: usize = members
         .iter()
-        .filter(|m| m.phase == Phase::Starting)
+        .filter(|m| m.phase == PhaseName::Starting)
         .map(|m| m.slots)
         .sum();
     let alive = members
         .iter()
-        .any(|m| m.phase != Phase::Stopped && m.usable);
+        .any(|m| m.phase != PhaseName::Stopped && m.usable);
     let order: Vec<String> = members
         .iter()
-        .filter(|m| m.phase == Phase::Stopped && !m.backing_off && m.usable)
+        .filter(|m| m.phase == PhaseName::Stopped && !m.backing_off && m.usable)
         .map(|m| m.id.clone())
         .collect();
     if !alive && order.is_empty() {

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn member(id: &str, phase: Phase, free: usize, slots: usize) -> Member {
+fn member(id: &str, phase: PhaseName, free: usize, slots: usize) -> Member {
     Member {
         id: id.into(),
         phase,
@@ -29,8 +29,8 @@ fn starts(order: &[&str], coming: usize, target: Option<usize>) -> Growth {
 #[test]
 fn free_slots_that_cover_the_queue_start_nothing() {
     let members = [
-        member("a", Phase::Ready, 2, 2),
-        member("b", Phase::Stopped, 0, 2),
+        member("a", PhaseName::Ready, 2, 2),
+        member("b", PhaseName::Stopped, 0, 2),
     ];
     assert_eq!(plan_growth(&members, 2, false), Growth::Wait);
     assert_eq!(plan_growth(&members, 3, false), starts(&["b"], 0, Some(1)));
@@ -39,8 +39,8 @@ fn free_slots_that_cover_the_queue_start_nothing() {
 #[test]
 fn slots_on_their_way_count_unless_every_member_starts() {
     let members = [
-        member("a", Phase::Starting, 0, 4),
-        member("b", Phase::Stopped, 0, 4),
+        member("a", PhaseName::Starting, 0, 4),
+        member("b", PhaseName::Stopped, 0, 4),
     ];
     assert_eq!(plan_growth(&members, 3, false), Growth::Wait);
     assert_eq!(plan_growth(&members, 5, false), starts(&["b"], 4, Some(5)));
@@ -49,15 +49,15 @@ fn slots_on_their_way_count_unless_every_member_starts() {
 
 #[test]
 fn with_nothing_alive_one_start_is_needed_and_without_any_the_request_fails() {
-    let stopped = [member("a", Phase::Stopped, 0, 1)];
+    let stopped = [member("a", PhaseName::Stopped, 0, 1)];
     assert_eq!(plan_growth(&stopped, 0, false), starts(&["a"], 0, Some(1)));
     let left = Member {
         usable: false,
-        ..member("left", Phase::Ready, 1, 1)
+        ..member("left", PhaseName::Ready, 1, 1)
     };
     let resting = Member {
         backing_off: true,
-        ..member("resting", Phase::Stopped, 0, 1)
+        ..member("resting", PhaseName::Stopped, 0, 1)
     };
     assert_eq!(
         plan_growth(&[left, resting], 1, false),
@@ -87,12 +87,12 @@ fn starts_end_once_enough_slots_are_on_their_way() {
     assert_eq!(tried, ["a", "b", "c"]);
 }
 
-fn phase() -> impl Strategy<Value = Phase> {
+fn phase() -> impl Strategy<Value = PhaseName> {
     prop_oneof![
-        Just(Phase::Stopped),
-        Just(Phase::Starting),
-        Just(Phase::Ready),
-        Just(Phase::Stopping),
+        Just(PhaseName::Stopped),
+        Just(PhaseName::Starting),
+        Just(PhaseName::Ready),
+        Just(PhaseName::Stopping),
     ]
 }
 
@@ -123,10 +123,10 @@ proptest! {
     ) {
         let plan = plan_growth(&members, waiting, start_all);
         let by_id = |id: &str| members.iter().find(|m| m.id == id).expect("a member");
-        let alive = members.iter().any(|m| m.usable && m.phase != Phase::Stopped);
-        let startable = members.iter().any(|m| m.usable && !m.backing_off && m.phase == Phase::Stopped);
+        let alive = members.iter().any(|m| m.usable && m.phase != PhaseName::Stopped);
+        let startable = members.iter().any(|m| m.usable && !m.backing_off && m.phase == PhaseName::Stopped);
         prop_assert_eq!(plan == Growth::NoneCanServe, !alive && !startable);
-        let ready_free: usize = members.iter().filter(|m| m.usable && m.phase == Phase::Ready).map(|m| m.free).sum();
+        let ready_free: usize = members.iter().filter(|m| m.usable && m.phase == PhaseName::Ready).map(|m| m.free).sum();
         if let Growth::Start(starts) = plan {
             prop_assert!(!starts.order.is_empty());
             prop_assert!(!(alive && waiting <= ready_free), "starts with free slots for all");
@@ -134,7 +134,7 @@ proptest! {
             prop_assert_eq!(unique.len(), starts.order.len());
             for id in &starts.order {
                 let m = by_id(id);
-                prop_assert!(m.phase == Phase::Stopped && m.usable && !m.backing_off, "starts {m:?}");
+                prop_assert!(m.phase == PhaseName::Stopped && m.usable && !m.backing_off, "starts {m:?}");
             }
         }
     }

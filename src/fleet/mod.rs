@@ -11,10 +11,13 @@
 //! Pools (replicas of a role) keep a FIFO queue of tickets: a waiter may take a slot only while its
 //! position is below the number of free slots, so slots go out in arrival order.
 //!
-//! The files: `acquire.rs` (a request for one instance) and `pool.rs` (for a pool), `prepare.rs`
-//! (what each try decides) with `swap_plan.rs` (which instances a swap stops), `placement.rs`
-//! and `ledger/` (device memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, and
-//! `snapshot.rs` with `queries.rs` for what the outside reads.
+//! The files: `acquire.rs` (a request for one instance) and `pool.rs` (for a pool, its queue in
+//! `queue.rs`), `prepare.rs` (what each try decides), `placement.rs` and `ledger/` (device
+//! memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, and `snapshot.rs` with `queries.rs`
+//! for what the outside reads. Decisions are pure plans over views of the state, carried out by
+//! those files: `swap_plan.rs` (which instances a swap stops), `room_plan.rs` (where memory goes
+//! and what stops for it), `grow_plan.rs` (which pool members start). `instance.rs` is an
+//! instance's state, its `phase.rs` what only one phase has (stop channel, download, process).
 
 mod acquire;
 mod build;
@@ -28,6 +31,7 @@ pub mod ledger;
 pub mod lifecycle;
 mod oom;
 mod outside;
+mod phase;
 pub mod pick;
 mod pinning;
 mod placement;
@@ -55,8 +59,10 @@ use tokio::sync::{watch, Notify};
 
 pub use build::Retire;
 pub use counters::FleetCounters;
-pub use instance::{Phase, StopReason};
+pub use instance::StopReason;
 pub use lease::Lease;
+use phase::Phase;
+pub use phase::PhaseName;
 pub use snapshot::{device_totals, Download, Snapshot};
 
 use crate::catalog::Catalog;

@@ -3,7 +3,7 @@
 
 use super::prepare::{load_of, Prepared};
 use super::room_plan::{holders_of, plan_room, Ask, Occupant, RoomPlan};
-use super::{ledger, swap, Fleet, Phase, State, StopReason};
+use super::{ledger, swap, Fleet, State, StopReason};
 
 impl Fleet {
     /// With devices configured, finds room for `id` or says why not; `None` means it may start
@@ -48,7 +48,7 @@ impl Fleet {
         let running = st
             .instances
             .iter()
-            .filter(|(_, i)| i.phase != Phase::Stopped)
+            .filter(|(_, i)| !i.phase.is_stopped())
             .map(|(k, _)| k.as_str());
         swap::conflicts(&st.config, &st.catalog, id, running).is_empty()
     }
@@ -61,7 +61,7 @@ fn occupants(st: &State, except: Option<&str>) -> Vec<Occupant> {
         .filter(|i| Some(i.id.as_str()) != except)
         .map(|i| Occupant {
             id: i.id.clone(),
-            phase: i.phase,
+            phase: i.phase.name(),
             load: load_of(st, &i.id),
             stopping: i.is_stopping(),
             placed: i.placed.clone(),

@@ -11,7 +11,7 @@ use super::instance::Instance;
 use super::lease::{Lease, Ticket};
 use super::prefix::{Holder, Prefix};
 use super::prepare::Prepared;
-use super::{pick, Fleet, Phase, State};
+use super::{pick, Fleet, State};
 use crate::config::Balance;
 use crate::error::Error;
 
@@ -135,7 +135,7 @@ impl Fleet {
         let candidates: Vec<pick::Candidate> = members
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.phase == Phase::Ready && Some(i.id.as_str()) != avoid)
+            .filter(|(_, i)| i.phase.is_ready() && Some(i.id.as_str()) != avoid)
             .filter(|(_, i)| self.conflict_free(st, &i.id))
             .map(|(index, i)| pick::Candidate {
                 index,
@@ -259,7 +259,7 @@ fn member_view(
             let i = &st.instances[m];
             Member {
                 id: m.clone(),
-                phase: i.phase,
+                phase: i.phase.name(),
                 free: i.free_slots(),
                 slots: i.slots,
                 backing_off: i.in_backoff(),

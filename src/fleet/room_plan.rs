@@ -7,14 +7,14 @@
 use std::time::Instant;
 
 use super::ledger::{self, Charges, Need, Placement};
-use super::Phase;
+use super::PhaseName;
 use crate::config::Device;
 
 /// What the decision knows of one instance other than the one it places.
 #[derive(Debug, Clone)]
 pub(super) struct Occupant {
     pub id: String,
-    pub phase: Phase,
+    pub phase: PhaseName,
     pub load: Load,
     /// Told to stop already: its memory is on its way back.
     pub stopping: bool,
@@ -35,10 +35,10 @@ pub(super) struct Load {
 
 impl Load {
     /// True when stopping the instance would fail or strand requests: never evicted or swapped.
-    pub fn busy(&self, phase: Phase) -> bool {
+    pub fn busy(&self, phase: PhaseName) -> bool {
         self.in_flight > 0
             || self.reserved > 0
-            || (self.pool_waiting && matches!(phase, Phase::Starting | Phase::Ready))
+            || (self.pool_waiting && matches!(phase, PhaseName::Starting | PhaseName::Ready))
     }
 }
 
@@ -113,7 +113,7 @@ pub(super) fn plan_room(
 pub(super) fn holders_of(occupants: &[Occupant]) -> Vec<ledger::Holder> {
     occupants
         .iter()
-        .filter(|o| o.phase != Phase::Stopped)
+        .filter(|o| o.phase != PhaseName::Stopped)
         .map(|o| ledger::Holder {
             id: o.id.clone(),
             devices: o.placed.clone(),

@@ -32,7 +32,7 @@ fn need(gib: u64) -> Need {
 fn idle(id: &str, gib: u64, age_s: u64) -> Occupant {
     Occupant {
         id: id.into(),
-        phase: Phase::Ready,
+        phase: PhaseName::Ready,
         load: Load::default(),
         stopping: false,
         placed: vec![(0, gib * GIB)],
@@ -91,7 +91,7 @@ fn requests_in_flight_admitted_or_queued_keep_an_instance_from_eviction() {
 #[test]
 fn a_stopped_instance_holds_nothing_and_a_stopping_one_is_waited_for() {
     let gone = Occupant {
-        phase: Phase::Stopped,
+        phase: PhaseName::Stopped,
         ..idle("gone", 10, 0)
     };
     assert_eq!(
@@ -99,7 +99,7 @@ fn a_stopped_instance_holds_nothing_and_a_stopping_one_is_waited_for() {
         RoomPlan::Place(vec![(0, 4 * GIB)])
     );
     let leaving = Occupant {
-        phase: Phase::Stopping,
+        phase: PhaseName::Stopping,
         stopping: true,
         ..idle("leaving", 10, 0)
     };
@@ -144,12 +144,12 @@ fn a_pinned_model_is_split_over_its_devices_by_name() {
     );
 }
 
-fn phase() -> impl Strategy<Value = Phase> {
+fn phase() -> impl Strategy<Value = PhaseName> {
     prop_oneof![
-        Just(Phase::Stopped),
-        Just(Phase::Starting),
-        Just(Phase::Ready),
-        Just(Phase::Stopping),
+        Just(PhaseName::Stopped),
+        Just(PhaseName::Starting),
+        Just(PhaseName::Ready),
+        Just(PhaseName::Stopping),
     ]
 }
 
@@ -176,7 +176,7 @@ fn occupants() -> impl Strategy<Value = Vec<Occupant>> {
                             pool_waiting,
                         },
                         // an instance in the stopping phase is stopping whatever its order says
-                        stopping: ordered || phase == Phase::Stopping,
+                        stopping: ordered || phase == PhaseName::Stopping,
                         placed: vec![(d, gib * GIB)],
                         ..idle(&format!("i{n}"), gib, age)
                     }
@@ -202,7 +202,7 @@ proptest! {
             prop_assert!(!victims.is_empty());
             for v in &victims {
                 let o = occupants.iter().find(|o| &o.id == v).expect("an occupant");
-                prop_assert!(matches!(o.phase, Phase::Starting | Phase::Ready), "stops {o:?}");
+                prop_assert!(matches!(o.phase, PhaseName::Starting | PhaseName::Ready), "stops {o:?}");
                 prop_assert!(!o.stopping, "stops {o:?}");
                 let Load { in_flight, reserved, pool_waiting } = o.load;
                 prop_assert!(in_flight == 0 && reserved == 0 && !pool_waiting, "stops {o:?}");
