@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use prometheus::{Gauge, GaugeVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::fleet::{Phase, Snapshot};
+use crate::fleet::{PhaseName, Snapshot};
 
 /// Work and cache use, summed over what it covers.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -67,7 +67,7 @@ pub fn loads(
 }
 
 fn instance_load(s: &Snapshot) -> Load {
-    let ready = s.state == Phase::Ready;
+    let ready = s.state == PhaseName::Ready;
     Load {
         waiting: s.waiting,
         running: s.in_flight,
@@ -201,7 +201,7 @@ mod tests {
 
     fn instance(
         model: &str,
-        state: Phase,
+        state: PhaseName,
         slots: usize,
         free: usize,
         in_flight: usize,
@@ -222,9 +222,9 @@ mod tests {
     #[test]
     fn loads_sum_per_model_and_per_pod() {
         let snapshot = [
-            instance("a", Phase::Ready, 4, 1, 3, 0),
-            instance("a", Phase::Ready, 4, 4, 0, 0),
-            instance("b", Phase::Starting, 2, 0, 0, 2),
+            instance("a", PhaseName::Ready, 4, 1, 3, 0),
+            instance("a", PhaseName::Ready, 4, 4, 0, 0),
+            instance("b", PhaseName::Starting, 2, 0, 0, 2),
         ];
         let queues = BTreeMap::from([("a".to_string(), 5)]);
         let (models, pod) = loads(&snapshot, &queues);

@@ -12,7 +12,7 @@ use crate::body::Body;
 use crate::catalog::Catalog;
 use crate::config::{Capabilities, ModelConfig};
 use crate::fleet::lifecycle::Status;
-use crate::fleet::{Phase, Snapshot};
+use crate::fleet::{PhaseName, Snapshot};
 
 /// Metadata keys that configured capabilities replace.
 const CAPABILITY_KEYS: &[&str] = &[
@@ -72,7 +72,7 @@ impl<'a> Listing<'a> {
     fn ready(&self, ids: &[String]) -> bool {
         self.snapshot
             .iter()
-            .any(|s| ids.contains(&s.instance) && s.state == Phase::Ready)
+            .any(|s| ids.contains(&s.instance) && s.state == PhaseName::Ready)
     }
 
     /// A configured model's entries: its own, one per replica when it has several, and one per

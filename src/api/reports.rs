@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::{json, App};
 use crate::body::Body;
 use crate::error::Error;
-use crate::fleet::Phase;
+use crate::fleet::PhaseName;
 
 /// `GET /running`: every instance not stopped, with its command line masked.
 pub fn running(app: &App) -> Response<Body> {
@@ -15,7 +15,7 @@ pub fn running(app: &App) -> Response<Body> {
         .fleet
         .snapshot()
         .into_iter()
-        .filter(|s| s.state != Phase::Stopped)
+        .filter(|s| s.state != PhaseName::Stopped)
         .filter_map(|s| {
             // an instance a reload retired still runs until idle; the model may be gone from the config
             let m = app.config.models.get(&s.model)?;

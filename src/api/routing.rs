@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::catalog::{Catalog, Target};
 use crate::config::Config;
 use crate::error::Error;
-use crate::fleet::{Fleet, Phase};
+use crate::fleet::{Fleet, PhaseName};
 
 /// Where a request goes.
 #[derive(Debug, Clone)]
@@ -145,7 +145,7 @@ pub fn resolve_plain(config: &Config, catalog: &Catalog, name: &str) -> Result<R
     }
 }
 
-fn phase_of(fleet: &Fleet, config: &Config, target: &str) -> Option<Phase> {
+fn phase_of(fleet: &Fleet, config: &Config, target: &str) -> Option<PhaseName> {
     let model = fleet
         .catalog()
         .resolve(target)
@@ -158,15 +158,15 @@ fn phase_of(fleet: &Fleet, config: &Config, target: &str) -> Option<Phase> {
         .map(|i| i.id.clone())
         .collect();
     let snapshot = fleet.snapshot();
-    let phases: Vec<Phase> = snapshot
+    let phases: Vec<PhaseName> = snapshot
         .iter()
         .filter(|s| ids.contains(&s.instance))
         .map(|s| s.state)
         .collect();
-    [Phase::Ready, Phase::Starting, Phase::Stopping]
+    [PhaseName::Ready, PhaseName::Starting, PhaseName::Stopping]
         .into_iter()
         .find(|p| phases.contains(p))
-        .or(Some(Phase::Stopped))
+        .or(Some(PhaseName::Stopped))
 }
 
 fn choose(
@@ -185,7 +185,7 @@ fn choose(
 
 /// `warm`: the first target that is ready, else the first that is starting, else the first.
 fn warm(config: &Config, fleet: &Fleet, sel: &crate::config::Selector) -> String {
-    for want in [Phase::Ready, Phase::Starting] {
+    for want in [PhaseName::Ready, PhaseName::Starting] {
         if let Some(t) = sel
             .targets
             .iter()
@@ -212,14 +212,14 @@ fn spillover(
         .targets
         .iter()
         .filter(|t| match phase_of(fleet, config, t) {
-            Some(Phase::Ready | Phase::Starting) => true,
+            Some(PhaseName::Ready | PhaseName::Starting) => true,
             _ => load(t) > 0 || (is_peer(t) && load(t) > 0),
         })
         .collect();
     let usable: Vec<&String> = sel
         .targets
         .iter()
-        .filter(|t| !matches!(phase_of(fleet, config, t), Some(Phase::Stopping)))
+        .filter(|t| !matches!(phase_of(fleet, config, t), Some(PhaseName::Stopping)))
         .collect();
     if usable.is_empty() {
         return Err(Error::Busy {

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::App;
 use crate::config::Device;
-use crate::fleet::{Phase, Snapshot};
+use crate::fleet::{PhaseName, Snapshot};
 
 /// The whole state: models, their instances, pools with their queues, and device memory.
 pub fn state(app: &App) -> Value {
@@ -46,7 +46,7 @@ fn models(app: &App) -> Vec<Value> {
 /// One instance, with its command line as `/running` shows it (secrets as `***`).
 fn instance(app: &App, s: &Snapshot) -> Value {
     let cmd = super::shown_command(app, s);
-    let loading_for = (s.state == Phase::Starting)
+    let loading_for = (s.state == PhaseName::Starting)
         .then_some(s.pid)
         .flatten()
         .and_then(process_age);

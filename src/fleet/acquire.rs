@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::instance::Instance;
 use super::lease::{Lease, Reservation, Turn};
 use super::prepare::Prepared;
-use super::{oom, prefix, Fleet, Phase};
+use super::{oom, prefix, Fleet};
 use crate::catalog::Target;
 use crate::error::Error;
 use crate::supervisor::StartError;
@@ -79,10 +79,10 @@ impl Fleet {
         if let Some(err) = failed_start(inst, direct.awaited) {
             return Err(err);
         }
-        if inst.phase == Phase::Stopped && inst.in_backoff() && direct.awaited.is_none() {
+        if inst.phase.is_stopped() && inst.in_backoff() && direct.awaited.is_none() {
             return Err(backoff_error(inst));
         }
-        if direct.turn.is_none() && inst.phase != Phase::Ready {
+        if direct.turn.is_none() && !inst.phase.is_ready() {
             direct.turn = Some(self.take_turn(&mut st, id));
         }
         match self.prepare(&mut st, id, direct.turn.as_ref().map(|t| t.seq)) {
@@ -173,7 +173,7 @@ pub(super) fn backoff_error(inst: &Instance) -> Error {
 pub(super) fn failed_start(inst: &Instance, awaited: Option<u64>) -> Option<Error> {
     let awaited = awaited?;
     match &inst.last_error {
-        Some((generation, err)) if *generation == awaited && inst.phase == Phase::Stopped => {
+        Some((generation, err)) if *generation == awaited && inst.phase.is_stopped() => {
             Some(match **err {
                 StartError::Aborted => Error::Unloaded,
                 ref e @ StartError::Diagnosed {

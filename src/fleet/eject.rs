@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Fleet, Phase, StopReason};
+use super::{Fleet, StopReason};
 
 /// Server errors in a row after which a pool member is taken out (Envoy's outlier detection
 /// default for consecutive 5xx).
@@ -48,7 +48,7 @@ impl Fleet {
         let sibling_ready = st
             .instances
             .values()
-            .any(|i| i.id != id && i.pool.as_ref() == Some(&pool) && i.phase == Phase::Ready);
+            .any(|i| i.id != id && i.pool.as_ref() == Some(&pool) && i.phase.is_ready());
         let Some(inst) = st.instances.get_mut(id) else {
             return;
         };

@@ -122,7 +122,7 @@ impl Fleet {
             .lock()
             .instances
             .values()
-            .filter_map(|i| i.pid)
+            .filter_map(|i| i.phase.process().map(|p| p.pid))
             .collect()
     }
 

@@ -4,34 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use tokio::sync::watch;
-
+use super::phase::Phase;
 use crate::config::ModelConfig;
 use crate::logs::LogRing;
 use crate::supervisor::{ProcessSpec, StartError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, strum::EnumIter)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    #[default]
-    Stopped,
-    Starting,
-    Ready,
-    Stopping,
-}
-
-impl Phase {
-    /// The name clients see in `/running` and events, and the `state` label of the metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Stopped => "stopped",
-            Phase::Starting => "starting",
-            Phase::Ready => "ready",
-            Phase::Stopping => "stopping",
-        }
-    }
-}
 
 /// Why an instance is told to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter)]
@@ -113,26 +89,20 @@ pub struct Instance {
     pub last_picked: u64,
     pub generation: u64,
     pub last_error: Option<(u64, Arc<StartError>)>,
-    pub pid: Option<u32>,
-    pub stop: Option<watch::Sender<Option<StopOrder>>>,
     pub failures: u32,
     pub retry_at: Option<Instant>,
     /// Server errors (5xx other than 503) answered in a row since the last other answer.
     pub server_errors: u32,
     /// Device memory this instance needs (the engine's own report once it has loaded).
     pub need: super::ledger::Need,
-    /// Devices it is charged on while it runs.
+    /// Devices it is charged on while it runs. Kept apart from the phase: placed while still
+    /// stopped, just before its start, and shown after it stopped as where it last ran.
     pub placed: super::ledger::Charges,
     /// What the engine reported allocating on devices, if it did.
     pub measured: Option<u64>,
     /// Whether its last start was already a retry with a charge raised after running out of
     /// memory (the next such failure is final).
     pub oom_retried: bool,
-    /// The command line of the process running now (the configured one, over fetched weights and
-    /// with its devices' split), while one runs.
-    pub running_argv: Option<Vec<String>>,
-    /// Its weights' download, while one runs before the engine starts.
-    pub download: Option<super::Download>,
     /// Set by a reload that changed or removed this instance while it ran.
     pub retire: super::Retire,
 }
@@ -162,17 +132,11 @@ impl Instance {
 
     /// Stopping, or told to stop: its memory is on its way back and a new order would be ignored.
     pub fn is_stopping(&self) -> bool {
-        self.phase == Phase::Stopping || self.stop.as_ref().is_some_and(|s| s.borrow().is_some())
+        self.phase.is_stopping()
     }
 
-    pub fn order_stop(&mut self, grace: Duration, reason: StopReason) {
-        if matches!(self.phase, Phase::Starting | Phase::Ready) {
-            if let Some(stop) = &self.stop {
-                if stop.borrow().is_none() {
-                    let _ = stop.send(Some(StopOrder { grace, reason }));
-                }
-            }
-        }
+    pub fn order_stop(&self, grace: Duration, reason: StopReason) {
+        self.phase.order_stop(StopOrder { grace, reason });
     }
 }
 

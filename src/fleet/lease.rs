@@ -59,7 +59,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut st = self.inner.lock();
         if let Some(p) = st.pools.get_mut(&self.pool) {
-            p.queue.retain(|t| *t != self.id);
+            p.queue.leave(self.id);
         }
         drop(st);
         self.inner.touch();

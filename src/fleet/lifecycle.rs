@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-use super::{Inner, Phase, Snapshot};
+use super::{Inner, PhaseName, Snapshot};
 
 /// Where a model is in its life, with the names hosts of LLM deployments use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumIter, strum::IntoStaticStr)]
@@ -54,21 +54,24 @@ pub struct Status {
 
 /// The status of a model from its instances' snapshots and the requests queued for its pool.
 pub fn status_of(members: &[&Snapshot], queued: usize) -> Status {
-    let ready = members.iter().filter(|s| s.state == Phase::Ready).count();
+    let ready = members
+        .iter()
+        .filter(|s| s.state == PhaseName::Ready)
+        .count();
     let with = |status, reason| Status {
         status,
         reason,
         ready,
         members: members.len(),
     };
-    let failed = |s: &&&Snapshot| s.state == Phase::Stopped && s.failures > 0;
+    let failed = |s: &&&Snapshot| s.state == PhaseName::Stopped && s.failures > 0;
     let first_error = || {
         members
             .iter()
             .filter(failed)
             .find_map(|s| s.last_error.clone())
     };
-    let starting = members.iter().any(|s| s.state == Phase::Starting);
+    let starting = members.iter().any(|s| s.state == PhaseName::Starting);
     if members.iter().any(|s| s.download.is_some()) {
         return with(ModelStatus::Downloading, None);
     }
@@ -199,7 +202,7 @@ pub(super) async fn follow(inner: Weak<Inner>) {
 mod tests {
     use super::*;
 
-    fn member(state: Phase) -> Snapshot {
+    fn member(state: PhaseName) -> Snapshot {
         Snapshot {
             instance: "m".into(),
             model: "m".into(),
@@ -214,7 +217,7 @@ mod tests {
         Snapshot {
             failures: 1,
             last_error: Some(error.into()),
-            ..member(Phase::Stopped)
+            ..member(PhaseName::Stopped)
         }
     }
 
@@ -226,12 +229,12 @@ mod tests {
 
     #[test]
     fn a_stopped_model_is_inactive_and_pending_once_requests_wait() {
-        let stopped = [member(Phase::Stopped)];
+        let stopped = [member(PhaseName::Stopped)];
         assert_eq!(status(&stopped, 0).0, ModelStatus::Inactive);
         assert_eq!(status(&stopped, 2).0, ModelStatus::Pending);
         let waiting = [Snapshot {
             waiting: 1,
-            ..member(Phase::Stopped)
+            ..member(PhaseName::Stopped)
         }];
         assert_eq!(status(&waiting, 0).0, ModelStatus::Pending);
     }
@@ -239,10 +242,10 @@ mod tests {
     #[test]
     fn starting_then_ready() {
         assert_eq!(
-            status(&[member(Phase::Starting)], 0).0,
+            status(&[member(PhaseName::Starting)], 0).0,
             ModelStatus::Deploying
         );
-        let pool = [member(Phase::Ready), member(Phase::Stopped)];
+        let pool = [member(PhaseName::Ready), member(PhaseName::Stopped)];
         assert_eq!(
             status(&pool, 0).0,
             ModelStatus::Active,
@@ -252,12 +255,12 @@ mod tests {
 
     #[test]
     fn a_pool_with_a_failed_or_starting_replica_is_degraded() {
-        let pool = [member(Phase::Ready), failed("exited (1)")];
+        let pool = [member(PhaseName::Ready), failed("exited (1)")];
         assert_eq!(
             status(&pool, 0),
             (ModelStatus::Degraded, Some("exited (1)".into()))
         );
-        let pool = [member(Phase::Ready), member(Phase::Starting)];
+        let pool = [member(PhaseName::Ready), member(PhaseName::Starting)];
         assert_eq!(status(&pool, 0).0, ModelStatus::Degraded);
     }
 
@@ -267,7 +270,7 @@ mod tests {
             status(&[failed("out of GPU memory")], 3),
             (ModelStatus::Error, Some("out of GPU memory".into()))
         );
-        let retrying = [failed("x"), member(Phase::Starting)];
+        let retrying = [failed("x"), member(PhaseName::Starting)];
         assert_eq!(status(&retrying, 0).0, ModelStatus::Deploying);
     }
 
@@ -275,7 +278,7 @@ mod tests {
     fn downloading_comes_first() {
         let fetching = [Snapshot {
             download: Some(super::super::Download::default()),
-            ..member(Phase::Starting)
+            ..member(PhaseName::Starting)
         }];
         assert_eq!(status(&fetching, 0).0, ModelStatus::Downloading);
     }

@@ -11,22 +11,27 @@
 //! Pools (replicas of a role) keep a FIFO queue of tickets: a waiter may take a slot only while its
 //! position is below the number of free slots, so slots go out in arrival order.
 //!
-//! The files: `acquire.rs` (a request for one instance) and `pool.rs` (for a pool), `prepare.rs`
-//! (what each try decides) with `swap_plan.rs` (which instances a swap stops), `placement.rs`
-//! and `ledger/` (device memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, and
-//! `snapshot.rs` with `queries.rs` for what the outside reads.
+//! The files: `acquire.rs` (a request for one instance) and `pool.rs` (for a pool, its queue in
+//! `queue.rs`), `prepare.rs` (what each try decides), `placement.rs` and `ledger/` (device
+//! memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, and `snapshot.rs` with `queries.rs`
+//! for what the outside reads. Decisions are pure plans over views of the state, carried out by
+//! those files: `swap_plan.rs` (which instances a swap stops), `room_plan.rs` (where memory goes
+//! and what stops for it), `grow_plan.rs` (which pool members start). `instance.rs` is an
+//! instance's state, its `phase.rs` what only one phase has (stop channel, download, process).
 
 mod acquire;
 mod build;
 pub mod counters;
 mod eject;
 mod gpu_use;
+mod grow_plan;
 pub mod instance;
 mod lease;
 pub mod ledger;
 pub mod lifecycle;
 mod oom;
 mod outside;
+mod phase;
 pub mod pick;
 mod pinning;
 mod placement;
@@ -34,8 +39,10 @@ mod pool;
 pub mod prefix;
 mod prepare;
 mod queries;
+mod queue;
 mod readback;
 mod reload;
+mod room_plan;
 mod run;
 mod snapshot;
 mod start;
@@ -44,7 +51,7 @@ pub mod swap;
 mod swap_plan;
 mod weights;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -52,8 +59,10 @@ use tokio::sync::{watch, Notify};
 
 pub use build::Retire;
 pub use counters::FleetCounters;
-pub use instance::{Phase, StopReason};
+pub use instance::StopReason;
 pub use lease::Lease;
+use phase::Phase;
+pub use phase::PhaseName;
 pub use snapshot::{device_totals, Download, Snapshot};
 
 use crate::catalog::Catalog;
@@ -67,7 +76,7 @@ use instance::Instance;
 struct PoolState {
     members: Vec<String>,
     settings: PoolSettings,
-    queue: VecDeque<u64>,
+    queue: queue::Queue,
     /// Which member last served each prompt block (used by `balance: prefix`).
     prefixes: prefix::PrefixMemory,
 }

@@ -42,10 +42,6 @@ impl Inner {
         inst.need.bytes += extra;
         inst.oom_retried = true;
         inst.phase = Phase::Stopped;
-        inst.pid = None;
-        inst.stop = None;
-        inst.download = None;
-        inst.running_argv = None;
         let model = inst.model.id.clone();
         let charge = size(inst.need.bytes);
         drop(st);

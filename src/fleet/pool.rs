@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::acquire::{backoff_error, failed_start};
+use super::grow_plan::{plan_growth, Growth, Member};
 use super::instance::Instance;
 use super::lease::{Lease, Ticket};
 use super::prefix::{Holder, Prefix};
 use super::prepare::Prepared;
-use super::{pick, Fleet, Phase, State};
+use super::{pick, Fleet, State};
 use crate::config::Balance;
 use crate::error::Error;
 
@@ -87,7 +88,8 @@ impl Fleet {
         let mut st = self.inner.lock();
         let st = &mut *st;
         let p = st.pools.get_mut(pool).ok_or(Error::UnknownModel)?;
-        if p.queue.len() >= p.settings.queue_depth.max(1) {
+        let ticket = st.next_ticket + 1;
+        if !p.queue.join(ticket, p.settings.queue_depth) {
             return Err(Error::Busy {
                 status: 429,
                 message: format!(
@@ -97,8 +99,7 @@ impl Fleet {
                 retry_after: 1,
             });
         }
-        st.next_ticket += 1;
-        p.queue.push_back(st.next_ticket);
+        st.next_ticket = ticket;
         Ok(Ticket {
             inner: self.inner.clone(),
             pool: pool.to_string(),
@@ -130,12 +131,11 @@ impl Fleet {
         let round_robin = p.settings.balance == Balance::RoundRobin;
         let prompt = prompt.filter(|_| p.settings.balance == Balance::Prefix);
         let holder = prompt.and_then(|pr| p.prefixes.longest(pr));
-        let position = p.queue.iter().position(|t| *t == ticket)?;
         let members: Vec<&Instance> = p.members.iter().map(|m| &st.instances[m]).collect();
         let candidates: Vec<pick::Candidate> = members
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.phase == Phase::Ready && Some(i.id.as_str()) != avoid)
+            .filter(|(_, i)| i.phase.is_ready() && Some(i.id.as_str()) != avoid)
             .filter(|(_, i)| self.conflict_free(st, &i.id))
             .map(|(index, i)| pick::Candidate {
                 index,
@@ -145,7 +145,9 @@ impl Fleet {
             })
             .collect();
         let free: usize = candidates.iter().map(|c| c.free).sum();
-        if !round_robin && position >= free {
+        // round-robin takes no turns: it sends regardless of slots
+        let first_come = p.queue.may_take(ticket, free)?;
+        if !round_robin && !first_come {
             return None;
         }
         if wants.holding_out && holder.is_some_and(|h| busy_holder(&candidates, h.member)) {
@@ -162,11 +164,7 @@ impl Fleet {
         inst.in_flight += 1;
         inst.last_picked = picks;
         let proxy = inst.proxy.clone();
-        st.pools
-            .get_mut(pool)
-            .expect("pool")
-            .queue
-            .retain(|t| *t != ticket);
+        st.pools.get_mut(pool).expect("pool").queue.leave(ticket);
         Some(Lease {
             inner: self.inner.clone(),
             id: chosen,
@@ -200,7 +198,8 @@ impl Fleet {
         }
     }
 
-    /// Starts replicas when waiting requests exceed the slots on their way; fails when none can serve.
+    /// Starts replicas when waiting requests exceed the slots on their way (`grow_plan.rs`
+    /// decides which); fails when none can serve.
     fn grow_pool(
         &self,
         st: &mut State,
@@ -210,30 +209,21 @@ impl Fleet {
     ) -> Result<(), Error> {
         let p = &st.pools[pool];
         let members = p.members.clone();
-        let waiting = p.queue.len();
-        let start_all = p.settings.start_all;
+        let (waiting, start_all) = (p.queue.len(), p.settings.start_all);
         let failed = failed_members(st, &members, awaited);
-        let survey = Survey::of(st, &members, avoid, &failed);
-        if !survey.alive && survey.startable.is_empty() {
-            return Err(no_replica_error(st, pool, &members, &failed));
-        }
-        let demand = waiting.saturating_sub(survey.ready_free);
-        if demand == 0 && survey.alive {
-            return Ok(());
-        }
-        let mut capacity = survey.coming;
-        for m in survey.startable {
-            if !start_all && capacity >= demand && survey.alive {
-                break;
+        let view = member_view(st, &members, avoid, &failed);
+        let starts = match plan_growth(&view, waiting, start_all) {
+            Growth::NoneCanServe => return Err(no_replica_error(st, pool, &members, &failed)),
+            Growth::Wait => return Ok(()),
+            Growth::Start(starts) => starts,
+        };
+        starts.carry_out(|m| match self.prepare(st, m, None) {
+            Prepared::Started(g) => {
+                awaited.insert(m.to_string(), g);
+                Some(st.instances[m].slots)
             }
-            if let Prepared::Started(g) = self.prepare(st, &m, None) {
-                awaited.insert(m.clone(), g);
-                capacity += st.instances[&m].slots;
-            }
-            if !start_all && capacity >= demand.max(1) {
-                break;
-            }
-        }
+            _ => None,
+        });
         Ok(())
     }
 }
@@ -256,45 +246,27 @@ fn failed_members(
         .collect()
 }
 
-/// What a pool's members can offer a waiting request, the avoided and failed ones left out.
-struct Survey {
-    /// Free slots on ready members.
-    ready_free: usize,
-    /// Slots on members that are starting, avoided or failed ones included.
-    coming: usize,
-    /// Some usable member is running or on its way.
-    alive: bool,
-    /// Usable stopped members that may start now (not backing off).
-    startable: Vec<String>,
-}
-
-impl Survey {
-    fn of(st: &State, members: &[String], avoid: Option<&str>, failed: &[(String, Error)]) -> Self {
-        let usable =
-            |i: &Instance| Some(i.id.as_str()) != avoid && !failed.iter().any(|(f, _)| *f == i.id);
-        let each = || members.iter().map(|m| &st.instances[m]);
-        Survey {
-            ready_free: each()
-                .filter(|i| i.phase == Phase::Ready && usable(i))
-                .map(|i| i.free_slots())
-                .sum(),
-            coming: each()
-                .filter(|i| i.phase == Phase::Starting)
-                .map(|i| i.slots)
-                .sum(),
-            alive: each().any(|i| {
-                matches!(i.phase, Phase::Ready | Phase::Starting | Phase::Stopping) && usable(i)
-            }),
-            startable: members
-                .iter()
-                .filter(|m| {
-                    let i = &st.instances[*m];
-                    i.phase == Phase::Stopped && !i.in_backoff() && usable(i)
-                })
-                .cloned()
-                .collect(),
-        }
-    }
+/// The pool's members as the growth decision sees them, the avoided and failed ones unusable.
+fn member_view(
+    st: &State,
+    members: &[String],
+    avoid: Option<&str>,
+    failed: &[(String, Error)],
+) -> Vec<Member> {
+    members
+        .iter()
+        .map(|m| {
+            let i = &st.instances[m];
+            Member {
+                id: m.clone(),
+                phase: i.phase.name(),
+                free: i.free_slots(),
+                slots: i.slots,
+                backing_off: i.in_backoff(),
+                usable: Some(m.as_str()) != avoid && !failed.iter().any(|(f, _)| f == m),
+            }
+        })
+        .collect()
 }
 
 /// Why no member of the pool can serve: a failed start this request saw, else a member's backoff.

@@ -3,8 +3,9 @@
 //! Shared by the direct path (`acquire.rs`) and the pool path (`pool.rs`).
 
 use super::lease::Turn;
+use super::room_plan::Load;
 use super::swap_plan::{plan_swap, Conflict, SwapPlan};
-use super::{swap, Fleet, Phase, Retire, State, StopReason};
+use super::{swap, Fleet, PhaseName, Retire, State, StopReason};
 
 /// The outcome of one try: ready, or what the request waits for.
 pub(super) enum Prepared {
@@ -28,9 +29,10 @@ impl Fleet {
                 return Prepared::Waiting;
             }
         }
-        let phase = st.instances[id].phase;
+        let phase = st.instances[id].phase.name();
         let conflicts = conflicts_seen(st, id);
-        let outranked = phase == Phase::Stopped && turn.is_some_and(|t| self.outranked(st, id, t));
+        let outranked =
+            phase == PhaseName::Stopped && turn.is_some_and(|t| self.outranked(st, id, t));
         let stops = match plan_swap(phase, outranked, &conflicts) {
             SwapPlan::Ready => return Prepared::Ready,
             SwapPlan::Blocked => return Prepared::Blocked,
@@ -51,7 +53,7 @@ impl Fleet {
                 .order_stop(grace, StopReason::Swap);
         }
         match phase {
-            Phase::Starting => Prepared::Starting(st.instances[id].generation),
+            PhaseName::Starting => Prepared::Starting(st.instances[id].generation),
             _ => Prepared::Waiting,
         }
     }
@@ -84,10 +86,7 @@ impl Fleet {
             let ahead = *prio > mine || (*prio == mine && *other_seq < seq);
             ahead
                 && other != id
-                && st
-                    .instances
-                    .get(other)
-                    .is_some_and(|o| o.phase != Phase::Ready)
+                && st.instances.get(other).is_some_and(|o| !o.phase.is_ready())
                 && !swap::conflicts(&st.config, &st.catalog, other, [id]).is_empty()
         })
     }
@@ -95,14 +94,21 @@ impl Fleet {
 
 /// An instance that must not be evicted: it has requests in flight or waiting for it.
 pub(super) fn busy(st: &State, id: &str) -> bool {
+    load_of(st, id).busy(st.instances[id].phase.name())
+}
+
+/// The requests that hold `id`: its own, and its pool's waiting ones.
+pub(super) fn load_of(st: &State, id: &str) -> Load {
     let i = &st.instances[id];
     let pool_waiting = i
         .pool
         .as_ref()
         .is_some_and(|p| st.pools.get(p).is_some_and(|p| !p.queue.is_empty()));
-    i.in_flight > 0
-        || i.reserved > 0
-        || (pool_waiting && matches!(i.phase, Phase::Starting | Phase::Ready))
+    Load {
+        in_flight: i.in_flight,
+        reserved: i.reserved,
+        pool_waiting,
+    }
 }
 
 /// The running instances that conflict with `id`, as the swap decision sees them.
@@ -110,7 +116,7 @@ fn conflicts_seen(st: &State, id: &str) -> Vec<Conflict> {
     let running = st
         .instances
         .iter()
-        .filter(|(_, i)| i.phase != Phase::Stopped)
+        .filter(|(_, i)| !i.phase.is_stopped())
         .map(|(k, _)| k.as_str());
     swap::conflicts(&st.config, &st.catalog, id, running)
         .into_iter()
@@ -118,7 +124,7 @@ fn conflicts_seen(st: &State, id: &str) -> Vec<Conflict> {
             let i = &st.instances[&c];
             Conflict {
                 busy: busy(st, &c),
-                phase: i.phase,
+                phase: i.phase.name(),
                 stopping: i.is_stopping(),
                 id: c,
             }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::snapshot::{snapshot_of, Snapshot};
-use super::{lifecycle, Fleet, Inner, Phase};
+use super::{lifecycle, Fleet, Inner};
 use crate::catalog::{Catalog, Target};
 use crate::config::Config;
 use crate::logs::LogRing;
@@ -35,15 +35,11 @@ impl Fleet {
     pub fn is_ready(&self, target: &Target) -> bool {
         let st = self.inner.lock();
         match target {
-            Target::Instance(id) => st
-                .instances
-                .get(id)
-                .is_some_and(|i| i.phase == Phase::Ready),
-            Target::Pool(p) => st.pools.get(p).is_some_and(|p| {
-                p.members
-                    .iter()
-                    .any(|m| st.instances[m].phase == Phase::Ready)
-            }),
+            Target::Instance(id) => st.instances.get(id).is_some_and(|i| i.phase.is_ready()),
+            Target::Pool(p) => st
+                .pools
+                .get(p)
+                .is_some_and(|p| p.members.iter().any(|m| st.instances[m].phase.is_ready())),
         }
     }
 
@@ -57,7 +53,7 @@ impl Fleet {
         members
             .into_iter()
             .filter_map(|m| st.instances.get(m))
-            .find(|i| i.phase == Phase::Ready)
+            .find(|i| i.phase.is_ready())
             .map(|i| i.proxy.to_string())
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::build::{build_instances, build_pools, same_process};
 use super::prepare::busy;
-use super::{weights, Fleet, Phase, Retire, State, StopReason};
+use super::{weights, Fleet, Retire, State, StopReason};
 use crate::catalog::Catalog;
 use crate::config::Config;
 
@@ -33,7 +33,7 @@ impl Fleet {
                     old.retire = Retire::No;
                     kept += 1;
                 }
-                Some(old) if old.phase == Phase::Stopped => *old = new,
+                Some(old) if old.phase.is_stopped() => *old = new,
                 Some(old) => old.retire = Retire::Replace(Box::new(new)),
                 None => {
                     st.instances.insert(id, new);
@@ -42,7 +42,7 @@ impl Fleet {
         }
         let known: std::collections::BTreeSet<String> = catalog.instances.keys().cloned().collect();
         st.instances
-            .retain(|id, i| known.contains(id) || i.phase != Phase::Stopped);
+            .retain(|id, i| known.contains(id) || !i.phase.is_stopped());
         for (id, i) in st.instances.iter_mut() {
             if !known.contains(id) {
                 i.retire = Retire::Remove;
@@ -69,7 +69,7 @@ impl Fleet {
         for id in ids {
             let idle = !busy(st, &id);
             let inst = st.instances.get_mut(&id).expect("listed");
-            if inst.phase == Phase::Stopped {
+            if inst.phase.is_stopped() {
                 match std::mem::replace(&mut inst.retire, Retire::No) {
                     Retire::Replace(next) => *inst = *next,
                     Retire::Remove => {

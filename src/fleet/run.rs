@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::instance::{Phase, StopOrder, StopReason, STABLE_UPTIME};
+use super::instance::{StopOrder, StopReason, STABLE_UPTIME};
+use super::phase::{Phase, Spawned};
 use super::Inner;
 use crate::engines::{Cause, EngineKind};
 use crate::supervisor::{Process, ProcessSpec, Sinks, StartError};
@@ -65,7 +66,7 @@ pub(crate) async fn run(
     if !run.wait_ready(&process, &spec, &mut stop).await {
         return;
     }
-    run.mark_ready(&spec, &log).await;
+    run.mark_ready(&process, &spec, &log).await;
     let poller = slots_poll.map(|every| {
         let (inner, id) = (run.inner.clone(), run.id.clone());
         tokio::spawn(poll_slots(inner, id, spec.clone(), run.kind, every))
@@ -104,10 +105,6 @@ impl Run {
         let generation = self.generation;
         self.inner.update(&self.id, |i| {
             i.phase = Phase::Stopped;
-            i.pid = None;
-            i.stop = None;
-            i.download = None;
-            i.running_argv = None;
             if counts {
                 i.record_failure(None);
             }
@@ -129,10 +126,8 @@ impl Run {
         self.inner
             .lifecycle
             .publish("launched", &self.model, launched);
-        self.inner.update(&self.id, |i| {
-            i.pid = Some(process.pid);
-            i.running_argv = Some(spec.argv.clone());
-        });
+        self.inner
+            .update(&self.id, |i| i.phase.spawned(spawned(&process, spec)));
         Some(process)
     }
 
@@ -166,7 +161,7 @@ impl Run {
     }
 
     /// Counts the start, learns the slots and the memory the engine reports, and marks it ready.
-    async fn mark_ready(&self, spec: &ProcessSpec, log: &crate::logs::LogRing) {
+    async fn mark_ready(&self, process: &Process, spec: &ProcessSpec, log: &crate::logs::LogRing) {
         let took = self.started.elapsed().as_secs_f64();
         tracing::info!(instance = %self.id, "ready in {took:.2}s");
         self.count_start("ready");
@@ -183,7 +178,7 @@ impl Run {
         let history = String::from_utf8_lossy(&log.history()).into_owned();
         let measured = super::ledger::measured_from_log(&history);
         self.inner.update(&self.id, |i| {
-            i.phase = Phase::Ready;
+            i.phase.ready(spawned(process, spec));
             i.oom_retried = false;
             i.last_used = Instant::now();
             if let Some(n) = reported_slots {
@@ -221,7 +216,7 @@ impl Run {
                 None
             }
             order = next_order(stop) => {
-                self.inner.update(&self.id, |i| i.phase = Phase::Stopping);
+                self.inner.update(&self.id, |i| i.phase.stopping());
                 tracing::info!(instance = %self.id, "stopping ({:?})", order.reason);
                 process.stop(spec, order.grace, &self.inner.spawner).await;
                 Some(order.reason)
@@ -241,9 +236,6 @@ impl Run {
             .publish("destroyed", &self.model, destroyed);
         self.inner.update(&self.id, |i| {
             i.phase = Phase::Stopped;
-            i.pid = None;
-            i.stop = None;
-            i.running_argv = None;
             i.external_busy = 0;
             match reason {
                 None => i.record_failure(uptime),
@@ -252,6 +244,14 @@ impl Run {
                 Some(_) => {}
             }
         });
+    }
+}
+
+/// The process as the instance's phase keeps it.
+fn spawned(process: &Process, spec: &ProcessSpec) -> Spawned {
+    Spawned {
+        pid: process.pid,
+        argv: spec.argv.clone(),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Fleet, Phase, State};
+use super::{Fleet, PhaseName, State};
 
 /// One instance's state, as `/running` and the events show it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -12,7 +12,7 @@ pub struct Snapshot {
     pub instance: String,
     pub model: String,
     pub pool: Option<String>,
-    pub state: Phase,
+    pub state: PhaseName,
     pub in_flight: usize,
     /// Requests admitted for this instance by its own id that are not in flight yet (waiting for
     /// its load, or for a swap); a pool's waiting requests are in its queue.
@@ -67,7 +67,7 @@ pub fn device_totals(snapshot: &[Snapshot], device: &str) -> (u64, u64) {
     };
     snapshot
         .iter()
-        .filter(|s| s.state != Phase::Stopped)
+        .filter(|s| s.state != PhaseName::Stopped)
         .fold((0, 0), |(c, m), s| {
             (
                 c + share(s.memory, s),
@@ -85,12 +85,12 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
             instance: i.id.clone(),
             model: i.model.id.clone(),
             pool: i.pool.clone(),
-            state: i.phase,
+            state: i.phase.name(),
             in_flight: i.in_flight,
             waiting: i.reserved.saturating_sub(i.in_flight),
             slots: i.slots,
             free: i.free_slots(),
-            pid: i.pid,
+            pid: i.phase.process().map(|p| p.pid),
             failures: i.failures,
             circuit_open: i.circuit_open(),
             memory: i.need.bytes,
@@ -102,8 +102,8 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
                 .collect(),
             load_deadline: i.spec.load_timeout,
             last_error: i.last_error.as_ref().map(|(_, e)| e.to_string()),
-            download: i.download.clone(),
-            argv: i.running_argv.clone(),
+            download: i.phase.download().cloned(),
+            argv: i.phase.process().map(|p| p.argv.clone()),
         })
         .collect()
 }
@@ -119,6 +119,6 @@ impl Fleet {
         st.instances
             .values()
             .filter(|i| i.model.id == model)
-            .find_map(|i| i.download.clone())
+            .find_map(|i| i.phase.download().cloned())
     }
 }

@@ -11,9 +11,12 @@ impl Fleet {
     pub(super) fn start(&self, st: &mut State, id: &str) -> u64 {
         let inst = st.instances.get_mut(id).expect("known instance");
         inst.generation += 1;
-        inst.phase = Phase::Starting;
-        let (tx, rx) = watch::channel(None);
-        inst.stop = Some(tx);
+        let (stop, rx) = watch::channel(None);
+        inst.phase = Phase::Starting {
+            stop,
+            download: None,
+            process: None,
+        };
         let sinks = Sinks {
             model: inst.logs.clone(),
             logs: self.inner.logs.clone(),

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Fleet, Phase, Retire, StopReason};
+use super::{Fleet, Retire, StopReason};
 
 impl Fleet {
     /// Stops the given models' instances (all when `None`) and waits until they are stopped.
@@ -45,7 +45,7 @@ impl Fleet {
     /// SIGKILLs every process group at once (a second shutdown signal).
     pub fn kill_all(&self) {
         for inst in self.inner.lock().instances.values() {
-            if let Some(pid) = inst.pid {
+            if let Some(pid) = inst.phase.process().map(|p| p.pid) {
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(pid as i32),
                     nix::sys::signal::Signal::SIGKILL,
@@ -64,7 +64,7 @@ impl Fleet {
                     .lock()
                     .instances
                     .get(id)
-                    .is_none_or(|i| i.phase == Phase::Stopped)
+                    .is_none_or(|i| i.phase.is_stopped())
             }) {
                 return;
             }
@@ -90,7 +90,7 @@ impl Fleet {
                     .pool
                     .as_ref()
                     .is_some_and(|p| st.pools.get(p).is_some_and(|p| !p.queue.is_empty()));
-                if inst.phase == Phase::Ready
+                if inst.phase.is_ready()
                     && inst.reserved == 0
                     && inst.in_flight == 0
                     && !queued

@@ -2,13 +2,13 @@
 //! one a request wants: which to stop, and whether to start it. Kept free of the fleet's state so
 //! the rule that a busy or stopping instance is never chosen can be tested without processes.
 
-use super::Phase;
+use super::PhaseName;
 
 /// What the decision needs to know of one conflicting instance.
 #[derive(Debug, Clone)]
 pub(super) struct Conflict {
     pub id: String,
-    pub phase: Phase,
+    pub phase: PhaseName,
     /// Requests in flight or waiting for it.
     pub busy: bool,
     /// Already told to stop: ordering it again would change nothing.
@@ -32,22 +32,23 @@ pub(super) enum SwapPlan {
 /// Decides the swap for an instance in phase `wanted`, given the instances it conflicts with and
 /// whether a higher-ranked request goes first. Only idle instances that are starting or ready and
 /// not already stopping are chosen to stop.
-pub(super) fn plan_swap(wanted: Phase, outranked: bool, conflicts: &[Conflict]) -> SwapPlan {
-    if wanted == Phase::Ready && conflicts.is_empty() {
+pub(super) fn plan_swap(wanted: PhaseName, outranked: bool, conflicts: &[Conflict]) -> SwapPlan {
+    if wanted == PhaseName::Ready && conflicts.is_empty() {
         return SwapPlan::Ready;
     }
     if conflicts.iter().any(|c| c.busy) {
         return SwapPlan::Blocked;
     }
-    if wanted == Phase::Stopped && outranked {
+    if wanted == PhaseName::Stopped && outranked {
         return SwapPlan::Outranked;
     }
     let stops = conflicts
         .iter()
-        .filter(|c| !c.stopping && matches!(c.phase, Phase::Starting | Phase::Ready))
+        .filter(|c| !c.stopping && matches!(c.phase, PhaseName::Starting | PhaseName::Ready))
         .map(|c| c.id.clone())
         .collect();
-    let start = wanted == Phase::Stopped && conflicts.iter().all(|c| c.phase == Phase::Stopped);
+    let start =
+        wanted == PhaseName::Stopped && conflicts.iter().all(|c| c.phase == PhaseName::Stopped);
     SwapPlan::Swap { stops, start }
 }
 
@@ -57,7 +58,7 @@ mod tests {
 
     use super::*;
 
-    fn conflict(id: &str, phase: Phase, busy: bool, stopping: bool) -> Conflict {
+    fn conflict(id: &str, phase: PhaseName, busy: bool, stopping: bool) -> Conflict {
         Conflict {
             id: id.into(),
             phase,
@@ -69,22 +70,22 @@ mod tests {
     #[test]
     fn idle_running_conflicts_are_stopped_and_the_start_waits_for_them() {
         let conflicts = [
-            conflict("ready", Phase::Ready, false, false),
-            conflict("starting", Phase::Starting, false, false),
-            conflict("ordered", Phase::Ready, false, true),
-            conflict("exiting", Phase::Stopping, false, true),
-            conflict("gone", Phase::Stopped, false, false),
+            conflict("ready", PhaseName::Ready, false, false),
+            conflict("starting", PhaseName::Starting, false, false),
+            conflict("ordered", PhaseName::Ready, false, true),
+            conflict("exiting", PhaseName::Stopping, false, true),
+            conflict("gone", PhaseName::Stopped, false, false),
         ];
         assert_eq!(
-            plan_swap(Phase::Stopped, false, &conflicts),
+            plan_swap(PhaseName::Stopped, false, &conflicts),
             SwapPlan::Swap {
                 stops: vec!["ready".into(), "starting".into()],
                 start: false
             }
         );
-        let stopped = [conflict("gone", Phase::Stopped, false, false)];
+        let stopped = [conflict("gone", PhaseName::Stopped, false, false)];
         assert_eq!(
-            plan_swap(Phase::Stopped, false, &stopped),
+            plan_swap(PhaseName::Stopped, false, &stopped),
             SwapPlan::Swap {
                 stops: vec![],
                 start: true
@@ -95,23 +96,26 @@ mod tests {
     #[test]
     fn a_busy_conflict_blocks_before_anything_is_stopped() {
         let conflicts = [
-            conflict("idle", Phase::Ready, false, false),
-            conflict("busy", Phase::Ready, true, false),
+            conflict("idle", PhaseName::Ready, false, false),
+            conflict("busy", PhaseName::Ready, true, false),
         ];
         assert_eq!(
-            plan_swap(Phase::Stopped, false, &conflicts),
+            plan_swap(PhaseName::Stopped, false, &conflicts),
             SwapPlan::Blocked
         );
     }
 
     #[test]
     fn ready_without_conflicts_serves_and_an_outranked_request_waits() {
-        assert_eq!(plan_swap(Phase::Ready, true, &[]), SwapPlan::Ready);
-        let idle = [conflict("idle", Phase::Ready, false, false)];
-        assert_eq!(plan_swap(Phase::Stopped, true, &idle), SwapPlan::Outranked);
+        assert_eq!(plan_swap(PhaseName::Ready, true, &[]), SwapPlan::Ready);
+        let idle = [conflict("idle", PhaseName::Ready, false, false)];
+        assert_eq!(
+            plan_swap(PhaseName::Stopped, true, &idle),
+            SwapPlan::Outranked
+        );
         // only a stopped instance waits its turn: one on its way goes on
         assert_eq!(
-            plan_swap(Phase::Starting, true, &idle),
+            plan_swap(PhaseName::Starting, true, &idle),
             SwapPlan::Swap {
                 stops: vec!["idle".into()],
                 start: false
@@ -119,12 +123,12 @@ mod tests {
         );
     }
 
-    fn phase() -> impl Strategy<Value = Phase> {
+    fn phase() -> impl Strategy<Value = PhaseName> {
         prop_oneof![
-            Just(Phase::Stopped),
-            Just(Phase::Starting),
-            Just(Phase::Ready),
-            Just(Phase::Stopping),
+            Just(PhaseName::Stopped),
+            Just(PhaseName::Starting),
+            Just(PhaseName::Ready),
+            Just(PhaseName::Stopping),
         ]
     }
 
@@ -142,7 +146,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, (phase, busy, stopping))| {
                     // an instance in the stopping phase is stopping whatever its order says
-                    let stopping = *stopping || *phase == Phase::Stopping;
+                    let stopping = *stopping || *phase == PhaseName::Stopping;
                     conflict(&format!("c{i}"), *phase, *busy, stopping)
                 })
                 .collect();
@@ -152,9 +156,9 @@ mod tests {
                     prop_assert!(!c.busy && !c.stopping, "stops {c:?}");
                 }
                 if start {
-                    prop_assert!(wanted == Phase::Stopped);
+                    prop_assert!(wanted == PhaseName::Stopped);
                     prop_assert!(stops.is_empty());
-                    prop_assert!(conflicts.iter().all(|c| c.phase == Phase::Stopped));
+                    prop_assert!(conflicts.iter().all(|c| c.phase == PhaseName::Stopped));
                 }
             }
         }

@@ -21,7 +21,7 @@ pub(super) async fn prepare(
         return Ok(spec);
     };
     let written = engine.source.to_string();
-    inner.update(id, |i| i.download = Some(Download::default()));
+    inner.update(id, |i| i.phase.set_download(Some(Download::default())));
     // ends with this function, or when the start is aborted and this future dropped
     let _follower = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(follow_progress(
         inner.clone(),
@@ -29,7 +29,7 @@ pub(super) async fn prepare(
         written.clone(),
     )));
     let fetched = fetch(inner, &engine).await;
-    inner.update(id, |i| i.download = None);
+    inner.update(id, |i| i.phase.set_download(None));
     let fetched = fetched.map_err(|error| StartError::Fetch { error })?;
     tracing::info!(
         instance = id,
@@ -124,8 +124,8 @@ async fn follow_progress(inner: Arc<Inner>, id: String, source: String) {
         match updates.recv().await {
             Ok(p) if p.source == source => inner.update(&id, |i| {
                 // a late update must not bring back a download that has ended
-                if i.download.is_some() {
-                    i.download = Some(download_of(&p));
+                if let Some(d) = i.phase.download_mut() {
+                    *d = download_of(&p);
                 }
             }),
             Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}

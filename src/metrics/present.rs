@@ -8,7 +8,7 @@ use prometheus::{GaugeVec, IntGaugeVec, Opts, Registry};
 use strum::IntoEnumIterator;
 
 use super::{gauge, registered};
-use crate::fleet::{Phase, Snapshot};
+use crate::fleet::{PhaseName, Snapshot};
 
 pub(super) struct PresentGauges {
     in_flight: IntGaugeVec,
@@ -150,9 +150,13 @@ impl PresentGauges {
             let l = [s.model.as_str(), s.instance.as_str()];
             self.in_flight.with_label_values(&l).set(s.in_flight as i64);
             self.slots_total.with_label_values(&l).set(s.slots as i64);
-            let free = if s.state == Phase::Ready { s.free } else { 0 };
+            let free = if s.state == PhaseName::Ready {
+                s.free
+            } else {
+                0
+            };
             self.slots_free.with_label_values(&l).set(free as i64);
-            for phase in Phase::iter() {
+            for phase in PhaseName::iter() {
                 self.state
                     .with_label_values(&[l[0], l[1], phase.as_str()])
                     .set((s.state == phase) as i64);
