@@ -5,9 +5,11 @@
 //!   corral-load http URL [-c N] [-n N | -d SECS] [--body JSON]
 //!   corral-load sse URL [-c N] [--chunks N] [--interval-ms MS] [--model M]
 //!   corral-load soak [--corral PATH] [--minutes N] [--out DIR] [--keep]
+//!   corral-load floor --route LISTEN=UPSTREAM...
 //!
 //! `http` and `sse` print JSON; `suite` runs every scenario and prints the markdown table.
 
+mod floor;
 mod http;
 mod procfs;
 mod soak;
@@ -30,13 +32,15 @@ const USAGE: &str = "usage:
   corral-load sse URL [-c N] [--chunks N] [--interval-ms MS] [--model M]
   corral-load soak [--corral PATH] [--minutes N] [--out DIR] [--keep]
                    [--sample-secs S] [--reload-secs S]
+  corral-load floor --route LISTEN=UPSTREAM...
 
-suite    runs all scenarios against the fake engine directly, through corral and through nginx,
-         and prints a markdown table (also written to DIR/latest.md, default bench/results)
+suite    runs all scenarios against the fake engine directly, through corral, through nginx and
+         through the bare hyper proxy (`floor`), and prints a markdown table (also written to DIR/latest.md, default bench/results)
 http     closed-loop load on one URL over N keep-alive connections (POST when --body is given)
 sse      N concurrent SSE streams; per-chunk lateness and coalescing
 soak     N minutes (default 30) of mixed traffic through one corral, sampling its RSS, fds and
          threads every 10 s (also written to DIR/soak-latest.csv); exits 1 when the verdict fails
+floor    the least a hyper and tokio proxy does (no routing, metrics or limits), for the suite
 
 --client-threads N (any command) runs the load generator on N threads (default 1).";
 
@@ -131,12 +135,32 @@ fn main() -> ExitCode {
         "http" => rt.block_on(http_cmd(args)),
         "sse" => rt.block_on(sse_cmd(args)),
         "soak" => rt.block_on(soak_cmd(args)),
+        "floor" => floor_cmd(args),
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
+}
+
+/// `floor --route LISTEN=UPSTREAM...`: the bare hyper proxy the suite measures beside corral.
+fn floor_cmd(mut a: Args) -> Result<(), String> {
+    let mut routes = Vec::new();
+    while let Some(route) = a.value(&["--route"])? {
+        let (listen, upstream) = route
+            .split_once('=')
+            .ok_or_else(|| format!("--route {route}: expected LISTEN=UPSTREAM"))?;
+        let addr = |s: &str| {
+            s.parse::<std::net::SocketAddr>()
+                .map_err(|e| format!("--route {route}: {s}: {e}"))
+        };
+        routes.push((addr(listen)?, addr(upstream)?));
+    }
+    if routes.is_empty() {
+        return Err("floor needs at least one --route LISTEN=UPSTREAM".into());
+    }
+    floor::run(routes)
 }
 
 fn fail(e: &str) -> ExitCode {

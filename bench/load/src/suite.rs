@@ -366,6 +366,15 @@ models:
             pids: nginx_pids.clone(),
         });
     }
+    // the bare hyper proxy in front of the same engines
+    let floor_ports = (free_port(), free_port());
+    let floor = start_floor(work, floor_ports, engine_port, hold_port).await?;
+    targets.push(Target {
+        name: "hyper",
+        fast: addr(floor_ports.0),
+        hold: addr(floor_ports.1),
+        pids: vec![floor.pid()],
+    });
 
     // Warm-up: fill the keep-alive pools and the allocators.
     for t in &targets {
@@ -431,6 +440,7 @@ models:
             .collect::<serde_json::Map<_, _>>());
     }
     drop(nginx);
+    drop(floor);
     drop(corral);
     // How much of the machine other processes used while this ran.
     let busy = procfs::machine_busy_ticks().saturating_sub(busy0) as f64;
@@ -508,6 +518,30 @@ async fn start_nginx(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(proc)
+}
+
+/// `corral-load floor` (this program) proxying `ports` to the engines.
+async fn start_floor(
+    work: &Path,
+    ports: (u16, u16),
+    engine: u16,
+    hold: u16,
+) -> Result<Proc, BoxError> {
+    let exe = std::env::current_exe()?;
+    let route = |from: u16, to: u16| format!("127.0.0.1:{from}=127.0.0.1:{to}");
+    let proc = Proc {
+        name: "hyper",
+        child: Command::new(&exe)
+            .args(["floor", "--route", &route(ports.0, engine)])
+            .args(["--route", &route(ports.1, hold)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(work.join("floor.err"))?)
+            .spawn()
+            .map_err(|e| format!("cannot start {} floor: {e}", exe.display()))?,
+    };
+    wait_until_up(addr(ports.0), "/health", Duration::from_secs(10)).await?;
     Ok(proc)
 }
 
@@ -1170,7 +1204,7 @@ impl Report {
         self.names.contains(&name)
     }
 
-    /// A row with one cell per target (direct, corral, nginx) from `cell`.
+    /// A row with one cell per target (direct, corral, nginx, the hyper floor) from `cell`.
     fn row(
         &self,
         rows: &mut Vec<String>,
@@ -1180,14 +1214,14 @@ impl Report {
         target: &str,
         ok: Option<bool>,
     ) {
-        let cells: Vec<String> = ["direct", "corral", "nginx"]
+        let cells: Vec<String> = ["direct", "corral", "nginx", "hyper"]
             .iter()
             .map(|n| if self.has(n) { cell(n) } else { "–".into() })
             .collect();
         let res = if target.is_empty() { "" } else { verdict(ok) };
         rows.push(format!(
-            "| {scenario} | {figure} | {} | {} | {} | {target} | {res} |",
-            cells[0], cells[1], cells[2]
+            "| {scenario} | {figure} | {} | {} | {} | {} | {target} | {res} |",
+            cells[0], cells[1], cells[2], cells[3]
         ));
     }
 
@@ -1233,9 +1267,10 @@ impl Report {
         );
         targets.push((
             format!(
-                "c=1 added p50: corral {} µs vs nginx {} µs",
+                "c=1 added p50: corral {} µs vs nginx {} µs (hyper floor {} µs)",
                 f0(added("corral", |s| s.p50)),
-                nx(f0(added("nginx", |s| s.p50)))
+                nx(f0(added("nginx", |s| s.p50))),
+                f0(added("hyper", |s| s.p50))
             ),
             ok,
         ));
@@ -1266,9 +1301,10 @@ impl Report {
         );
         targets.push((
             format!(
-                "c=64 throughput ratio: corral {} vs nginx {}",
+                "c=64 throughput ratio: corral {} vs nginx {} (hyper floor {})",
                 f2(ratio("corral")),
-                nx(f2(ratio("nginx")))
+                nx(f2(ratio("nginx"))),
+                f2(ratio("hyper"))
             ),
             ok,
         ));
@@ -1306,9 +1342,10 @@ impl Report {
         );
         targets.push((
             format!(
-                "CPU per request: corral {} µs vs nginx {} µs",
+                "CPU per request: corral {} µs vs nginx {} µs (hyper floor {} µs)",
                 f1(c64("corral").proxy_cpu_us_per_req),
-                nx(f1(c64("nginx").proxy_cpu_us_per_req))
+                nx(f1(c64("nginx").proxy_cpu_us_per_req)),
+                f1(c64("hyper").proxy_cpu_us_per_req)
             ),
             ok,
         ));
@@ -1419,7 +1456,7 @@ impl Report {
             |n| {
                 if n == "corral" {
                     format!("{} / {}", mib(self.corral_rss_warm_kib), mib(corral_idle))
-                } else if n == "nginx" {
+                } else if n != "direct" {
                     format!("– / {}", mib(hold(n).rss_idle_kib))
                 } else {
                     "–".into()
@@ -1471,9 +1508,10 @@ impl Report {
         );
         targets.push((
             format!(
-                "memory per stream: corral {} KiB vs nginx {} KiB",
+                "memory per stream: corral {} KiB vs nginx {} KiB (hyper floor {} KiB)",
                 f1(per_stream("corral")),
-                nx(f1(per_stream("nginx")))
+                nx(f1(per_stream("nginx"))),
+                f1(per_stream("hyper"))
             ),
             ok,
         ));
@@ -1607,7 +1645,7 @@ impl Report {
             ));
         }
         out.push('\n');
-        out.push_str("| scenario | figure | direct | corral | nginx | target | result |\n|---|---|---:|---:|---:|---|---|\n");
+        out.push_str("| scenario | figure | direct | corral | nginx | hyper floor | target | result |\n|---|---|---:|---:|---:|---:|---|---|\n");
         for r in rows {
             out.push_str(&r);
             out.push('\n');
