@@ -104,7 +104,8 @@ pub struct IdleDeadline<T> {
     first: Duration,
     /// After it: the idle timeout.
     idle: Duration,
-    timer: Option<(Instant, Pin<Box<Sleep>>)>,
+    /// Set at or before the connection's deadline (see [`IdleDeadline::expired`]).
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<T> IdleDeadline<T> {
@@ -119,12 +120,13 @@ impl<T> IdleDeadline<T> {
     }
 
     /// Why the connection must close now, if it must; otherwise arms the timer for when it will.
+    ///
+    /// The timer is set once and left alone while requests come and go: a connection's deadline
+    /// only moves later as it serves, so a timer set for an earlier one fires early and is then
+    /// moved on. A request costs no timer of its own, only a comparison.
     fn expired(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
         self.activity.waker.register(cx.waker());
-        let Some(since) = self.activity.idle_since() else {
-            self.timer = None;
-            return None;
-        };
+        let since = self.activity.idle_since()?;
         if self.activity.is_evicted() {
             return Some(closed(
                 "closed an idle connection to make room for a new one",
@@ -132,21 +134,24 @@ impl<T> IdleDeadline<T> {
         }
         let served = self.activity.served.load(Ordering::Acquire);
         let deadline = since + if served { self.idle } else { self.first };
-        let timer = match &mut self.timer {
-            Some((at, timer)) if *at == deadline => timer,
-            slot => {
-                let sleep = Box::pin(tokio::time::sleep_until(deadline));
-                &mut slot.insert((deadline, sleep)).1
-            }
-        };
-        if timer.as_mut().poll(cx).is_pending() {
-            return None;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() > deadline {
+            // the idle timeout is shorter than the head one the timer was set for
+            timer.as_mut().reset(deadline);
         }
-        Some(closed(if served {
-            "closed a connection idle for too long"
-        } else {
-            "closed a connection that sent no request in time"
-        }))
+        while timer.as_mut().poll(cx).is_ready() {
+            if timer.deadline() >= deadline {
+                return Some(closed(if served {
+                    "closed a connection idle for too long"
+                } else {
+                    "closed a connection that sent no request in time"
+                }));
+            }
+            timer.as_mut().reset(deadline);
+        }
+        None
     }
 }
 
@@ -274,5 +279,38 @@ mod tests {
         assert!(read.is_err(), "a connection with a request in flight stays");
         drop(request);
         assert!(time_to_failure(&mut io).await < FIRST);
+    }
+
+    /// The timer armed at the first deadline is moved on, not fired, while requests keep coming
+    /// before each deadline; the connection closes one idle timeout after the last of them.
+    #[tokio::test(start_paused = true)]
+    async fn requests_before_each_deadline_keep_the_connection() {
+        let (_client, mut io, activity) = pipe();
+        let requests = tokio::spawn(async move {
+            for _ in 0..8 {
+                tokio::time::sleep(FIRST * 2 / 3).await;
+                drop(activity.begin());
+            }
+        });
+        let took = time_to_failure(&mut io).await;
+        let last_request = FIRST * 2 / 3 * 8;
+        assert!(took >= last_request + IDLE, "{took:?}");
+        assert!(took < last_request + IDLE * 2, "{took:?}");
+        requests.await.unwrap();
+    }
+
+    /// An idle timeout shorter than the head one is kept, though the timer was armed for the head.
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_idle_timeout_is_not_overslept() {
+        let (_client, server) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let (head, idle) = (Duration::from_secs(10), Duration::from_secs(1));
+        let mut io = IdleDeadline::new(server, activity.clone(), head, idle);
+        let mut buf = [0; 8];
+        let first = tokio::time::timeout(Duration::from_millis(100), io.read(&mut buf)).await;
+        assert!(first.is_err(), "the head deadline is 10 s away");
+        drop(activity.begin());
+        let took = time_to_failure(&mut io).await;
+        assert!(took >= idle && took < idle * 2, "{took:?}");
     }
 }
