@@ -1,9 +1,9 @@
 //! Captures (`captureBuffer`, in MB): the request and response of recent model requests, kept in
 //! memory by activity id and served as llama-swap serves them (`GET /api/captures/<id>`).
 //!
-//! A capture copies what it keeps into buffers of its own, one per header map and body: holding the
-//! frames that passed would pin the connections' whole read buffers (kilobytes each, for a few
-//! hundred bytes of answer) and make every next read allocate a new one. A capture larger than the
+//! A capture copies what it keeps into one buffer of its own: holding the frames that passed would
+//! pin the connections' whole read buffers (kilobytes each, for a few hundred bytes of answer) and
+//! make every next read allocate a new one. A capture larger than the
 //! whole budget is cut and marked `*_truncated`; the oldest captures go when new ones need the
 //! room. Secrets in headers are never kept.
 
@@ -24,40 +24,56 @@ const SENSITIVE: &[&str] = &[
     "x-api-key",
 ];
 
-/// One request's capture, filled as the request goes.
+/// One request's capture, filled as the request goes: its path, request headers, request body,
+/// response headers and response body one after another in one buffer, so a capture costs one
+/// allocation (and a few growths) rather than one per part.
 pub struct Capture {
-    req_path: String,
-    req_headers: HeaderText,
-    req_body: Bytes,
-    resp_headers: HeaderText,
-    resp_body: Bytes,
+    data: Vec<u8>,
+    /// Where each part ends in `data`: path, request headers, request body, response headers,
+    /// response body.
+    ends: [usize; 5],
     req_truncated: bool,
     resp_truncated: bool,
     /// The budget of all captures: no body keeps more.
     limit: usize,
 }
 
-/// The first `keep` bytes of a body, copied, so the rest of its buffer is not held.
-fn cut(body: &Bytes, keep: usize) -> Bytes {
-    Bytes::copy_from_slice(&body[..keep.min(body.len())])
-}
+const PATH: usize = 0;
+const REQ_HEADERS: usize = 1;
+const REQ_BODY: usize = 2;
+const RESP_HEADERS: usize = 3;
+const RESP_BODY: usize = 4;
 
 impl Capture {
-    /// The request body as read, copied up to the budget.
+    fn part(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.data[start..self.ends[i]]
+    }
+
+    /// Marks the end of part `i` (and of the empty parts after it) at the buffer's end.
+    fn close(&mut self, i: usize) {
+        let len = self.data.len();
+        self.ends[i..].fill(len);
+    }
+
+    /// The request body as read, copied up to the budget (before the response is recorded).
     pub fn request_body(&mut self, body: &Bytes) {
-        self.req_body = cut(body, self.limit);
+        self.data.truncate(self.ends[REQ_HEADERS]);
+        self.data
+            .extend_from_slice(&body[..self.limit.min(body.len())]);
+        self.close(REQ_BODY);
         self.req_truncated = body.len() > self.limit;
     }
 
     fn headers_len(&self) -> usize {
-        self.req_path.len() + self.req_headers.0.len() + self.resp_headers.0.len()
+        self.part(PATH).len() + self.part(REQ_HEADERS).len() + self.part(RESP_HEADERS).len()
     }
 
     /// Cuts the bodies to fit `budget` bytes in all: each keeps at least half of what is left
     /// after the headers when both are large.
     fn fit(&mut self, budget: usize) {
         let room = budget.saturating_sub(self.headers_len());
-        let (req, resp) = (self.req_body.len(), self.resp_body.len());
+        let (req, resp) = (self.part(REQ_BODY).len(), self.part(RESP_BODY).len());
         if req + resp <= room {
             return;
         }
@@ -65,27 +81,32 @@ impl Capture {
         let resp_keep = resp.min(room - req_keep);
         self.req_truncated |= req_keep < req;
         self.resp_truncated |= resp_keep < resp;
-        if req_keep < req {
-            self.req_body = cut(&self.req_body, req_keep);
+        let mut data = Vec::with_capacity(self.headers_len() + req_keep + resp_keep);
+        let mut ends = [0; 5];
+        for (i, keep) in [usize::MAX, usize::MAX, req_keep, usize::MAX, resp_keep]
+            .into_iter()
+            .enumerate()
+        {
+            let part = self.part(i);
+            data.extend_from_slice(&part[..keep.min(part.len())]);
+            ends[i] = data.len();
         }
-        if resp_keep < resp {
-            self.resp_body = cut(&self.resp_body, resp_keep);
-        }
+        (self.data, self.ends) = (data, ends);
     }
 
     fn size(&self) -> usize {
-        self.headers_len() + self.req_body.len() + self.resp_body.len()
+        self.data.len()
     }
 
     fn json(&self, id: u64) -> Value {
-        let b64 = |b: &Bytes| base64::engine::general_purpose::STANDARD.encode(b);
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
         json!({
             "id": id,
-            "req_path": self.req_path,
-            "req_headers": self.req_headers.json(),
-            "req_body": b64(&self.req_body),
-            "resp_headers": self.resp_headers.json(),
-            "resp_body": b64(&self.resp_body),
+            "req_path": String::from_utf8_lossy(self.part(PATH)),
+            "req_headers": headers_json(self.part(REQ_HEADERS)),
+            "req_body": b64(self.part(REQ_BODY)),
+            "resp_headers": headers_json(self.part(RESP_HEADERS)),
+            "resp_body": b64(self.part(RESP_BODY)),
             "req_body_truncated": self.req_truncated,
             "resp_body_truncated": self.resp_truncated,
         })
@@ -95,64 +116,82 @@ impl Capture {
 /// The response body of a capture, copied frame by frame up to a limit.
 pub struct Recording {
     capture: Capture,
-    body: Vec<u8>,
-    limit: usize,
 }
 
 impl Recording {
     pub fn push(&mut self, data: &Bytes) {
-        let room = self.limit.saturating_sub(self.body.len());
+        let c = &mut self.capture;
+        let room = c.limit.saturating_sub(c.part(RESP_BODY).len());
         if data.len() > room {
-            self.capture.resp_truncated = true;
+            c.resp_truncated = true;
         }
-        self.body.extend_from_slice(&data[..data.len().min(room)]);
+        c.data.extend_from_slice(&data[..data.len().min(room)]);
+        c.close(RESP_BODY);
     }
 
     /// The capture with its response body.
-    pub fn finish(mut self) -> Capture {
-        self.capture.resp_body = Bytes::from(self.body);
+    pub fn finish(self) -> Capture {
         self.capture
     }
 }
 
-/// A header map as one string, `Name\nvalue\n` per name (HTTP allows no line break in either):
+/// The room a header map takes as text: every value counted, repeated names too (at most a little
+/// more than is kept).
+fn headers_size(map: &HeaderMap) -> usize {
+    map.iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 2)
+        .sum()
+}
+
+/// Appends a header map as text, `Name\nvalue\n` per name (HTTP allows no line break in either):
 /// names in the usual capitals, the first value of each, secrets masked.
-#[derive(Default)]
-struct HeaderText(String);
-
-impl HeaderText {
-    fn of(map: &HeaderMap) -> HeaderText {
-        // every value counted, repeated names too: at most a little more than is kept
-        let size = map
-            .iter()
-            .map(|(k, v)| k.as_str().len() + v.len() + 2)
-            .sum();
-        let mut text = String::with_capacity(size);
-        for name in map.keys() {
-            let mut upper = true;
-            for c in name.as_str().chars() {
-                text.push(if upper { c.to_ascii_uppercase() } else { c });
-                upper = c == '-';
-            }
-            text.push('\n');
-            match map.get(name) {
-                _ if SENSITIVE.contains(&name.as_str()) => text.push_str("[REDACTED]"),
-                Some(v) => text.push_str(&String::from_utf8_lossy(v.as_bytes())),
-                None => {}
-            }
-            text.push('\n');
+fn write_headers(out: &mut Vec<u8>, map: &HeaderMap) {
+    out.reserve(headers_size(map));
+    let mut last: Option<&http::HeaderName> = None;
+    for (name, value) in map {
+        // a name's values come one after another: only the first is kept
+        if last == Some(name) {
+            continue;
         }
-        HeaderText(text)
-    }
-
-    fn json(&self) -> Value {
-        let mut lines = self.0.lines();
-        let mut map = Map::new();
-        while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
-            map.insert(name.to_string(), Value::String(value.to_string()));
+        last = Some(name);
+        let start = out.len();
+        out.extend_from_slice(name.as_str().as_bytes());
+        capitalize(&mut out[start..]);
+        out.push(b'\n');
+        if SENSITIVE.contains(&name.as_str()) {
+            out.extend_from_slice(b"[REDACTED]");
+        } else {
+            match std::str::from_utf8(value.as_bytes()) {
+                Ok(text) => out.extend_from_slice(text.as_bytes()),
+                Err(_) => {
+                    out.extend_from_slice(String::from_utf8_lossy(value.as_bytes()).as_bytes())
+                }
+            }
         }
-        Value::Object(map)
+        out.push(b'\n');
     }
+}
+
+/// `content-type` as `Content-Type`: each word's first letter in capitals.
+fn capitalize(name: &mut [u8]) {
+    let mut upper = true;
+    for b in name {
+        if upper {
+            b.make_ascii_uppercase();
+        }
+        upper = *b == b'-';
+    }
+}
+
+/// The header text written by [`write_headers`] as a JSON object.
+fn headers_json(text: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(text);
+    let mut lines = text.lines();
+    let mut map = Map::new();
+    while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
+        map.insert(name.to_string(), Value::String(value.to_string()));
+    }
+    Value::Object(map)
 }
 
 /// The captures of recent requests, oldest first, within a byte budget.
@@ -177,26 +216,33 @@ impl Captures {
 
     /// Starts the capture of a request from its head.
     pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
-        Capture {
-            req_path: path.to_string(),
-            req_headers: HeaderText::of(request_headers),
-            req_body: Bytes::new(),
-            resp_headers: HeaderText::default(),
-            resp_body: Bytes::new(),
+        let mut c = Capture {
+            data: Vec::with_capacity(path.len() + headers_size(request_headers)),
+            ends: [0; 5],
             req_truncated: false,
             resp_truncated: false,
             limit: self.budget,
-        }
+        };
+        c.data.extend_from_slice(path.as_bytes());
+        c.close(PATH);
+        write_headers(&mut c.data, request_headers);
+        c.close(REQ_HEADERS);
+        c
     }
 
     /// Follows the response: its headers now, its body as it passes (at most the whole budget).
     pub fn record(&self, mut capture: Capture, response_headers: &HeaderMap) -> Recording {
-        capture.resp_headers = HeaderText::of(response_headers);
-        Recording {
-            capture,
-            body: Vec::new(),
-            limit: self.budget,
-        }
+        // room for the body too when its length is declared, so it is copied without regrowing
+        let declared = response_headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .map_or(0, |n| n.min(self.budget));
+        capture
+            .data
+            .reserve_exact(headers_size(response_headers) + declared);
+        write_headers(&mut capture.data, response_headers);
+        capture.close(RESP_HEADERS);
+        Recording { capture }
     }
 
     /// Keeps a finished capture under the activity id, dropping the oldest to make room; false
@@ -302,5 +348,22 @@ mod tests {
         let json = c.get(1).unwrap();
         assert_eq!(json["req_headers"], json!({"X-A": "1"}));
         assert_eq!(json["resp_body"], "YW5zd2Vy");
+    }
+
+    /// When both bodies are too large, each keeps half of the room the headers leave, and the
+    /// headers and path stay whole.
+    #[test]
+    fn both_bodies_are_cut_to_share_the_room() {
+        let c = Captures::new(1 << 20);
+        let mut cap = capture(&c, &[b'q'; 300], &[b'a'; 300]);
+        let headers = cap.headers_len();
+        cap.fit(headers + 100);
+        assert_eq!(cap.size(), headers + 100);
+        assert_eq!(cap.part(REQ_BODY), &[b'q'; 50][..]);
+        assert_eq!(cap.part(RESP_BODY), &[b'a'; 50][..]);
+        assert!(cap.req_truncated && cap.resp_truncated);
+        let json = cap.json(7);
+        assert_eq!(json["req_path"], "/p");
+        assert_eq!(json["req_headers"]["Content-Type"], "application/json");
     }
 }
