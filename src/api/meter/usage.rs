@@ -1,7 +1,10 @@
 //! Token counts read from what passes: the `usage` (or llama.cpp `timings`) value of a JSON body
 //! or of the SSE event that carries it, found by its key so the rest of the answer is never parsed.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
+use memchr::memmem::Finder;
 
 /// The most of a non-streaming JSON body kept aside to read its `usage` at the end.
 const JSON_COPY_LIMIT: usize = 1 << 20;
@@ -66,8 +69,8 @@ impl UsageTap {
             return;
         }
         // only the events that carry counts are parsed (usually the last one)
-        let carries = |key: &[u8]| memchr::memmem::find(data, key).is_some();
-        if data.first() != Some(&b'{') || !(carries(b"\"usage\"") || carries(b"\"timings\"")) {
+        let carries = |key: &Finder| key.find(data).is_some();
+        if data.first() != Some(&b'{') || !(carries(&USAGE_KEY) || carries(&TIMINGS_KEY)) {
             return;
         }
         if let Some(t) = Tokens::from_slice(data) {
@@ -149,7 +152,7 @@ impl Tokens {
         }
         let mut t = Tokens::default();
         let mut found = false;
-        if let Some(u) = value_of::<Option<Usage>>(bytes, b"\"usage\"").flatten() {
+        if let Some(u) = value_of::<Option<Usage>>(bytes, &USAGE_KEY).flatten() {
             let prompt = u.prompt_tokens.or(u.input_tokens);
             let completion = u.completion_tokens.or(u.output_tokens);
             if prompt.is_some() || completion.is_some() {
@@ -163,7 +166,7 @@ impl Tokens {
                 .or(cached(u.prompt_tokens_details))
                 .or(cached(u.input_tokens_details));
         }
-        if let Some(tm) = value_of::<Option<Timings>>(bytes, b"\"timings\"").flatten() {
+        if let Some(tm) = value_of::<Option<Timings>>(bytes, &TIMINGS_KEY).flatten() {
             if !found {
                 t.prompt = tm.prompt_n.unwrap_or(0);
                 t.completion = tm.predicted_n.unwrap_or(0);
@@ -179,19 +182,24 @@ impl Tokens {
     }
 }
 
-/// The value after the last `quoted_key:` in `bytes`, read without looking at anything else.
-fn value_of<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], quoted_key: &[u8]) -> Option<T> {
-    let mut end = bytes.len();
-    while let Some(at) = memchr::memmem::rfind(&bytes[..end], quoted_key) {
-        let after = bytes[at + quoted_key.len()..].trim_ascii_start();
-        if let Some(value) = after.strip_prefix(b":") {
-            let mut de = serde_json::Deserializer::from_slice(value);
-            return T::deserialize(&mut de).ok();
-        }
-        // a string value that reads like the key
-        end = at;
-    }
-    None
+/// The searchers for the two keys, built once: building one costs more than a search of a small
+/// answer, and every JSON answer and event is searched. Forward searches, since only they are
+/// vectorized.
+static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
+static TIMINGS_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"timings\""));
+
+/// The value after the last `quoted_key:` in `bytes`, read without looking at anything else (a
+/// string that reads like the key has no colon after it).
+fn value_of<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], quoted_key: &Finder) -> Option<T> {
+    let value = quoted_key
+        .find_iter(bytes)
+        .filter_map(|at| {
+            let after = bytes[at + quoted_key.needle().len()..].trim_ascii_start();
+            after.strip_prefix(b":")
+        })
+        .last()?;
+    let mut de = serde_json::Deserializer::from_slice(value);
+    T::deserialize(&mut de).ok()
 }
 
 #[cfg(test)]
