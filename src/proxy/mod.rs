@@ -68,6 +68,28 @@ struct Destination {
     uri: http::Uri,
 }
 
+/// Appends `ip` as text, without the formatting machinery in the usual IPv4 case (it runs for
+/// every request).
+fn write_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    let std::net::IpAddr::V4(v4) = ip else {
+        use std::io::Write;
+        let _ = write!(out, "{ip}");
+        return;
+    };
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push(b'.');
+        }
+        if octet >= 100 {
+            out.push(b'0' + octet / 100);
+        }
+        if octet >= 10 {
+            out.push(b'0' + octet / 10 % 10);
+        }
+        out.push(b'0' + octet % 10);
+    }
+}
+
 /// `base` (parsed once per upstream) + `path_and_query`.
 fn destination(
     upstream: &Upstream,
@@ -95,14 +117,13 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
     let mut parts = out.parts;
     strip_hop_by_hop(&mut parts.headers);
     if let Some(ip) = out.client_addr {
-        let value = match parts
-            .headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-        {
-            Some(prior) => format!("{prior}, {ip}"),
-            None => ip.to_string(),
-        };
+        let prior = parts.headers.get("x-forwarded-for");
+        let mut value = Vec::with_capacity(prior.map_or(0, |p| p.len() + 2) + 15);
+        if let Some(prior) = prior {
+            value.extend_from_slice(prior.as_bytes());
+            value.extend_from_slice(b", ");
+        }
+        write_ip(&mut value, ip);
         if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
             parts.headers.insert("x-forwarded-for", v);
         }
@@ -226,6 +247,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_addresses_are_written_as_display_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.20.100.255",
+            "9.99.199.1",
+            "::1",
+            "fe80::1:2",
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            let mut out = b"x".to_vec();
+            write_ip(&mut out, ip);
+            assert_eq!(out, format!("x{ip}").into_bytes());
+        }
+    }
 
     #[test]
     fn destinations() {
