@@ -2,6 +2,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod idle;
+pub(crate) mod layers;
 pub(crate) mod slow_body;
 pub(crate) mod stall;
 pub(crate) mod trim;

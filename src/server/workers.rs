@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -24,6 +24,7 @@ use crate::api::{self, App};
 use crate::config::ServerSettings;
 use crate::server::admission::Admitted;
 use crate::server::idle::{Activity, IdleDeadline};
+use crate::server::layers::{InFlightLayer, SlowBodyLayer};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 use crate::server::stall::WriteDeadline;
 use crate::server::trim::Open;
@@ -194,8 +195,8 @@ fn connection_builder(settings: &ServerSettings) -> auto::Builder<TokioExecutor>
     builder
 }
 
-/// One connection's service: each request counts as in flight on `activity` until its response
-/// body is done, and its body is read under the slow-body bounds (408 and close past them).
+/// One connection's service: the API of the config in force when each request arrives, inside the
+/// connection's own layers (its requests in flight, the slow-body bounds).
 fn connection_service(
     current: Arc<RwLock<Arc<App>>>,
     remote: SocketAddr,
@@ -209,66 +210,21 @@ fn connection_service(
         Output = Result<http::Response<crate::body::Body>, std::convert::Infallible>,
     > + Send,
 > + Clone {
-    service_fn(move |req: http::Request<hyper::body::Incoming>| {
-        let in_flight = activity.begin();
-        let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let activity = activity.clone();
-        // unboxed: the API's own future is small, its routes' work boxed within it
-        async move {
-            let (version, accept) = (
-                req.version(),
-                req.headers().get(http::header::ACCEPT).cloned(),
-            );
-            let (req, too_slow) = split_body_deadline(req, body_limits);
-            let Ok(mut resp) = api::service(&app, remote).oneshot(req).await;
-            if too_slow.load(Ordering::Acquire) {
-                resp = slow_body_response(version, accept.as_ref());
+    let api = tower::service_fn(
+        move |req: http::Request<BodyDeadline<hyper::body::Incoming>>| {
+            let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
+            // unboxed: the API's own future is small, its routes' work boxed within it
+            async move {
+                let Ok(resp) = api::service(&app, remote).oneshot(req).await;
+                Ok::<_, std::convert::Infallible>(resp)
             }
-            if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-                activity.upgrade();
-            }
-            let resp = resp.map(|body| {
-                http_body_util::BodyExt::boxed(http_body_util::BodyExt::map_frame(
-                    body,
-                    move |frame| {
-                        // the request stays in flight until its response body is done
-                        let _ = &in_flight;
-                        frame
-                    },
-                ))
-            });
-            Ok::<_, std::convert::Infallible>(resp)
-        }
-    })
-}
-
-fn split_body_deadline(
-    req: http::Request<hyper::body::Incoming>,
-    limits: BodyLimits,
-) -> (
-    http::Request<BodyDeadline<hyper::body::Incoming>>,
-    Arc<std::sync::atomic::AtomicBool>,
-) {
-    let (parts, body) = req.into_parts();
-    let (body, too_slow) = BodyDeadline::new(body, limits);
-    (http::Request::from_parts(parts, body), too_slow)
-}
-
-/// 408 for a body read too slowly; an HTTP/1 connection then closes (its unread rest of the body
-/// cannot be skipped in time anyway).
-fn slow_body_response(
-    version: http::Version,
-    accept: Option<&http::HeaderValue>,
-) -> http::Response<crate::body::Body> {
-    let err = crate::error::Error::BodyTimeout("the client sent its body too slowly");
-    let mut resp = crate::error::render(&err, accept);
-    if version < http::Version::HTTP_2 {
-        resp.headers_mut().insert(
-            http::header::CONNECTION,
-            http::HeaderValue::from_static("close"),
-        );
-    }
-    resp
+        },
+    );
+    let stack = tower::ServiceBuilder::new()
+        .layer(InFlightLayer::new(activity))
+        .layer(SlowBodyLayer::new(body_limits))
+        .service(api);
+    TowerToHyperService::new(stack)
 }
 
 /// A connection counted in its serving thread's load, given back however the connection ends: a
