@@ -4,7 +4,8 @@
 #   bench/run.sh            build (release), install nginx if missing, run every scenario, print the table
 #   bench/run.sh --quick    the same with ~1/3 of the requests and durations (a smoke run)
 #
-# Scenarios (the fake engine directly, through corral and through nginx, side by side):
+# Scenarios (the fake engine directly, through corral, through nginx and through the bare hyper
+# proxy `corral-load floor`, side by side):
 #   1. small JSON requests at concurrency 1: added latency p50/p99
 #   2. the same at concurrency 64: throughput ratio to direct, proxy CPU per request
 #   3. SSE streams of 200 chunks every 5 ms: added delay per chunk, coalesced chunks
