@@ -26,8 +26,11 @@ const HOLD_OUT: Duration = Duration::from_secs(5);
 struct PeerState {
     /// Requests running plus waiting, per model, from the last reading.
     load: BTreeMap<String, u64>,
-    /// Picks of this peer since that reading.
-    picked: u64,
+    /// Picks of this peer, ever.
+    picks: u64,
+    /// Picks already made when the last reading was asked for: the reading may show those, and
+    /// cannot show the ones after.
+    reflected: u64,
     held_out_until: Option<Instant>,
 }
 
@@ -37,7 +40,15 @@ impl PeerState {
     }
 
     fn score(&self, model: &str) -> u64 {
-        self.load.get(model).copied().unwrap_or(0) + self.picked
+        self.load.get(model).copied().unwrap_or(0) + self.picks - self.reflected
+    }
+
+    /// A reading asked for when `asked_at` picks had been made: picks made while it was on its way
+    /// still count on top of it.
+    fn read(&mut self, load: BTreeMap<String, u64>, asked_at: u64) {
+        self.load = load;
+        self.reflected = asked_at.min(self.picks);
+        self.held_out_until = None;
     }
 }
 
@@ -91,7 +102,7 @@ impl PeerLoads {
         ranked.sort();
         let order: Vec<String> = ranked.into_iter().map(|(_, _, _, id)| id.clone()).collect();
         if let Some(first) = order.first() {
-            state.entry(first.clone()).or_default().picked += 1;
+            state.entry(first.clone()).or_default().picks += 1;
         }
         order
     }
@@ -134,18 +145,20 @@ async fn poll(id: String, reading: Reading, state: Arc<Mutex<BTreeMap<String, Pe
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
+        let asked_at = picks_of(&state, &id);
         let load = tokio::time::timeout(POLL_EVERY, read(&reading)).await;
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         let s = state.entry(id.clone()).or_default();
         match load {
-            Ok(Ok(load)) => {
-                s.load = load;
-                s.picked = 0;
-                s.held_out_until = None;
-            }
+            Ok(Ok(load)) => s.read(load, asked_at),
             Ok(Err(Unreachable)) | Err(_) => s.held_out_until = Some(Instant::now() + HOLD_OUT),
         }
     }
+}
+
+fn picks_of(state: &Mutex<BTreeMap<String, PeerState>>, id: &str) -> u64 {
+    let state = state.lock().unwrap_or_else(|e| e.into_inner());
+    state.get(id).map_or(0, |s| s.picks)
 }
 
 /// The peer could not be reached (a peer that answers without a load report is not this).
@@ -228,6 +241,32 @@ mod tests {
             ids(&["a", "b"]),
             "b at 3: the config order breaks the tie"
         );
+    }
+
+    /// Picks made while a reading was on its way are not in it, so they still count after it.
+    #[test]
+    fn picks_made_while_a_reading_travels_outlive_it() {
+        let l = loads(&[("a", 0), ("b", 0)]);
+        let c = ids(&["a", "b"]);
+        assert_eq!(l.rank(&c, "m")[0], "a");
+        let asked_at = l.state.lock().unwrap()["a"].picks;
+        for _ in 0..3 {
+            l.rank(&c, "m"); // b, a, b: a has 2 picks, b 2
+        }
+        let fresh = BTreeMap::from([("m".to_string(), 1)]); // a's first request, still running
+        l.state
+            .lock()
+            .unwrap()
+            .get_mut("a")
+            .unwrap()
+            .read(fresh, asked_at);
+        let state = l.state.lock().unwrap();
+        assert_eq!(
+            state["a"].score("m"),
+            2,
+            "the running request and the later pick"
+        );
+        assert_eq!(state["b"].score("m"), 2);
     }
 
     #[test]
