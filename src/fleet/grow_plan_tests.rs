@@ -87,17 +87,14 @@ fn starts_end_once_enough_slots_are_on_their_way() {
     assert_eq!(tried, ["a", "b", "c"]);
 }
 
-fn phase() -> impl Strategy<Value = PhaseName> {
-    prop_oneof![
-        Just(PhaseName::Stopped),
-        Just(PhaseName::Starting),
-        Just(PhaseName::Ready),
-        Just(PhaseName::Stopping),
-    ]
-}
-
 fn members() -> impl Strategy<Value = Vec<Member>> {
-    let one = (phase(), 0usize..3, 1usize..4, any::<bool>(), any::<bool>());
+    let one = (
+        PhaseName::any(),
+        0usize..3,
+        1usize..4,
+        any::<bool>(),
+        any::<bool>(),
+    );
     prop::collection::vec(one, 0..6).prop_map(|seeds| {
         seeds
             .into_iter()

@@ -20,6 +20,15 @@ pub enum PhaseName {
     Stopping,
 }
 
+#[cfg(test)]
+impl PhaseName {
+    /// Any phase, for property tests.
+    pub(super) fn any() -> impl proptest::strategy::Strategy<Value = PhaseName> {
+        use strum::IntoEnumIterator;
+        proptest::sample::select(PhaseName::iter().collect::<Vec<_>>())
+    }
+}
+
 impl PhaseName {
     /// The name clients see in `/running` and events, and the `state` label of the metrics.
     pub fn as_str(self) -> &'static str {
