@@ -4,6 +4,8 @@
 //! once, when its body ends.
 
 mod idle;
+mod scan;
+mod tokens;
 pub(crate) mod usage;
 
 use std::pin::Pin;

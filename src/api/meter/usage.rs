@@ -1,10 +1,10 @@
 //! Token counts read from what passes: the `usage` (or llama.cpp `timings`) value of a JSON body
 //! or of the SSE event that carries it, found by its key so the rest of the answer is never parsed.
 
-use std::sync::LazyLock;
-
 use bytes::Bytes;
-use memchr::memmem::Finder;
+
+pub(crate) use super::tokens::Tokens;
+use super::tokens::{TIMINGS_KEY, USAGE_KEY};
 
 /// The most of a non-streaming JSON body kept aside to read its `usage` at the end.
 const JSON_COPY_LIMIT: usize = 1 << 20;
@@ -69,7 +69,7 @@ impl UsageTap {
             return;
         }
         // only the events that carry counts are parsed (usually the last one)
-        let carries = |key: &Finder| key.find(data).is_some();
+        let carries = |key: &memchr::memmem::Finder| key.find(data).is_some();
         if data.first() != Some(&b'{') || !(carries(&USAGE_KEY) || carries(&TIMINGS_KEY)) {
             return;
         }
@@ -104,102 +104,6 @@ fn error_message(body: &[u8]) -> Option<String> {
         .and_then(|e| e.get("message").and_then(text).or_else(|| text(e)))
         .or_else(|| v.get("message").and_then(text))
         .or_else(|| v.get("detail").and_then(text))
-}
-
-/// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`, and what else
-/// they tell (for the activity log).
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Tokens {
-    pub prompt: u64,
-    pub completion: u64,
-    /// Prompt tokens served from a cache.
-    pub cache: Option<u64>,
-    pub draft: Option<u64>,
-    pub draft_accepted: Option<u64>,
-    pub prompt_per_second: Option<f64>,
-    pub tokens_per_second: Option<f64>,
-}
-
-impl Tokens {
-    /// Reads a JSON document's `usage`/`timings` into typed fields. Only those values are parsed:
-    /// found by their keys (the same words inside a string have escaped quotes and do not match).
-    /// Counts come from `usage` when it has them, else from `timings`; speeds, cache and draft
-    /// counts from whichever carries them.
-    pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
-        #[derive(serde::Deserialize)]
-        struct Details {
-            cached_tokens: Option<u64>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Usage {
-            prompt_tokens: Option<u64>,
-            input_tokens: Option<u64>,
-            completion_tokens: Option<u64>,
-            output_tokens: Option<u64>,
-            cache_read_input_tokens: Option<u64>,
-            prompt_tokens_details: Option<Details>,
-            input_tokens_details: Option<Details>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Timings {
-            prompt_n: Option<u64>,
-            predicted_n: Option<u64>,
-            cache_n: Option<u64>,
-            draft_n: Option<u64>,
-            draft_n_accepted: Option<u64>,
-            prompt_per_second: Option<f64>,
-            predicted_per_second: Option<f64>,
-        }
-        let mut t = Tokens::default();
-        let mut found = false;
-        if let Some(u) = value_of::<Option<Usage>>(bytes, &USAGE_KEY).flatten() {
-            let prompt = u.prompt_tokens.or(u.input_tokens);
-            let completion = u.completion_tokens.or(u.output_tokens);
-            if prompt.is_some() || completion.is_some() {
-                t.prompt = prompt.unwrap_or(0);
-                t.completion = completion.unwrap_or(0);
-                found = true;
-            }
-            let cached = |d: Option<Details>| d.and_then(|d| d.cached_tokens);
-            t.cache = u
-                .cache_read_input_tokens
-                .or(cached(u.prompt_tokens_details))
-                .or(cached(u.input_tokens_details));
-        }
-        if let Some(tm) = value_of::<Option<Timings>>(bytes, &TIMINGS_KEY).flatten() {
-            if !found {
-                t.prompt = tm.prompt_n.unwrap_or(0);
-                t.completion = tm.predicted_n.unwrap_or(0);
-                found = true;
-            }
-            t.cache = t.cache.or(tm.cache_n);
-            t.draft = tm.draft_n;
-            t.draft_accepted = tm.draft_n_accepted;
-            t.prompt_per_second = tm.prompt_per_second;
-            t.tokens_per_second = tm.predicted_per_second;
-        }
-        found.then_some(t)
-    }
-}
-
-/// The searchers for the two keys, built once: building one costs more than a search of a small
-/// answer, and every JSON answer and event is searched. Forward searches, since only they are
-/// vectorized.
-static USAGE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\""));
-static TIMINGS_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"timings\""));
-
-/// The value after the last `quoted_key:` in `bytes`, read without looking at anything else (a
-/// string that reads like the key has no colon after it).
-fn value_of<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], quoted_key: &Finder) -> Option<T> {
-    let value = quoted_key
-        .find_iter(bytes)
-        .filter_map(|at| {
-            let after = bytes[at + quoted_key.needle().len()..].trim_ascii_start();
-            after.strip_prefix(b":")
-        })
-        .last()?;
-    let mut de = serde_json::Deserializer::from_slice(value);
-    T::deserialize(&mut de).ok()
 }
 
 #[cfg(test)]

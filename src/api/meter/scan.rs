@@ -1,0 +1,184 @@
+//! The members of a small JSON object, found without building it: each key as written between its
+//! quotes and each value's raw text. Token counts are read this way from every answer, where serde
+//! spent more on validating and matching the keys of `usage` and `timings` than on anything else.
+//! Values are skipped by their brackets and quotes alone, so malformed JSON inside a value that is
+//! not read goes unnoticed; the values that are read are parsed strictly by their readers.
+
+/// Calls `member` with each key and value of the object that `text` starts with (after
+/// whitespace), in order; `None` when it is not a complete object or `member` says so.
+pub fn members<'a>(
+    text: &'a [u8],
+    mut member: impl FnMut(&'a [u8], &'a [u8]) -> Option<()>,
+) -> Option<()> {
+    let mut at = skip_space(text, 0);
+    if text.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_space(text, at + 1);
+    if text.get(at) == Some(&b'}') {
+        return Some(());
+    }
+    loop {
+        let key_end = string_end(text, at)?;
+        let key = &text[at + 1..key_end - 1];
+        at = skip_space(text, key_end);
+        if text.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_space(text, at + 1);
+        let end = value_end(text, start)?;
+        member(key, &text[start..end])?;
+        at = skip_space(text, end);
+        match text.get(at)? {
+            b',' => at = skip_space(text, at + 1),
+            b'}' => return Some(()),
+            _ => return None,
+        }
+    }
+}
+
+fn skip_space(text: &[u8], mut at: usize) -> usize {
+    while text.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the string starting at `at` (its opening quote) ends, past its closing quote.
+fn string_end(text: &[u8], at: usize) -> Option<usize> {
+    if text.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut i = at + 1;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', text.get(i..)?)?;
+        if text[i] == b'"' {
+            return Some(i + 1);
+        }
+        i += 2; // an escape and the character it escapes
+    }
+}
+
+/// Where the value starting at `at` ends: a string, an object or array with everything nested in
+/// it, or a scalar up to the next delimiter.
+fn value_end(text: &[u8], at: usize) -> Option<usize> {
+    match text.get(at)? {
+        b'"' => string_end(text, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            loop {
+                match text.get(i)? {
+                    b'"' => i = string_end(text, i)?,
+                    b'{' | b'[' => (depth, i) = (depth + 1, i + 1),
+                    b'}' | b']' => {
+                        depth -= 1;
+                        i += 1;
+                        if depth == 0 {
+                            return Some(i);
+                        }
+                    }
+                    _ => i += 1,
+                }
+            }
+        }
+        _ => {
+            // a number, `true`, `false` or `null`
+            let rest = &text[at..];
+            let len = rest
+                .iter()
+                .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.')))
+                .unwrap_or(rest.len());
+            (len > 0).then_some(at + len)
+        }
+    }
+}
+
+/// A JSON number as a count: `None` for `null`, `Err` for anything else that is not one.
+pub fn count(value: &[u8]) -> Result<Option<u64>, ()> {
+    if value == b"null" {
+        return Ok(None);
+    }
+    let digits = std::str::from_utf8(value).map_err(|_| ())?;
+    digits.parse().map(Some).map_err(|_| ())
+}
+
+/// A JSON number as a float: `None` for `null`, `Err` for anything else that is not one.
+pub fn float(value: &[u8]) -> Result<Option<f64>, ()> {
+    if value == b"null" {
+        return Ok(None);
+    }
+    let json_number = value
+        .iter()
+        .all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'));
+    let text = std::str::from_utf8(value).map_err(|_| ())?;
+    match text.parse() {
+        Ok(f) if json_number => Ok(Some(f)),
+        _ => Err(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(text: &str) -> Option<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        members(text.as_bytes(), |k, v| {
+            let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            out.push((s(k), s(v)));
+            Some(())
+        })?;
+        Some(out)
+    }
+
+    #[test]
+    fn members_are_found_with_nested_values_and_strings_skipped_whole() {
+        let text = r#" { "a" : 1, "b":{"c":[1,{"d":"}"}]}, "e\"f":"x\\\",]}" ,"g":null}trailing"#;
+        let pairs = all(text).unwrap();
+        let keys: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a", "b", r#"e\"f"#, "g"]);
+        assert_eq!(pairs[1].1, r#"{"c":[1,{"d":"}"}]}"#);
+        assert_eq!(pairs[2].1, r#""x\\\",]}""#);
+        assert_eq!(all("{}"), Some(vec![]));
+    }
+
+    #[test]
+    fn incomplete_or_malformed_objects_are_refused() {
+        for bad in [
+            "",
+            "[1]",
+            "{",
+            r#"{"a":1"#,
+            r#"{"a" 1}"#,
+            r#"{"a":}"#,
+            r#"{"a":1;}"#,
+            r#"{"a":"x}"#,
+            r#"{"a":{"b":1}"#,
+            "{a:1}",
+        ] {
+            assert_eq!(all(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn numbers_are_read_strictly() {
+        assert_eq!(count(b"42"), Ok(Some(42)));
+        assert_eq!(count(b"null"), Ok(None));
+        for bad in [
+            &b"4.2"[..],
+            b"-1",
+            b"\"4\"",
+            b"true",
+            b"18446744073709551616",
+        ] {
+            assert_eq!(count(bad), Err(()), "{bad:?}");
+        }
+        assert_eq!(float(b"1.5e2"), Ok(Some(150.0)));
+        assert_eq!(float(b"7"), Ok(Some(7.0)));
+        assert_eq!(float(b"null"), Ok(None));
+        for bad in [&b"inf"[..], b"NaN", b"\"1\"", b"{}"] {
+            assert_eq!(float(bad), Err(()), "{bad:?}");
+        }
+    }
+}

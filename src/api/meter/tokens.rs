@@ -1,0 +1,177 @@
+//! Token counts from an answer's `usage` (OpenAI, Anthropic) or `timings` (llama.cpp) value, found
+//! by its key and read member by member ([`super::scan`]): nothing else of the answer is parsed.
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+use super::scan::{self, count, float};
+
+/// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`, and what else
+/// they tell (for the activity log).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
+    /// Prompt tokens served from a cache.
+    pub cache: Option<u64>,
+    pub draft: Option<u64>,
+    pub draft_accepted: Option<u64>,
+    pub prompt_per_second: Option<f64>,
+    pub tokens_per_second: Option<f64>,
+}
+
+/// What a `usage` value holds, by the names OpenAI and Anthropic give it.
+#[derive(Default)]
+struct Usage {
+    prompt_tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens`
+    prompt_cached: Option<u64>,
+    /// `input_tokens_details.cached_tokens`
+    input_cached: Option<u64>,
+}
+
+/// What llama.cpp's `timings` value holds.
+#[derive(Default)]
+struct Timings {
+    prompt_n: Option<u64>,
+    predicted_n: Option<u64>,
+    cache_n: Option<u64>,
+    draft_n: Option<u64>,
+    draft_n_accepted: Option<u64>,
+    prompt_per_second: Option<f64>,
+    predicted_per_second: Option<f64>,
+}
+
+impl Tokens {
+    /// Reads a JSON document's `usage`/`timings` into typed fields. Only those values are read:
+    /// found by their keys (the same words inside a string have escaped quotes and do not match).
+    /// Counts come from `usage` when it has them, else from `timings`; speeds, cache and draft
+    /// counts from whichever carries them. A value with a member of the wrong type, or a member
+    /// twice, is not read at all.
+    pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
+        let mut t = Tokens::default();
+        let mut found = false;
+        if let Some(u) = value_of(bytes, &USAGE_KEY).and_then(read_usage) {
+            let prompt = u.prompt_tokens.or(u.input_tokens);
+            let completion = u.completion_tokens.or(u.output_tokens);
+            if prompt.is_some() || completion.is_some() {
+                t.prompt = prompt.unwrap_or(0);
+                t.completion = completion.unwrap_or(0);
+                found = true;
+            }
+            t.cache = u
+                .cache_read_input_tokens
+                .or(u.prompt_cached)
+                .or(u.input_cached);
+        }
+        if let Some(tm) = value_of(bytes, &TIMINGS_KEY).and_then(read_timings) {
+            if !found {
+                t.prompt = tm.prompt_n.unwrap_or(0);
+                t.completion = tm.predicted_n.unwrap_or(0);
+                found = true;
+            }
+            t.cache = t.cache.or(tm.cache_n);
+            t.draft = tm.draft_n;
+            t.draft_accepted = tm.draft_n_accepted;
+            t.prompt_per_second = tm.prompt_per_second;
+            t.tokens_per_second = tm.predicted_per_second;
+        }
+        found.then_some(t)
+    }
+}
+
+/// The searchers for the two keys, built once: building one costs more than a search of a small
+/// answer, and every JSON answer and event is searched. Forward searches, since only they are
+/// vectorized.
+pub(super) static USAGE_KEY: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"usage\""));
+pub(super) static TIMINGS_KEY: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"timings\""));
+
+/// The text from the value after the last `quoted_key:` in `bytes` on (a string that reads like
+/// the key has no colon after it).
+fn value_of<'a>(bytes: &'a [u8], quoted_key: &Finder) -> Option<&'a [u8]> {
+    quoted_key
+        .find_iter(bytes)
+        .filter_map(|at| {
+            let after = bytes[at + quoted_key.needle().len()..].trim_ascii_start();
+            after.strip_prefix(b":")
+        })
+        .last()
+}
+
+/// Stores a member's value once: a second one makes the whole value unreadable.
+fn once<T>(slot: &mut Option<T>, seen: &mut u16, bit: u16, value: Option<T>) -> Option<()> {
+    if *seen & bit != 0 {
+        return None;
+    }
+    *seen |= bit;
+    *slot = value;
+    Some(())
+}
+
+fn read_usage(text: &[u8]) -> Option<Usage> {
+    let mut u = Usage::default();
+    let mut seen = 0u16;
+    scan::members(text, |key, v| {
+        let (slot, bit, value) = match key {
+            b"prompt_tokens" => (&mut u.prompt_tokens, 1, count(v)),
+            b"input_tokens" => (&mut u.input_tokens, 2, count(v)),
+            b"completion_tokens" => (&mut u.completion_tokens, 4, count(v)),
+            b"output_tokens" => (&mut u.output_tokens, 8, count(v)),
+            b"cache_read_input_tokens" => (&mut u.cache_read_input_tokens, 16, count(v)),
+            b"prompt_tokens_details" => (&mut u.prompt_cached, 32, cached(v)),
+            b"input_tokens_details" => (&mut u.input_cached, 64, cached(v)),
+            _ => return Some(()),
+        };
+        once(slot, &mut seen, bit, value.ok()?)
+    })?;
+    Some(u)
+}
+
+/// `{"cached_tokens": N, ...}` (or `null`) as its count; `Err` for any other value.
+fn cached(text: &[u8]) -> Result<Option<u64>, ()> {
+    if text == b"null" {
+        return Ok(None);
+    }
+    let mut cached = None;
+    let mut seen = 0u16;
+    scan::members(text, |key, v| match key {
+        b"cached_tokens" => once(&mut cached, &mut seen, 1, count(v).ok()?),
+        _ => Some(()),
+    })
+    .ok_or(())?;
+    Ok(cached)
+}
+
+fn read_timings(text: &[u8]) -> Option<Timings> {
+    let mut t = Timings::default();
+    let mut seen = 0u16;
+    scan::members(text, |key, v| {
+        let (slot, bit, value) = match key {
+            b"prompt_n" => (&mut t.prompt_n, 1, count(v)),
+            b"predicted_n" => (&mut t.predicted_n, 2, count(v)),
+            b"cache_n" => (&mut t.cache_n, 4, count(v)),
+            b"draft_n" => (&mut t.draft_n, 8, count(v)),
+            b"draft_n_accepted" => (&mut t.draft_n_accepted, 16, count(v)),
+            b"prompt_per_second" => {
+                return once(&mut t.prompt_per_second, &mut seen, 32, float(v).ok()?)
+            }
+            b"predicted_per_second" => {
+                return once(&mut t.predicted_per_second, &mut seen, 64, float(v).ok()?)
+            }
+            _ => return Some(()),
+        };
+        once(slot, &mut seen, bit, value.ok()?)
+    })?;
+    Some(t)
+}
+
+#[cfg(test)]
+#[path = "tokens_props.rs"]
+mod props;
