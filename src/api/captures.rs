@@ -143,8 +143,9 @@ fn headers_size(map: &HeaderMap) -> usize {
         .sum()
 }
 
-/// Appends a header map as text, `Name\nvalue\n` per name (HTTP allows no line break in either):
-/// names in the usual capitals, the first value of each, secrets masked.
+/// Appends a header map as it came, `name\nvalue\n` per name (HTTP allows no line break in
+/// either): the first value of each name, secrets masked. Capitals and the text of values that are
+/// not UTF-8 are left for when a capture is read, which is rare.
 fn write_headers(out: &mut Vec<u8>, map: &HeaderMap) {
     out.reserve(headers_size(map));
     let mut last: Option<&http::HeaderName> = None;
@@ -154,42 +155,40 @@ fn write_headers(out: &mut Vec<u8>, map: &HeaderMap) {
             continue;
         }
         last = Some(name);
-        let start = out.len();
         out.extend_from_slice(name.as_str().as_bytes());
-        capitalize(&mut out[start..]);
         out.push(b'\n');
         if SENSITIVE.contains(&name.as_str()) {
             out.extend_from_slice(b"[REDACTED]");
         } else {
-            match std::str::from_utf8(value.as_bytes()) {
-                Ok(text) => out.extend_from_slice(text.as_bytes()),
-                Err(_) => {
-                    out.extend_from_slice(String::from_utf8_lossy(value.as_bytes()).as_bytes())
-                }
-            }
+            out.extend_from_slice(value.as_bytes());
         }
         out.push(b'\n');
     }
 }
 
 /// `content-type` as `Content-Type`: each word's first letter in capitals.
-fn capitalize(name: &mut [u8]) {
+fn capitalized(name: &str) -> String {
     let mut upper = true;
-    for b in name {
-        if upper {
-            b.make_ascii_uppercase();
-        }
-        upper = *b == b'-';
-    }
+    name.chars()
+        .map(|c| {
+            let c = if upper { c.to_ascii_uppercase() } else { c };
+            upper = c == '-';
+            c
+        })
+        .collect()
 }
 
-/// The header text written by [`write_headers`] as a JSON object.
+/// The headers written by [`write_headers`] as a JSON object: names in the usual capitals, values
+/// as text.
 fn headers_json(text: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(text);
-    let mut lines = text.lines();
+    let mut lines = text.split(|&b| b == b'\n');
     let mut map = Map::new();
     while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
-        map.insert(name.to_string(), Value::String(value.to_string()));
+        let name = capitalized(&String::from_utf8_lossy(name));
+        map.insert(
+            name,
+            Value::String(String::from_utf8_lossy(value).into_owned()),
+        );
     }
     Value::Object(map)
 }
@@ -365,5 +364,25 @@ mod tests {
         let json = cap.json(7);
         assert_eq!(json["req_path"], "/p");
         assert_eq!(json["req_headers"]["Content-Type"], "application/json");
+    }
+
+    /// Heads are kept as they came and shown as text when read: names in the usual capitals, bytes
+    /// that are not UTF-8 replaced.
+    #[test]
+    fn heads_are_shown_with_capitals_and_as_text() {
+        let c = Captures::new(1 << 20);
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-custom-name",
+            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        h.insert("cookie", "secret=1".parse().unwrap());
+        let cap = c.begin("/p", &h);
+        assert!(c.put(1, c.record(cap, &HeaderMap::new()).finish()));
+        let json = c.get(1).unwrap();
+        assert_eq!(
+            json["req_headers"],
+            json!({"X-Custom-Name": "caf\u{FFFD}", "Cookie": "[REDACTED]"})
+        );
     }
 }
