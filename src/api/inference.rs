@@ -131,8 +131,8 @@ where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let incoming = Incoming::read(app, req, seen).await?;
-    let sent = incoming.sent.clone().filter(|n| !n.is_empty());
+    let mut incoming = Incoming::read(app, req, seen).await?;
+    let sent = incoming.sent.take().filter(|n| !n.is_empty());
     let sent = sent.ok_or(Error::NoModel)?;
     let name = routing::apply_profile(&app.config, &app.profiles, &sent)
         .filter(|n| !n.is_empty())

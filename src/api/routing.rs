@@ -75,13 +75,17 @@ impl Spillover {
 }
 
 /// The name after the active profile's pins: `Ok(None)` when the profile disables it.
-pub fn apply_profile(config: &Config, profiles: &Profiles, name: &str) -> Option<String> {
+pub fn apply_profile<'a>(
+    config: &Config,
+    profiles: &Profiles,
+    name: &'a str,
+) -> Option<std::borrow::Cow<'a, str>> {
     let Some(active) = profiles.active() else {
-        return Some(name.to_string());
+        return Some(name.into());
     };
     match config.profiles.get(&active).and_then(|p| p.pins.get(name)) {
-        None => Some(name.to_string()),
-        Some(target) => target.clone(),
+        None => Some(name.into()),
+        Some(target) => target.clone().map(Into::into),
     }
 }
 
