@@ -83,7 +83,9 @@ fn hot_path(c: &mut Criterion) {
         HeaderValue::from_static("application/json"),
     );
     assert_eq!(
-        model_from_body(&classify(&jh, &json), &json).0.as_deref(),
+        model_from_body(&mut classify(&jh, &json), &json)
+            .0
+            .as_deref(),
         Some("model-37")
     );
     g.throughput(Throughput::Bytes(json.len() as u64));
@@ -91,8 +93,8 @@ fn hot_path(c: &mut Criterion) {
         format!("classify+model_from_body/json_{}B", json.len()),
         |b| {
             b.iter(|| {
-                let kind = classify(black_box(&jh), black_box(&json));
-                model_from_body(&kind, &json)
+                let mut kind = classify(black_box(&jh), black_box(&json));
+                model_from_body(&mut kind, &json)
             })
         },
     );
@@ -101,7 +103,7 @@ fn hot_path(c: &mut Criterion) {
     let mut mh = HeaderMap::new();
     mh.insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).unwrap());
     assert_eq!(
-        model_from_body(&classify(&mh, &mp), &mp).0.as_deref(),
+        model_from_body(&mut classify(&mh, &mp), &mp).0.as_deref(),
         Some("whisper-large-v3")
     );
     g.throughput(Throughput::Bytes(mp.len() as u64));
@@ -109,8 +111,8 @@ fn hot_path(c: &mut Criterion) {
         format!("classify+model_from_body/multipart_{}B", mp.len()),
         |b| {
             b.iter(|| {
-                let kind = classify(black_box(&mh), black_box(&mp));
-                model_from_body(&kind, &mp)
+                let mut kind = classify(black_box(&mh), black_box(&mp));
+                model_from_body(&mut kind, &mp)
             })
         },
     );
@@ -134,8 +136,8 @@ fn hot_path(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(json.len() as u64));
     g.bench_function("dispatch_lookup/json_2k_50_models", |b| {
         b.iter(|| {
-            let kind = classify(black_box(&jh), black_box(&json));
-            let (name, _) = model_from_body(&kind, &json);
+            let mut kind = classify(black_box(&jh), black_box(&json));
+            let (name, _) = model_from_body(&mut kind, &json);
             name.and_then(|n| cfg.real_model_name(&n).map(str::len))
         })
     });

@@ -9,7 +9,8 @@
 #
 # Each binary serves 200 warm-up and then REQUESTS (default 3,000) small chat requests at
 # concurrency 8 from the fake engine; the count covers the measured requests only. Needs valgrind
-# (apt-get install valgrind) and a release build of corral-load.
+# (apt-get install valgrind) and a release build of corral-load. With PROFILES=DIR, each binary's
+# callgrind profile is kept there (DIR/<n>.callgrind, n from 1 in the order given, and DIR/floor.callgrind) for callgrind_annotate.
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -28,7 +29,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # Runs the load against URL while PID (under callgrind) counts; prints instructions per request.
 count() {
-    local pid=$1 url=$2 out=$3
+    local pid=$1 url=$2 out=$3 name=$4
     for _ in $(seq 300); do
         "$LOAD" http "$url/health" -n 1 2>/dev/null | grep -q '"ok": 1' && break
         sleep 0.2
@@ -44,11 +45,17 @@ count() {
     [[ "$ok" == "$REQUESTS" ]] || { echo "only $ok of $REQUESTS requests answered" >&2; exit 1; }
     local total
     total=$(grep -m1 '^summary:' "$out".1 | awk '{print $2}')
+    if [[ -n "${PROFILES:-}" ]]; then
+        mkdir -p "$PROFILES"
+        cp "$out".1 "$PROFILES/$name.callgrind"
+    fi
     echo $((total / REQUESTS))
 }
 
 printf '| proxy | instructions per request |\n|---|---:|\n'
+n=0
 for bin in "${BINS[@]}"; do
+    n=$((n + 1))
     port=$(free_port)
     cat >"$WORK/c.yaml" <<YAML
 models:
@@ -60,7 +67,7 @@ YAML
     rm -f "$WORK"/cg.out*
     valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
         "$bin" --config "$WORK/c.yaml" --listen "127.0.0.1:$port" >"$WORK/corral.log" 2>&1 &
-    printf '| %s | %s |\n' "$bin" "$(count $! "http://127.0.0.1:$port" "$WORK/cg.out")"
+    printf '| %s | %s |\n' "$bin" "$(count $! "http://127.0.0.1:$port" "$WORK/cg.out" "$n")"
 done
 
 engine_port=$(free_port)
@@ -70,4 +77,4 @@ rm -f "$WORK"/cg.out*
 valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
     "$LOAD" floor --route "127.0.0.1:$floor_port=127.0.0.1:$engine_port" >/dev/null 2>&1 &
 printf '| hyper floor (corral-load floor) | %s |\n' \
-    "$(count $! "http://127.0.0.1:$floor_port" "$WORK/cg.out")"
+    "$(count $! "http://127.0.0.1:$floor_port" "$WORK/cg.out" floor)"

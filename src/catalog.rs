@@ -4,7 +4,10 @@
 //! `<role>` formed by models named `<role>-<n>` (as fleet generators write them) when no model or
 //! alias is called `<role>`. Unknown names never create anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
+use std::sync::Arc;
 
 use crate::config::Config;
 
@@ -12,9 +15,9 @@ use crate::config::Config;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {
     /// One instance, by instance id.
-    Instance(String),
+    Instance(Arc<str>),
     /// A pool, by pool id; any of its ready replicas may serve.
-    Pool(String),
+    Pool(Arc<str>),
 }
 
 /// A pool of instances that serve the same role.
@@ -38,7 +41,7 @@ pub struct InstanceRef {
 
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
-    names: HashMap<String, (Target, String)>,
+    names: HashMap<String, (Target, Arc<str>)>,
     pub pools: BTreeMap<String, PoolSpec>,
     pub instances: BTreeMap<String, InstanceRef>,
 }
@@ -51,7 +54,7 @@ impl Catalog {
                 c.instances.insert(
                     inst.id.clone(),
                     InstanceRef {
-                        model: m.id.clone(),
+                        model: m.id.to_string(),
                         index,
                         pool: None,
                     },
@@ -69,14 +72,15 @@ impl Catalog {
             } else {
                 Target::Instance(m.id.clone())
             };
-            for name in std::iter::once(&m.id).chain(&m.aliases) {
-                c.names.insert(name.clone(), (target.clone(), m.id.clone()));
+            for name in std::iter::once(&*m.id).chain(m.aliases.iter().map(String::as_str)) {
+                c.names
+                    .insert(name.to_string(), (target.clone(), m.id.clone()));
             }
             if m.instances.len() > 1 {
                 for inst in &m.instances {
                     c.names
                         .entry(inst.id.clone())
-                        .or_insert((Target::Instance(inst.id.clone()), m.id.clone()));
+                        .or_insert((Target::Instance(inst.id.as_str().into()), m.id.clone()));
                 }
             }
         }
@@ -109,7 +113,7 @@ impl Catalog {
                         roles
                             .entry(role.to_string())
                             .or_default()
-                            .push((n, m.id.clone()));
+                            .push((n, m.id.to_string()));
                     }
                 }
             }
@@ -123,14 +127,16 @@ impl Catalog {
             let ids: Vec<String> = members.into_iter().map(|(_, id)| id).collect();
             let model = ids[0].clone();
             self.add_pool(&role, ids, &model);
-            self.names
-                .insert(role.clone(), (Target::Pool(role.clone()), model));
+            self.names.insert(
+                role.clone(),
+                (Target::Pool(role.as_str().into()), model.into()),
+            );
         }
     }
 
     /// The target a requested name means, and the model whose settings apply.
-    pub fn resolve(&self, name: &str) -> Option<(&Target, &str)> {
-        self.names.get(name).map(|(t, m)| (t, m.as_str()))
+    pub fn resolve(&self, name: &str) -> Option<(&Target, &Arc<str>)> {
+        self.names.get(name).map(|(t, m)| (t, m))
     }
 
     /// The model an instance belongs to.

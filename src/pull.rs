@@ -72,7 +72,7 @@ fn select(config: &Config, names: &[String]) -> Result<Vec<Item>, String> {
         let with_source = config.models.values().filter_map(|m| {
             let engine = m.engine.clone()?;
             Some(Item {
-                id: m.id.clone(),
+                id: m.id.to_string(),
                 engine,
             })
         });

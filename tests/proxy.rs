@@ -270,7 +270,8 @@ async fn client_disconnect_reaches_the_engine() {
     h.stop().await;
 }
 
-/// Bodies over the limit get 413 before they are read; oversized headers get 431.
+/// Bodies over the limit get 413 before they are read; oversized headers, or more than 100 of
+/// them, get 431.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn size_limits_give_413_and_431() {
     let opts = corral::Options {
@@ -294,6 +295,14 @@ async fn size_limits_give_413_and_431() {
     )
     .await;
     assert_eq!(resp.status, 431);
+    let names: Vec<String> = (0..101).map(|i| format!("x-h{i}")).collect();
+    let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let models = format!("{}/v1/models", h.url);
+    // the client adds a host header of its own
+    let resp = request("GET", &models, &many[..98], Bytes::new()).await;
+    assert_eq!(resp.status, 200, "99 headers are taken");
+    let resp = request("GET", &models, &many, Bytes::new()).await;
+    assert_eq!(resp.status, 431, "over 100 headers are refused");
     assert_eq!(h.count_events("a", "spawned"), 0);
     h.stop().await;
 }

@@ -22,13 +22,13 @@ fuzz_target!(|data: &[u8]| {
     let mut headers = HeaderMap::new();
     let content_type = CONTENT_TYPES[selector as usize % CONTENT_TYPES.len()];
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    let kind = classify(&headers, body);
-    let _ = model_from_body(&kind, body);
+    let mut kind = classify(&headers, body);
+    let _ = model_from_body(&mut kind, body);
     let text = String::from_utf8_lossy(body);
     let _ = query_param(&text, "model");
-    if let BodyKind::Multipart(boundary) = &kind {
-        if let Some(rewritten) = rewrite_multipart_model(body, boundary, "fuzzed-model") {
-            let (model, _) = model_from_body(&kind, &rewritten);
+    if let BodyKind::Multipart(boundary) = kind.clone() {
+        if let Some(rewritten) = rewrite_multipart_model(body, &boundary, "fuzzed-model") {
+            let (model, _) = model_from_body(&mut kind, &rewritten);
             assert_eq!(
                 model.as_deref(),
                 Some("fuzzed-model"),

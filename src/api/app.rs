@@ -96,7 +96,7 @@ impl App {
         let clients = config
             .models
             .values()
-            .map(|m| (m.id.clone(), client_for(&m.timeouts)))
+            .map(|m| (m.id.to_string(), client_for(&m.timeouts)))
             .collect();
         let peer_clients = config
             .peers

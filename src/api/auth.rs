@@ -96,7 +96,7 @@ fn is_model_route(path: &str) -> bool {
     matches!(path, "/v1/models" | "/models" | "/api/load")
         || path.starts_with("/upstream/")
         || super::inference::model_route(path).is_some()
-        || super::inference::query_route(path)
+        || super::inference::query_route(path).is_some()
 }
 
 /// Routes that change state: a browser on another site must not reach them.

@@ -213,10 +213,20 @@ impl Captures {
         }
     }
 
-    /// Starts the capture of a request from its head.
+    /// A body's declared length, as much of it as a capture keeps.
+    fn declared(&self, headers: &HeaderMap) -> usize {
+        headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .map_or(0, |n| n.min(self.budget))
+    }
+
+    /// Starts the capture of a request from its head, with room for its body when its length is
+    /// declared, so the body is copied without regrowing.
     pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
+        let room = path.len() + headers_size(request_headers) + self.declared(request_headers);
         let mut c = Capture {
-            data: Vec::with_capacity(path.len() + headers_size(request_headers)),
+            data: Vec::with_capacity(room),
             ends: [0; 5],
             req_truncated: false,
             resp_truncated: false,
@@ -232,13 +242,8 @@ impl Captures {
     /// Follows the response: its headers now, its body as it passes (at most the whole budget).
     pub fn record(&self, mut capture: Capture, response_headers: &HeaderMap) -> Recording {
         // room for the body too when its length is declared, so it is copied without regrowing
-        let declared = response_headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            .map_or(0, |n| n.min(self.budget));
-        capture
-            .data
-            .reserve_exact(headers_size(response_headers) + declared);
+        let room = headers_size(response_headers) + self.declared(response_headers);
+        capture.data.reserve_exact(room);
         write_headers(&mut capture.data, response_headers);
         capture.close(RESP_HEADERS);
         Recording { capture }

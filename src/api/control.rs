@@ -34,8 +34,8 @@ pub async fn unload(app: &App, name: &str) -> Result<Response<Body>, Error> {
         .resolve(name)
         .ok_or_else(|| Error::NotFound("model not found".into()))?;
     let ids = match target {
-        Target::Instance(id) => vec![id.clone()],
-        Target::Pool(p) => catalog.pools[p].members.clone(),
+        Target::Instance(id) => vec![id.to_string()],
+        Target::Pool(p) => catalog.pools[&**p].members.clone(),
     };
     app.fleet.unload(Some(&ids)).await;
     Ok(text(StatusCode::OK, "OK"))

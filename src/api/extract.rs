@@ -5,6 +5,7 @@ use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
 
 use super::budget::{BodyBudget, Charge};
+use super::scan;
 use crate::error::Error;
 
 /// Reads a whole request body, refusing more than `limit` bytes (413) and more than the shared
@@ -72,17 +73,9 @@ pub fn content_type(headers: &HeaderMap) -> &str {
 pub fn classify(headers: &HeaderMap, body: &[u8]) -> BodyKind {
     let ct = content_type(headers);
     if ct.contains("application/json") {
-        #[derive(serde::Deserialize)]
-        struct Peek {
-            model: Option<serde_json::Value>,
-            stream: Option<serde_json::Value>,
-        }
-        return match serde_json::from_slice::<Peek>(body) {
-            Ok(p) => BodyKind::Json {
-                model: p.model.and_then(|m| m.as_str().map(String::from)),
-                stream: p.stream.and_then(|s| s.as_bool()).unwrap_or(false),
-            },
-            Err(_) => BodyKind::Other,
+        return match peek_json(body) {
+            Some((model, stream)) => BodyKind::Json { model, stream },
+            None => BodyKind::Other,
         };
     }
     if ct.starts_with("multipart/form-data") {
@@ -96,10 +89,31 @@ pub fn classify(headers: &HeaderMap, body: &[u8]) -> BodyKind {
     BodyKind::Other
 }
 
-/// The `model` named in the body, and whether the client asked for a stream.
-pub fn model_from_body(kind: &BodyKind, body: &[u8]) -> (Option<String>, bool) {
+/// The `model` (when a string) and `stream` (when `true`) members of a body that is one JSON
+/// object; `None` for anything else, or an object that names either twice. Only these two values
+/// are read: like llama-swap, corral leaves the rest of the body to the engine, which answers for
+/// it.
+fn peek_json(body: &[u8]) -> Option<(Option<String>, bool)> {
+    fn once<'a>(slot: &mut Option<&'a [u8]>, value: &'a [u8]) -> Option<()> {
+        slot.replace(value).is_none().then_some(())
+    }
+    let (mut model, mut stream) = (None, None);
+    let end = scan::members(body, |key, value| match key {
+        b"model" => once(&mut model, value),
+        b"stream" => once(&mut stream, value),
+        _ => Some(()),
+    })?;
+    if scan::skip_space(body, end) != body.len() {
+        return None;
+    }
+    Some((model.and_then(scan::string), stream == Some(b"true")))
+}
+
+/// The `model` named in the body, and whether the client asked for a stream. A JSON body's model
+/// is moved out of its kind, which has no more use for it.
+pub fn model_from_body(kind: &mut BodyKind, body: &[u8]) -> (Option<String>, bool) {
     match kind {
-        BodyKind::Json { model, stream } => (model.clone(), *stream),
+        BodyKind::Json { model, stream } => (model.take(), *stream),
         BodyKind::Multipart(b) => {
             let text = |name: &str| {
                 text_field(body, b, name)
@@ -245,7 +259,7 @@ mod tests {
     fn finds_the_model_field_wherever_it_is() {
         for first in [true, false] {
             let (b, body) = multipart(first);
-            let (model, _) = model_from_body(&BodyKind::Multipart(b), &body);
+            let (model, _) = model_from_body(&mut BodyKind::Multipart(b), &body);
             assert_eq!(model.as_deref(), Some("whisper"));
         }
     }
@@ -270,8 +284,32 @@ mod tests {
             header::CONTENT_TYPE,
             "application/json; charset=utf-8".parse().unwrap(),
         );
-        let kind = classify(&h, br#"{"model":"a","stream":true}"#);
-        assert_eq!(model_from_body(&kind, b""), (Some("a".into()), true));
+        let mut kind = classify(&h, br#"{"model":"a","stream":true}"#);
+        assert_eq!(model_from_body(&mut kind, b""), (Some("a".into()), true));
+    }
+
+    #[test]
+    fn a_malformed_member_is_left_to_the_engine() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        let json = |model: Option<&str>, stream| BodyKind::Json {
+            model: model.map(String::from),
+            stream,
+        };
+        let read = |body: &str| classify(&h, body.as_bytes());
+        assert_eq!(
+            read(r#"{"messages":[tru],"model":"a"}"#),
+            json(Some("a"), false)
+        );
+        assert_eq!(read(r#"{"model":7,"stream":"yes"}"#), json(None, false));
+        for refused in [
+            r#"{"model":"a","model":"b"}"#,
+            r#"{"model":"a"} trailing"#,
+            r#"["a"]"#,
+            r#"{"model":"a""#,
+        ] {
+            assert_eq!(read(refused), BodyKind::Other, "{refused}");
+        }
     }
 
     #[test]
@@ -283,3 +321,7 @@ mod tests {
         assert_eq!(query_param("a=1", "model"), None);
     }
 }
+
+#[cfg(test)]
+#[path = "extract_props.rs"]
+mod props;

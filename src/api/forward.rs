@@ -1,6 +1,7 @@
 //! Forwarding a buffered model request: to a local instance (another pool member gets a second
 //! try), or to the least loaded of the peers that serve the model.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -23,16 +24,16 @@ pub async fn forward_local(
     target: &Target,
     parts: http::request::Parts,
     bytes: Bytes,
-    path_and_query: String,
+    path_and_query: Cow<'static, str>,
     remote: SocketAddr,
 ) -> Result<Response<Body>, Error> {
-    let client = &app.clients[&model.id];
+    let client = &app.clients[&*model.id];
     let timeout = model.timeouts.response_header;
     let prompt = prompt_blocks(model, target, &bytes);
     let lease = app.fleet.acquire_for(target, None, prompt.as_ref()).await?;
     let out = |lease: &crate::fleet::Lease, parts: http::request::Parts| Outgoing {
         base: lease.proxy(),
-        path_and_query: &path_and_query,
+        path_and_query: path_and_query.clone(),
         parts,
         body: full(bytes.clone()),
         client_addr: Some(remote.ip()),

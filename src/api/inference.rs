@@ -1,6 +1,7 @@
 //! The model routes: requests whose body (or query) names the model. Each finds its model, starts
 //! it or waits for it, rewrites the body where asked, and forwards it to the instance or peer.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -16,8 +17,8 @@ use crate::catalog::Target;
 use crate::config::ModelConfig;
 use crate::error::Error;
 
-/// POST routes whose JSON (or form) body names the model; the value is the path sent upstream.
-pub fn model_route(path: &str) -> Option<&'static str> {
+/// POST routes whose JSON (or form) body names the model: the route, and the path sent upstream.
+pub fn model_route(path: &str) -> Option<(&'static str, &'static str)> {
     const DIRECT: &[&str] = &[
         "/v1/chat/completions",
         "/v1/responses",
@@ -49,20 +50,22 @@ pub fn model_route(path: &str) -> Option<&'static str> {
         "/v/rerank",
         "/v/reranking",
     ];
+    const AUDIOAPI: &str = "/audioapi/v1/tasks/run";
     if let Some(direct) = DIRECT.iter().find(|p| **p == path) {
-        Some(direct)
+        Some((direct, direct))
     } else if let Some(versionless) = VERSIONLESS.iter().find(|p| **p == path) {
-        Some(&versionless[2..])
-    } else if path == "/audioapi/v1/tasks/run" {
-        Some("/v1/tasks/run")
+        Some((versionless, &versionless[2..]))
+    } else if path == AUDIOAPI {
+        Some((AUDIOAPI, "/v1/tasks/run"))
     } else {
         None
     }
 }
 
-/// GET routes that name the model in the query.
-pub fn query_route(path: &str) -> bool {
-    matches!(path, "/v1/audio/voices" | "/sdapi/v1/loras" | "/props")
+/// GET routes that name the model in the query: the route, sent upstream as it is.
+pub fn query_route(path: &str) -> Option<&'static str> {
+    const QUERY: &[&str] = &["/v1/audio/voices", "/sdapi/v1/loras", "/props"];
+    QUERY.iter().find(|p| **p == path).copied()
 }
 
 /// A model request as read: its head, and for a body-carrying request the buffered body, what kind
@@ -113,7 +116,7 @@ impl Incoming {
             capture.request_body(&bytes);
         }
         incoming.kind = extract::classify(headers, &bytes);
-        (incoming.sent, incoming.streaming) = extract::model_from_body(&incoming.kind, &bytes);
+        (incoming.sent, incoming.streaming) = extract::model_from_body(&mut incoming.kind, &bytes);
         (incoming.bytes, incoming.charge) = (bytes, held);
         Ok(incoming)
     }
@@ -123,7 +126,7 @@ impl Incoming {
 pub async fn dispatch<B>(
     app: &Arc<App>,
     req: Request<B>,
-    upstream_path: &str,
+    upstream_path: &'static str,
     remote: SocketAddr,
     seen: &mut Seen,
 ) -> Result<Response<Body>, Error>
@@ -142,30 +145,32 @@ where
     if let Some(s) = spill {
         seen.hold(Box::new(s));
     }
-    let chosen = chosen_name(app, &route, &name);
-    let path_and_query = match &incoming.query {
-        Some(q) => format!("{upstream_path}?{q}"),
-        None => upstream_path.to_string(),
+    let selected = selected_target(app, &route, &name);
+    let chosen = selected.as_deref().unwrap_or(&name);
+    let path_and_query: Cow<'static, str> = match &incoming.query {
+        Some(q) => format!("{upstream_path}?{q}").into(),
+        None => upstream_path.into(),
     };
     match route {
         routing::Route::Peer { peer, model } => {
-            seen.found(app, &format!("{peer}/{model}"));
+            seen.found(app, format!("{peer}/{model}").into());
             let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
+            let path_and_query = path_and_query.into_owned();
             let result = peers::forward(app, &peer, incoming.parts, bytes, path_and_query, remote);
             result.await
         }
         routing::Route::Peers { owners, model } => {
             let ranked = app.peer_loads.rank(&owners, &model);
-            seen.found(app, &format!("{}/{model}", ranked[0]));
+            seen.found(app, format!("{}/{model}", ranked[0]).into());
             let Incoming {
                 parts, kind, bytes, ..
             } = incoming;
-            let request = (parts, kind, bytes, path_and_query, remote);
+            let request = (parts, kind, bytes, path_and_query.into_owned(), remote);
             forward_to_least_loaded(app, &ranked, &model, request).await
         }
         routing::Route::Local { target, model } => {
-            let model = app.config.models.get(&model).ok_or(Error::UnknownModel)?;
-            seen.found(app, &model.id);
+            let model = app.config.models.get(&*model).ok_or(Error::UnknownModel)?;
+            seen.found(app, model.id.clone());
             let to = Local {
                 model,
                 target,
@@ -179,15 +184,15 @@ where
     }
 }
 
-/// The name the request goes on with: a selector that chose a target hands over that target's id,
-/// since the request names that target from here on; any other name stays.
-fn chosen_name(app: &App, route: &routing::Route, name: &str) -> String {
+/// The target a selector chose, whose id the request goes on with, since it names that target
+/// from here on; `None` for any other name, which stays.
+fn selected_target(app: &App, route: &routing::Route, name: &str) -> Option<Arc<str>> {
     match route {
         routing::Route::Local {
             target: Target::Instance(id) | Target::Pool(id),
             ..
-        } if app.config.selectors.contains_key(name) => id.clone(),
-        _ => name.to_string(),
+        } if app.config.selectors.contains_key(name) => Some(id.clone()),
+        _ => None,
     }
 }
 
@@ -196,10 +201,10 @@ struct Local<'a> {
     model: &'a ModelConfig,
     target: Target,
     /// The name after profiles and selectors: filters are matched against it.
-    chosen: String,
+    chosen: &'a str,
     /// Whether `chosen` differs from what the client sent, so the body must name it instead.
     renamed: bool,
-    path_and_query: String,
+    path_and_query: Cow<'static, str>,
     remote: SocketAddr,
 }
 
@@ -221,7 +226,7 @@ async fn dispatch_local(
         ..
     } = incoming;
     let model = to.model;
-    let bytes = rewrite_local_body(model, &to.chosen, to.renamed, kind, bytes)?;
+    let bytes = rewrite_local_body(model, to.chosen, to.renamed, kind, bytes)?;
     if !get {
         parts
             .headers
@@ -232,7 +237,7 @@ async fn dispatch_local(
         model.send_loading_state && streaming && path_and_query.starts_with("/v1/chat/completions");
     if loading_state && !app.fleet.is_ready(&to.target) {
         seen.hold(Box::new(charge)); // the loading stream holds the body until it sends it
-        let (id, target, remote) = (model.id.clone(), to.target, to.remote);
+        let (id, target, remote) = (model.id.to_string(), to.target, to.remote);
         let stream = loading::stream(
             app.clone(),
             id,

@@ -1,5 +1,6 @@
 //! Requests in flight: listed in the events stream, and cancellable by id.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,8 +12,8 @@ use tokio::sync::broadcast;
 use super::cancel::Cancel;
 
 struct Entry {
-    model: String,
-    path: String,
+    model: Arc<str>,
+    path: Cow<'static, str>,
     method: http::Method,
     remote: std::net::IpAddr,
     started: SystemTime,
@@ -68,16 +69,16 @@ impl Drop for Guard {
 impl Inflight {
     pub fn register(
         self: &Arc<Self>,
-        model: &str,
-        path: &str,
+        model: Arc<str>,
+        path: Cow<'static, str>,
         method: &http::Method,
         remote: std::net::IpAddr,
         cancel: Arc<Cancel>,
     ) -> Guard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let entry = Entry {
-            model: model.into(),
-            path: path.into(),
+            model,
+            path,
             method: method.clone(),
             remote,
             started: SystemTime::now(),
@@ -130,8 +131,8 @@ mod tests {
         let reg = Arc::new(Inflight::default());
         let cancel = Cancel::new();
         let guard = reg.register(
-            "m",
-            "/v1/chat/completions",
+            "m".into(),
+            "/v1/chat/completions".into(),
             &http::Method::POST,
             std::net::Ipv4Addr::LOCALHOST.into(),
             cancel.clone(),

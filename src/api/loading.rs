@@ -27,7 +27,7 @@ pub fn stream(
     target: Target,
     parts: http::request::Parts,
     bytes: Bytes,
-    path_and_query: String,
+    path_and_query: std::borrow::Cow<'static, str>,
     remote: SocketAddr,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(64);

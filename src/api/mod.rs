@@ -29,6 +29,7 @@ mod performance;
 mod reports;
 mod router;
 pub mod routing;
+mod scan;
 mod seen;
 mod state;
 

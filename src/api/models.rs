@@ -107,7 +107,7 @@ impl<'a> Listing<'a> {
     /// The model's own entry, with its lifecycle status and any download in progress.
     fn model_entry(&self, m: &ModelConfig, loaded: bool, ids: &[String]) -> Value {
         let mut r = model_record(m, self.created, loaded, ids);
-        if let Some(st) = self.statuses.get(&m.id) {
+        if let Some(st) = self.statuses.get(&*m.id) {
             r["status"]["lifecycle"] = json!(st.status.as_str());
             if let Some(reason) = &st.reason {
                 r["status"]["reason"] = json!(reason);
@@ -116,7 +116,7 @@ impl<'a> Listing<'a> {
         let download = self
             .snapshot
             .iter()
-            .find(|s| s.model == m.id && s.download.is_some());
+            .find(|s| *s.model == *m.id && s.download.is_some());
         if let Some(d) = download.and_then(|s| s.download.as_ref()) {
             r["status"]["download"] = json!(d);
         }

@@ -70,7 +70,7 @@ where
 async fn to_model<B>(
     app: &Arc<App>,
     req: Request<B>,
-    (target, model_id): (Target, String),
+    (target, model_id): (Target, Arc<str>),
     (segments, n, query): (&[&str], usize, &str),
     remote: SocketAddr,
     seen: &mut Seen,
@@ -79,7 +79,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    seen.found(app, &model_id);
+    seen.found(app, model_id.clone());
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));
     }
@@ -92,7 +92,7 @@ where
     let model = app
         .config
         .models
-        .get(&model_id)
+        .get(&*model_id)
         .ok_or(Error::UnknownModel)?;
     let path = format!("{tail}{query}");
     if proxy::is_upgrade(req.headers()) {
@@ -128,7 +128,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    seen.found(app, &format!("{peer}/{model}"));
+    seen.found(app, format!("{peer}/{model}").into());
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));
     }
@@ -152,7 +152,7 @@ where
     B::Error: Into<BoxError>,
 {
     let req = req.map(|b| b.map_err(Into::into).boxed());
-    let client = &app.clients[&model.id];
+    let client = &app.clients[&*model.id];
     if model.ignore_websockets {
         // these never load, queue or count: they reach the model only while it is up
         let Some(base) = app.fleet.ready_proxy(target) else {
@@ -186,12 +186,12 @@ where
     let body = body.map_err(Into::into).boxed();
     let out = Outgoing {
         base: lease.proxy(),
-        path_and_query,
+        path_and_query: path_and_query.to_string().into(),
         parts,
         body,
         client_addr: Some(remote.ip()),
     };
-    let client = &app.clients[&model.id];
+    let client = &app.clients[&*model.id];
     proxy::forward(client, out, model.timeouts.response_header, lease).await
 }
 

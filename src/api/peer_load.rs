@@ -172,7 +172,7 @@ async fn read(reading: &Reading) -> Result<BTreeMap<String, u64>, Unreachable> {
     let (parts, ()) = req.body(()).map_err(|_| Unreachable)?.into_parts();
     let out = crate::proxy::Outgoing {
         base: reading.base.clone(),
-        path_and_query: "/api/load",
+        path_and_query: "/api/load".into(),
         parts,
         body: crate::body::empty(),
         client_addr: None,

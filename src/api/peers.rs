@@ -53,7 +53,7 @@ pub async fn forward_body(
     let base = peer.proxy.trim_end_matches('/').to_string();
     let out = Outgoing {
         base: base.into(),
-        path_and_query,
+        path_and_query: path_and_query.to_string().into(),
         parts,
         body,
         client_addr: Some(remote.ip()),

@@ -7,10 +7,11 @@
 //! a sample per tick, so serving the route costs a copy of the rings and nothing else. The tick
 //! reads the config in force, so a reload that changes `performance` applies at the next tick.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use foldhash::HashMap;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -272,7 +273,7 @@ mod tests {
     fn models_get_a_ring_when_busy_and_lose_it_after_an_idle_window() {
         let mut s = Series::default();
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let mut counts = HashMap::new();
+        let mut counts = HashMap::default();
         counts.insert(
             Arc::from("m"),
             Counts {
@@ -290,7 +291,7 @@ mod tests {
             &mut s,
             later,
             Duration::from_secs(5),
-            HashMap::new(),
+            HashMap::default(),
             &BTreeMap::new(),
         );
         assert_eq!(s.models["m"].len(), 2, "an idle sample follows a busy one");

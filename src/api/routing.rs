@@ -15,7 +15,7 @@ use crate::fleet::{Fleet, PhaseName};
 pub enum Route {
     Local {
         target: Target,
-        model: String,
+        model: Arc<str>,
     },
     Peer {
         peer: String,
@@ -115,7 +115,7 @@ pub fn resolve_plain(config: &Config, catalog: &Catalog, name: &str) -> Result<R
     if let Some((target, model)) = catalog.resolve(name) {
         return Ok(Route::Local {
             target: target.clone(),
-            model: model.to_string(),
+            model: model.clone(),
         });
     }
     if let Some((peer, model)) = name.split_once('/') {

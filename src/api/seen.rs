@@ -1,6 +1,7 @@
 //! A model request's record: what it learns on its way (its model, its place in the in-flight
 //! list, its capture), and on its end the metrics and activity entry it leaves.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,12 +17,13 @@ use crate::error::Error;
 
 /// What a model request learns on its way: its model, and its place in the in-flight list.
 pub struct Seen {
-    model: Option<String>,
+    model: Option<Arc<str>>,
     holds: Vec<Box<dyn Send + Sync>>,
     guard: Option<inflight::Guard>,
     pub(super) cancel: Arc<Cancel>,
     method: Method,
-    path: String,
+    /// The request's path: one of the model routes' own, or a passthrough path as sent.
+    path: Cow<'static, str>,
     remote: SocketAddr,
     /// Its request, when captures are on.
     pub(super) capture: Option<captures::Capture>,
@@ -31,7 +33,7 @@ impl Seen {
     pub(super) fn new(
         app: &App,
         method: &Method,
-        path: &str,
+        path: Cow<'static, str>,
         headers: &http::HeaderMap,
         remote: SocketAddr,
     ) -> Seen {
@@ -39,14 +41,14 @@ impl Seen {
             .activity
             .captures
             .as_ref()
-            .map(|c| c.begin(path, headers));
+            .map(|c| c.begin(&path, headers));
         Seen {
             model: None,
             holds: Vec::new(),
             guard: None,
             cancel: Cancel::new(),
             method: method.clone(),
-            path: path.to_string(),
+            path,
             remote,
             capture,
         }
@@ -58,27 +60,27 @@ impl Seen {
     }
 
     /// The model is known: list the request as in flight.
-    pub(super) fn found(&mut self, app: &App, model: &str) {
-        self.model = Some(model.to_string());
+    pub(super) fn found(&mut self, app: &App, model: Arc<str>) {
         self.guard = Some(app.inflight.register(
-            model,
-            &self.path,
+            model.clone(),
+            self.path.clone(),
             &self.method,
             self.remote.ip(),
             self.cancel.clone(),
         ));
+        self.model = Some(model);
     }
 }
 
 /// Records a model request: per model when the model is known, else as unknown.
 pub(super) fn metered(
     app: &Arc<App>,
-    route: &str,
+    route: &'static str,
     started: Instant,
-    seen: Seen,
+    mut seen: Seen,
     result: Result<Response<Body>, Error>,
 ) -> Result<Response<Body>, Error> {
-    let Some(model) = seen.model.clone() else {
+    let Some(model) = seen.model.take() else {
         if matches!(result, Err(Error::NoModel | Error::UnknownModel)) {
             app.metrics.requests.unknown_model.inc();
         }
@@ -90,7 +92,7 @@ pub(super) fn metered(
     };
     let labels = meter::Labels {
         model,
-        route: route.to_string(),
+        route,
         status: meter::status_class(status),
     };
     match result {

@@ -29,7 +29,7 @@ fn models(app: &App) -> Vec<Value> {
         .models
         .values()
         .map(|m| {
-            let status = statuses.get(&m.id);
+            let status = statuses.get(&*m.id);
             json!({
                 "status": status.map(|s| s.status.as_str()),
                 "reason": status.and_then(|s| s.reason.clone()),

@@ -341,7 +341,7 @@ impl Default for PoolSettings {
 /// One `models.<id>` entry.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
-    pub id: String,
+    pub id: std::sync::Arc<str>,
     /// The engine and source it is served from, when named instead of a `cmd`.
     pub engine: Option<Arc<engine::EngineModel>>,
     /// The processes this model runs: one, or one per replica.
@@ -480,7 +480,7 @@ impl Config {
         self.models
             .values()
             .find(|m| m.aliases.iter().any(|a| a == name))
-            .map(|m| m.id.as_str())
+            .map(|m| &*m.id)
     }
 
     /// The group a model belongs to (every model has one).

@@ -61,7 +61,8 @@ impl Fleet {
     /// A place among the requests waiting for swaps, ranked by `fifo.priority`, then arrival.
     pub(super) fn take_turn(&self, st: &mut State, id: &str) -> Turn {
         let priority = st.instances.get(id).map_or(0, |i| {
-            let names = std::iter::once(&i.model.id).chain(i.model.aliases.iter());
+            let names =
+                std::iter::once(&*i.model.id).chain(i.model.aliases.iter().map(String::as_str));
             names
                 .filter_map(|n| st.config.fifo_priority.get(n))
                 .copied()

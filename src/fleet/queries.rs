@@ -35,10 +35,10 @@ impl Fleet {
     pub fn is_ready(&self, target: &Target) -> bool {
         let st = self.inner.lock();
         match target {
-            Target::Instance(id) => st.instances.get(id).is_some_and(|i| i.phase.is_ready()),
+            Target::Instance(id) => st.instances.get(&**id).is_some_and(|i| i.phase.is_ready()),
             Target::Pool(p) => st
                 .pools
-                .get(p)
+                .get(&**p)
                 .is_some_and(|p| p.members.iter().any(|m| st.instances[m].phase.is_ready())),
         }
     }
@@ -46,9 +46,15 @@ impl Fleet {
     /// The base URL of a ready instance of the target, if there is one.
     pub fn ready_proxy(&self, target: &Target) -> Option<String> {
         let st = self.inner.lock();
-        let members: Vec<&String> = match target {
+        let members: Vec<&str> = match target {
             Target::Instance(id) => vec![id],
-            Target::Pool(p) => st.pools.get(p)?.members.iter().collect(),
+            Target::Pool(p) => st
+                .pools
+                .get(&**p)?
+                .members
+                .iter()
+                .map(String::as_str)
+                .collect(),
         };
         members
             .into_iter()
@@ -97,7 +103,7 @@ impl Inner {
             .pools
             .values()
             .map(|p| {
-                let model = st.instances[&p.members[0]].model.id.clone();
+                let model = st.instances[&p.members[0]].model.id.to_string();
                 (model, p.queue.len())
             })
             .collect();

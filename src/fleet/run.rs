@@ -37,7 +37,7 @@ pub(crate) async fn run(
     let (model, engine) = {
         let st = inner.lock();
         let found = st.instances.get(&spec.id);
-        let model = found.map_or_else(|| spec.id.clone(), |i| i.model.id.clone());
+        let model = found.map_or_else(|| spec.id.clone(), |i| i.model.id.to_string());
         (model, found.and_then(|i| i.model.engine.clone()))
     };
     let kind = engine.as_ref().map_or(EngineKind::LlamaCpp, |e| e.kind);

@@ -83,7 +83,7 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
         .values()
         .map(|i| Snapshot {
             instance: i.id.clone(),
-            model: i.model.id.clone(),
+            model: i.model.id.to_string(),
             pool: i.pool.clone(),
             state: i.phase.name(),
             in_flight: i.in_flight,
@@ -118,7 +118,7 @@ impl Fleet {
         let st = self.inner.lock();
         st.instances
             .values()
-            .filter(|i| i.model.id == model)
+            .filter(|i| *i.model.id == *model)
             .find_map(|i| i.phase.download().cloned())
     }
 }

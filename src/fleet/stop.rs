@@ -14,7 +14,11 @@ impl Fleet {
             let targets: Vec<String> = st
                 .instances
                 .values()
-                .filter(|i| models.is_none_or(|ms| ms.contains(&i.model.id) || ms.contains(&i.id)))
+                .filter(|i| {
+                    models.is_none_or(|ms| {
+                        ms.iter().any(|m| **m == *i.model.id) || ms.contains(&i.id)
+                    })
+                })
                 .map(|i| i.id.clone())
                 .collect();
             for id in &targets {

@@ -2,7 +2,7 @@
 //! tokens. A request resolves its series once, from a cache: a label lookup hashes every label
 //! value and takes the family's lock, and a request used to make five of them.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, Registry};

@@ -6,6 +6,7 @@
 //! task that could outlive the client.
 pub(crate) mod upstream;
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -21,16 +22,22 @@ use crate::body::{Body, BoxError};
 use crate::error::Error;
 use upstream::{Origin, Upstream};
 
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
+/// Names compared as header names, not as text: most are standard ones, which compare by tag
+/// (a name compared with a `&str` is spelled out first, for every header of every request).
+static HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HOST,
 ];
+
+/// Header names corral adds, made once (a name inserted as text is copied on every insert).
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.iter().any(|h| name == h)
@@ -54,9 +61,10 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// What to send upstream.
-pub struct Outgoing<'a> {
+pub struct Outgoing {
     pub base: Arc<str>,
-    pub path_and_query: &'a str,
+    /// Shared, not copied, into the request line when it is one of corral's own paths.
+    pub path_and_query: Cow<'static, str>,
     pub parts: http::request::Parts,
     pub body: Body,
     pub client_addr: Option<std::net::IpAddr>,
@@ -68,48 +76,62 @@ struct Destination {
     uri: http::Uri,
 }
 
-/// Appends `ip` as text, without the formatting machinery in the usual IPv4 case (it runs for
-/// every request).
-fn write_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+/// The longest text of an IP address (IPv6 with an IPv4 tail).
+const IP_TEXT_MAX: usize = 45;
+
+/// `ip` as text, written into `buf` without the formatting machinery in the usual IPv4 case (it
+/// runs for every request).
+fn write_ip(buf: &mut [u8; IP_TEXT_MAX], ip: std::net::IpAddr) -> &[u8] {
     let std::net::IpAddr::V4(v4) = ip else {
         use std::io::Write;
+        let mut out = std::io::Cursor::new(&mut buf[..]);
         let _ = write!(out, "{ip}");
-        return;
+        let len = out.position() as usize;
+        return &buf[..len];
+    };
+    let mut len = 0;
+    let mut push = |b: u8| {
+        buf[len] = b;
+        len += 1;
     };
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            out.push(b'.');
+            push(b'.');
         }
         if octet >= 100 {
-            out.push(b'0' + octet / 100);
+            push(b'0' + octet / 100);
         }
         if octet >= 10 {
-            out.push(b'0' + octet / 10 % 10);
+            push(b'0' + octet / 10 % 10);
         }
-        out.push(b'0' + octet % 10);
+        push(b'0' + octet % 10);
     }
+    &buf[..len]
 }
 
 /// `base` (parsed once per upstream) + `path_and_query`.
 fn destination(
     upstream: &Upstream,
     base: &str,
-    path_and_query: &str,
+    path_and_query: Cow<'static, str>,
 ) -> Result<Destination, Error> {
     let origin = upstream.origin(base)?;
-    let uri = if origin.prefix.is_empty() {
-        http::Uri::try_from(path_and_query)
-    } else {
-        http::Uri::try_from(format!("{}{path_and_query}", origin.prefix))
-    }
-    .map_err(|e| Error::Internal(format!("bad upstream path {path_and_query:?}: {e}")))?;
+    let line = match path_and_query {
+        path if !origin.prefix.is_empty() => Bytes::from(format!("{}{path}", origin.prefix)),
+        Cow::Borrowed(path) => Bytes::from_static(path.as_bytes()),
+        Cow::Owned(path) => Bytes::from(path),
+    };
+    let uri = http::Uri::from_maybe_shared(line.clone()).map_err(|e| {
+        let line = String::from_utf8_lossy(&line);
+        Error::Internal(format!("bad upstream path {line:?}: {e}"))
+    })?;
     Ok(Destination { origin, uri })
 }
 
 /// Sends the request and returns the upstream's response with `guard` riding in its body.
 pub async fn forward<G: Send + Sync + Unpin + 'static>(
     upstream: &Arc<Upstream>,
-    out: Outgoing<'_>,
+    out: Outgoing,
     response_header_timeout: Option<Duration>,
     guard: G,
 ) -> Result<Response<Body>, Error> {
@@ -117,15 +139,14 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
     let mut parts = out.parts;
     strip_hop_by_hop(&mut parts.headers);
     if let Some(ip) = out.client_addr {
-        let prior = parts.headers.get("x-forwarded-for");
-        let mut value = Vec::with_capacity(prior.map_or(0, |p| p.len() + 2) + 15);
-        if let Some(prior) = prior {
-            value.extend_from_slice(prior.as_bytes());
-            value.extend_from_slice(b", ");
-        }
-        write_ip(&mut value, ip);
-        if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
-            parts.headers.insert("x-forwarded-for", v);
+        let mut buf = [0; IP_TEXT_MAX];
+        let ip = write_ip(&mut buf, ip);
+        let value = match parts.headers.get(&X_FORWARDED_FOR) {
+            Some(prior) => HeaderValue::from_bytes(&[prior.as_bytes(), b", ", ip].concat()),
+            None => HeaderValue::from_bytes(ip),
+        };
+        if let Ok(v) = value {
+            parts.headers.insert(X_FORWARDED_FOR.clone(), v);
         }
     }
     parts.headers.insert(header::HOST, to.origin.host.clone());
@@ -150,7 +171,7 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
     if is_sse {
         parts
             .headers
-            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+            .insert(X_ACCEL_BUFFERING.clone(), HeaderValue::from_static("no"));
     }
     let body = GuardedBody {
         inner: body,
@@ -181,7 +202,7 @@ pub async fn forward_upgrade<G: Send + 'static>(
     mut client_req: Request<Body>,
     guard: G,
 ) -> Result<Response<Body>, Error> {
-    let to = destination(upstream, base, path_and_query)?;
+    let to = destination(upstream, base, path_and_query.to_string().into())?;
     let client_upgrade = hyper::upgrade::on(&mut client_req);
     let (mut parts, _) = client_req.into_parts();
     parts.headers.insert(header::HOST, to.origin.host.clone());
@@ -257,11 +278,11 @@ mod tests {
             "9.99.199.1",
             "::1",
             "fe80::1:2",
+            "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
         ] {
             let ip: std::net::IpAddr = ip.parse().unwrap();
-            let mut out = b"x".to_vec();
-            write_ip(&mut out, ip);
-            assert_eq!(out, format!("x{ip}").into_bytes());
+            let mut buf = [0; IP_TEXT_MAX];
+            assert_eq!(write_ip(&mut buf, ip), ip.to_string().as_bytes());
         }
     }
 
@@ -280,7 +301,7 @@ mod tests {
                 d.uri.to_string(),
             )
         };
-        let d = destination(&upstream, "http://127.0.0.1:8080", "/v1/models?x=1").unwrap();
+        let d = destination(&upstream, "http://127.0.0.1:8080", "/v1/models?x=1".into()).unwrap();
         assert_eq!(
             show(d),
             (
@@ -289,7 +310,12 @@ mod tests {
                 "/v1/models?x=1".into()
             )
         );
-        let d = destination(&upstream, "http://peer.local/api/", "/v1/chat/completions").unwrap();
+        let d = destination(
+            &upstream,
+            "http://peer.local/api/",
+            "/v1/chat/completions".into(),
+        )
+        .unwrap();
         assert_eq!(
             show(d),
             (
@@ -298,7 +324,12 @@ mod tests {
                 "/api/v1/chat/completions".into()
             )
         );
-        let d = destination(&upstream, "https://api.example.com/v1", "/chat/completions").unwrap();
+        let d = destination(
+            &upstream,
+            "https://api.example.com/v1",
+            "/chat/completions".into(),
+        )
+        .unwrap();
         assert_eq!(
             show(d),
             (
@@ -308,11 +339,11 @@ mod tests {
             )
         );
         assert!(matches!(
-            destination(&upstream, "ftp://peer", "/x"),
+            destination(&upstream, "ftp://peer", "/x".into()),
             Err(Error::Upstream(_))
         ));
-        assert!(destination(&upstream, "http://bad host", "/x").is_err());
-        assert!(destination(&upstream, "http://user:pw@host:1", "/x").is_err());
+        assert!(destination(&upstream, "http://bad host", "/x".into()).is_err());
+        assert!(destination(&upstream, "http://user:pw@host:1", "/x".into()).is_err());
     }
 
     #[test]

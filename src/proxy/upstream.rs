@@ -7,7 +7,6 @@
 //! request to the same address; one dropped before its end is closed, so the engine sees the
 //! client leave at once.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +15,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use foldhash::HashMap;
 use http::{Request, Response};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -263,8 +263,8 @@ impl Upstream {
     pub fn new(settings: Settings) -> Arc<Upstream> {
         let upstream = Arc::new(Upstream {
             settings,
-            idle: Mutex::new(HashMap::new()),
-            origins: Mutex::new(HashMap::new()),
+            idle: Mutex::default(),
+            origins: Mutex::default(),
         });
         ALL.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -370,11 +370,11 @@ impl Upstream {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle
-            .entry(conn.home)
-            .or_default()
-            .entry(conn.address.clone())
-            .or_default();
+        let lists = idle.entry(conn.home).or_default();
+        if !lists.contains_key(&conn.address) {
+            lists.insert(conn.address.clone(), Vec::new());
+        }
+        let list = lists.get_mut(&conn.address).expect("inserted above");
         let expired = list
             .iter()
             .take_while(|i| i.since.elapsed() > self.settings.idle)

@@ -3,11 +3,12 @@
 //! With `store.path` every row is also written to SQLite (`store`) and the newest rows are
 //! read back at start; with `captureBuffer` the bodies of recent requests are kept beside it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use foldhash::HashSet;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
@@ -52,8 +53,8 @@ pub fn content_type(value: &str) -> std::borrow::Cow<'static, str> {
 
 /// What a finished request leaves in the log (the id and time are added).
 pub struct Entry {
-    pub model: String,
-    pub req_path: String,
+    pub model: Arc<str>,
+    pub req_path: std::borrow::Cow<'static, str>,
     pub status: u16,
     pub content_type: std::borrow::Cow<'static, str>,
     pub tokens: Option<Tokens>,
@@ -84,20 +85,20 @@ pub struct Activity {
 /// the system.
 struct Rows {
     rows: VecDeque<Row>,
-    names: HashMap<String, Arc<str>>,
+    names: HashSet<Arc<str>>,
 }
 
 /// Distinct model names and paths kept for sharing; beyond it, rows get their own copies.
 const SHARED_NAMES: usize = 512;
 
 impl Rows {
-    fn shared(&mut self, name: String) -> Arc<str> {
-        if let Some(shared) = self.names.get(&name) {
+    fn shared(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(name) {
             return shared.clone();
         }
-        let shared: Arc<str> = Arc::from(name.as_str());
+        let shared: Arc<str> = Arc::from(name);
         if self.names.len() < SHARED_NAMES {
-            self.names.insert(name, shared.clone());
+            self.names.insert(shared.clone());
         }
         shared
     }
@@ -113,7 +114,7 @@ impl Activity {
         Activity {
             rows: Mutex::new(Rows {
                 rows: VecDeque::with_capacity(max),
-                names: HashMap::new(),
+                names: HashSet::default(),
             }),
             next: AtomicU64::new(1),
             max,
@@ -144,8 +145,8 @@ impl Activity {
     fn restore(&self, saved: Vec<Row>, next_id: u64) {
         let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
         for mut row in saved.into_iter().rev().take(self.max).rev() {
-            row.model = rows.shared(row.model.to_string());
-            row.req_path = rows.shared(row.req_path.to_string());
+            row.model = rows.shared(&row.model);
+            row.req_path = rows.shared(&row.req_path);
             rows.rows.push_back(row);
         }
         self.next.store(next_id.max(1), Ordering::Relaxed);
@@ -163,8 +164,8 @@ impl Activity {
             let row = Row {
                 id,
                 time: SystemTime::now(),
-                model: rows.shared(e.model),
-                req_path: rows.shared(e.req_path),
+                model: rows.shared(&e.model),
+                req_path: rows.shared(&e.req_path),
                 status: e.status,
                 content_type: e.content_type,
                 tokens: e.tokens,

@@ -2,6 +2,7 @@
 //! passed through for `/upstream/<model>/...`) so an operator can cancel it, then metered under its
 //! route (all of `/upstream` is one route).
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -76,10 +77,10 @@ where
 enum ModelCall {
     /// `/upstream/<rest>`: passed through as sent.
     Passthrough,
-    /// A model route, sent upstream to this path.
-    Dispatch(&'static str),
-    /// A model query, sent upstream to its own path.
-    Query,
+    /// A model route, and the path it is sent upstream to.
+    Dispatch(&'static str, &'static str),
+    /// A model query route, sent upstream as it is.
+    Query(&'static str),
 }
 
 const UPSTREAM: &str = "/upstream/";
@@ -90,12 +91,13 @@ fn model_call(method: &Method, path: &str) -> Option<ModelCall> {
         return Some(ModelCall::Passthrough);
     }
     if method == Method::POST {
-        if let Some(upstream_path) = inference::model_route(path) {
-            return Some(ModelCall::Dispatch(upstream_path));
+        if let Some((route, upstream_path)) = inference::model_route(path) {
+            return Some(ModelCall::Dispatch(route, upstream_path));
         }
     }
     let read = method == Method::GET || method == Method::HEAD;
-    (read && inference::query_route(path)).then_some(ModelCall::Query)
+    let query = read.then(|| inference::query_route(path)).flatten();
+    query.map(ModelCall::Query)
 }
 
 async fn model_request<B>(
@@ -109,26 +111,29 @@ where
     B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
 {
     // the request moves on; its route is kept for the metrics
-    let path = req.uri().path().to_string();
-    let mut seen = Seen::new(app, req.method(), &path, req.headers(), remote);
+    let (route, path): (_, Cow<'static, str>) = match call {
+        ModelCall::Passthrough => ("/upstream", req.uri().path().to_string().into()),
+        ModelCall::Dispatch(route, _) | ModelCall::Query(route) => (route, route.into()),
+    };
+    let mut seen = Seen::new(app, req.method(), path, req.headers(), remote);
     let started = std::time::Instant::now();
     let cancel = seen.cancel.clone();
-    let (label, result) = match call {
+    let result = match call {
         ModelCall::Passthrough => {
-            let rest = path[UPSTREAM.len()..].to_string();
+            let rest = req.uri().path()[UPSTREAM.len()..].to_string();
             let work = passthrough::upstream_passthrough(app, req, rest, remote, &mut seen);
-            ("/upstream", Cancellable::new(&cancel, work).await)
+            Cancellable::new(&cancel, work).await
         }
-        ModelCall::Dispatch(upstream_path) => {
+        ModelCall::Dispatch(_, upstream_path) => {
             let work = inference::dispatch(app, req, upstream_path, remote, &mut seen);
-            (path.as_str(), Cancellable::new(&cancel, work).await)
+            Cancellable::new(&cancel, work).await
         }
-        ModelCall::Query => {
-            let work = inference::dispatch(app, req, &path, remote, &mut seen);
-            (path.as_str(), Cancellable::new(&cancel, work).await)
+        ModelCall::Query(route) => {
+            let work = inference::dispatch(app, req, route, remote, &mut seen);
+            Cancellable::new(&cancel, work).await
         }
     };
-    metered(app, label, started, seen, result)
+    metered(app, route, started, seen, result)
 }
 
 #[cfg(test)]
@@ -162,13 +167,23 @@ mod tests {
         let (get, post) = (Method::GET, Method::POST);
         assert!(matches!(
             model_call(&post, "/v1/chat/completions"),
-            Some(ModelCall::Dispatch("/v1/chat/completions"))
+            Some(ModelCall::Dispatch(
+                "/v1/chat/completions",
+                "/v1/chat/completions"
+            ))
         ));
         assert!(matches!(
             model_call(&get, "/upstream/m/props"),
             Some(ModelCall::Passthrough)
         ));
-        assert!(matches!(model_call(&get, "/props"), Some(ModelCall::Query)));
+        assert!(matches!(
+            model_call(&post, "/v/embeddings"),
+            Some(ModelCall::Dispatch("/v/embeddings", "/embeddings"))
+        ));
+        assert!(matches!(
+            model_call(&get, "/props"),
+            Some(ModelCall::Query("/props"))
+        ));
         assert!(model_call(&get, "/v1/chat/completions").is_none());
         assert!(model_call(&post, "/props").is_none());
         assert!(model_call(&get, "/upstream").is_none());

@@ -4,7 +4,6 @@
 //! once, when its body ends.
 
 mod idle;
-mod scan;
 mod tokens;
 pub(crate) mod usage;
 
@@ -25,8 +24,9 @@ use usage::UsageTap;
 /// Which request this is, for the labels.
 #[derive(Clone)]
 pub struct Labels {
-    pub model: String,
-    pub route: String,
+    pub model: Arc<str>,
+    /// The route as the client named it: one of the model routes, or `/upstream`.
+    pub route: &'static str,
     pub status: &'static str,
 }
 
@@ -36,7 +36,7 @@ impl Labels {
     fn series(&self, metrics: &Metrics) -> Arc<RequestSeries> {
         metrics
             .requests
-            .series(&self.model, &self.route, self.status)
+            .series(&self.model, self.route, self.status)
     }
 }
 
@@ -71,7 +71,7 @@ pub struct Metered {
 
 struct ActivityRecord {
     log: Arc<super::activity::Activity>,
-    req_path: String,
+    req_path: std::borrow::Cow<'static, str>,
     status: u16,
     content_type: std::borrow::Cow<'static, str>,
 }
@@ -112,7 +112,7 @@ impl Metered {
     pub fn logged_in(
         mut self,
         log: Arc<super::activity::Activity>,
-        req_path: String,
+        req_path: std::borrow::Cow<'static, str>,
         status: http::StatusCode,
         content_type: &str,
     ) -> Self {
@@ -193,8 +193,7 @@ impl Metered {
         if let Some(a) = self.activity.take() {
             let error = error.or_else(|| failed.then(|| reason(a.status)));
             a.log.record(super::activity::Entry {
-                // the last use of the labels: metrics are recorded above
-                model: std::mem::take(&mut self.labels.model),
+                model: self.labels.model.clone(),
                 req_path: a.req_path,
                 status: a.status,
                 content_type: a.content_type,

@@ -1,11 +1,11 @@
 //! Token counts from an answer's `usage` (OpenAI, Anthropic) or `timings` (llama.cpp) value, found
-//! by its key and read member by member ([`super::scan`]): nothing else of the answer is parsed.
+//! by its key and read member by member ([`crate::api::scan`]): nothing else of the answer is parsed.
 
 use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 
-use super::scan::{self, count, float};
+use crate::api::scan::{self, count, float};
 
 /// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`, and what else
 /// they tell (for the activity log).

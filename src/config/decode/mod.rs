@@ -122,7 +122,7 @@ fn register_aliases(
             .filters
             .set_params_by_id
             .keys()
-            .filter(|k| **k != model.id && !model.aliases.contains(k))
+            .filter(|k| **k != *model.id && !model.aliases.contains(k))
             .cloned()
             .collect();
         model.aliases.extend(extra);
@@ -134,8 +134,8 @@ fn register_aliases(
             if ids.contains(alias) {
                 return Err(err(format!("alias {alias:?} is also a model id")));
             }
-            if let Some(other) = owner.insert(alias.clone(), model.id.clone()) {
-                if other != model.id {
+            if let Some(other) = owner.insert(alias.clone(), model.id.to_string()) {
+                if *other != *model.id {
                     return Err(err(format!(
                         "alias {alias:?} is also used by model {other:?}"
                     )));

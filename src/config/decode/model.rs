@@ -50,7 +50,7 @@ pub(super) fn decode_model(
         load_timeout,
         instances,
         pool,
-        id: id.to_string(),
+        id: id.into(),
         argv: launch.argv,
         cmd_stop: launch.cmd_stop,
         proxy: launch.proxy,

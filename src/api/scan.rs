@@ -1,22 +1,24 @@
-//! The members of a small JSON object, found without building it: each key as written between its
-//! quotes and each value's raw text. Token counts are read this way from every answer, where serde
-//! spent more on validating and matching the keys of `usage` and `timings` than on anything else.
-//! Values are skipped by their brackets and quotes alone, so malformed JSON inside a value that is
-//! not read goes unnoticed; the values that are read are parsed strictly by their readers.
+//! The members of a JSON object, found without building it: each key as written between its
+//! quotes and each value's raw text. Token counts are read this way from every answer, and the
+//! model and stream flag from every JSON request, where serde spent more on validating and
+//! matching keys than on anything else. Values are skipped by their brackets and quotes alone, so
+//! malformed JSON inside a value that is not read goes unnoticed (the engine reads it, and
+//! answers for it); the values that are read are parsed strictly by their readers.
 
 /// Calls `member` with each key and value of the object that `text` starts with (after
-/// whitespace), in order; `None` when it is not a complete object or `member` says so.
+/// whitespace), in order, and gives where the object ends (past its `}`); `None` when it is not
+/// a complete object or `member` says so.
 pub fn members<'a>(
     text: &'a [u8],
     mut member: impl FnMut(&'a [u8], &'a [u8]) -> Option<()>,
-) -> Option<()> {
+) -> Option<usize> {
     let mut at = skip_space(text, 0);
     if text.get(at) != Some(&b'{') {
         return None;
     }
     at = skip_space(text, at + 1);
     if text.get(at) == Some(&b'}') {
-        return Some(());
+        return Some(at + 1);
     }
     loop {
         let key_end = string_end(text, at)?;
@@ -31,13 +33,13 @@ pub fn members<'a>(
         at = skip_space(text, end);
         match text.get(at)? {
             b',' => at = skip_space(text, at + 1),
-            b'}' => return Some(()),
+            b'}' => return Some(at + 1),
             _ => return None,
         }
     }
 }
 
-fn skip_space(text: &[u8], mut at: usize) -> usize {
+pub fn skip_space(text: &[u8], mut at: usize) -> usize {
     while text.get(at).is_some_and(u8::is_ascii_whitespace) {
         at += 1;
     }
@@ -92,6 +94,15 @@ fn value_end(text: &[u8], at: usize) -> Option<usize> {
             (len > 0).then_some(at + len)
         }
     }
+}
+
+/// A JSON string's text, unescaped; `None` for any other value.
+pub fn string(value: &[u8]) -> Option<String> {
+    let inner = value.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.contains(&b'\\') {
+        return serde_json::from_slice(value).ok();
+    }
+    String::from_utf8(inner.to_vec()).ok()
 }
 
 /// A JSON number as a count: `None` for `null`, `Err` for anything else that is not one.
