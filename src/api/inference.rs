@@ -228,9 +228,7 @@ async fn dispatch_local(
     let model = to.model;
     let bytes = rewrite_local_body(model, to.chosen, to.renamed, kind, bytes)?;
     if !get {
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        declare_length(&mut parts.headers, bytes.len());
     }
     let path_and_query = to.path_and_query;
     let loading_state =
@@ -253,6 +251,15 @@ async fn dispatch_local(
     let result = forward_local(app, model, target, parts, bytes, path_and_query, remote).await;
     drop(charge);
     result
+}
+
+/// Sets `content-length` to the body's length, unless it already says so (a body sent as it came):
+/// a new value is an allocation.
+fn declare_length(headers: &mut http::HeaderMap, len: usize) {
+    let declared = headers.get(header::CONTENT_LENGTH);
+    if declared.and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) != Some(len) {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
 }
 
 /// A JSON body names the chosen model where it was renamed, and gets the model's filters; a form
@@ -283,4 +290,22 @@ fn rewrite_local_body(
         },
         _ => bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_length_is_declared_as_the_body_goes() {
+        let length = |h: &http::HeaderMap| h[header::CONTENT_LENGTH].to_str().unwrap().to_string();
+        let mut headers = http::HeaderMap::new();
+        declare_length(&mut headers, 12);
+        assert_eq!(length(&headers), "12", "added when missing");
+        declare_length(&mut headers, 7);
+        assert_eq!(length(&headers), "7", "replaced when the body changed");
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static(" 7"));
+        declare_length(&mut headers, 7);
+        assert_eq!(length(&headers), "7", "an unreadable value is replaced");
+    }
 }
