@@ -31,18 +31,25 @@ pub async fn forward_local(
     let timeout = model.timeouts.response_header;
     let prompt = prompt_blocks(model, target, &bytes);
     let lease = app.fleet.acquire_for(target, None, prompt.as_ref()).await?;
-    let out = |lease: &crate::fleet::Lease, parts: http::request::Parts| Outgoing {
+    // the request itself goes to the last try; an earlier one gets copies (a shared body's first
+    // copy is an allocation)
+    let out = |lease: &crate::fleet::Lease, parts, path_and_query, bytes| Outgoing {
         base: lease.proxy(),
-        path_and_query: path_and_query.clone(),
+        path_and_query,
         parts,
-        body: full(bytes.clone()),
+        body: full(bytes),
         client_addr: Some(remote.ip()),
     };
     if !matches!(target, Target::Pool(_)) {
-        let req = out(&lease, parts);
+        let req = out(&lease, parts, path_and_query, bytes);
         return proxy::forward(client, req, timeout, lease).await;
     }
-    let first = out(&lease, clone_parts(&parts));
+    let first = out(
+        &lease,
+        clone_parts(&parts),
+        path_and_query.clone(),
+        bytes.clone(),
+    );
     let first_id = lease.id().to_string();
     match proxy::forward(client, first, timeout, lease).await {
         Err(e @ (Error::Upstream(_) | Error::Unreachable(_))) => {
@@ -58,7 +65,7 @@ pub async fn forward_local(
                 .acquire_for(target, Some(&first_id), prompt.as_ref())
                 .await?;
             let id = lease.id().to_string();
-            let req = out(&lease, parts);
+            let req = out(&lease, parts, path_and_query, bytes);
             let answer = proxy::forward(client, req, timeout, lease).await;
             if let Ok(resp) = &answer {
                 app.fleet.report_answer(&id, resp.status());

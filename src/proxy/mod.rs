@@ -116,15 +116,18 @@ fn destination(
     path_and_query: Cow<'static, str>,
 ) -> Result<Destination, Error> {
     let origin = upstream.origin(base)?;
-    let line = match path_and_query {
-        path if !origin.prefix.is_empty() => Bytes::from(format!("{}{path}", origin.prefix)),
-        Cow::Borrowed(path) => Bytes::from_static(path.as_bytes()),
-        Cow::Owned(path) => Bytes::from(path),
+    let bad = |line: &str, e| Error::Internal(format!("bad upstream path {line:?}: {e}"));
+    let uri = match path_and_query {
+        // one of corral's own paths: shared, not copied
+        Cow::Borrowed(path) if origin.prefix.is_empty() => {
+            http::Uri::from_maybe_shared(Bytes::from_static(path.as_bytes()))
+                .map_err(|e| bad(path, e))?
+        }
+        path => {
+            let line = format!("{}{path}", origin.prefix);
+            http::Uri::try_from(line.as_str()).map_err(|e| bad(&line, e))?
+        }
     };
-    let uri = http::Uri::from_maybe_shared(line.clone()).map_err(|e| {
-        let line = String::from_utf8_lossy(&line);
-        Error::Internal(format!("bad upstream path {line:?}: {e}"))
-    })?;
     Ok(Destination { origin, uri })
 }
 
