@@ -2,12 +2,17 @@
 //! scope that limits which routes it reaches.
 
 use base64::Engine;
-use http::{header, HeaderMap, Method};
+use http::{header, HeaderMap, HeaderName, Method};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::{ApiKey, Scope};
 use crate::error::Error;
+
+/// Header names looked up on every model request, made once (a name given as text is parsed for
+/// each lookup).
+pub static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+static SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
 
 /// Digests of the configured keys with their scopes; comparing digests keeps the comparison
 /// length-independent.
@@ -71,7 +76,7 @@ impl Keys {
         if self.0.is_empty() {
             return;
         }
-        headers.remove("x-api-key");
+        headers.remove(&X_API_KEY);
         let authorization_is_ours = authorization_key(headers).is_some_and(|k| self.is_known(&k));
         if authorization_is_ours {
             headers.remove(header::AUTHORIZATION);
@@ -122,7 +127,7 @@ pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) ->
     if *method != Method::POST || !is_model_route(path) {
         return false;
     }
-    let has_key = headers.contains_key(header::AUTHORIZATION) || headers.contains_key("x-api-key");
+    let has_key = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(&X_API_KEY);
     // no allocation: this runs for every model POST
     let ct = super::extract::content_type(headers).as_bytes();
     let simple = ct.is_empty()
@@ -144,7 +149,7 @@ pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) ->
 /// `Origin` whose host is not the one the request was sent to (`Host`, or the HTTP/2 authority).
 /// Requests without either (curl, scripts, a same-origin GET) are not cross-site.
 pub fn cross_site(headers: &HeaderMap, uri: &http::Uri) -> bool {
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+    if let Some(site) = headers.get(&SEC_FETCH_SITE).and_then(|v| v.to_str().ok()) {
         return site.eq_ignore_ascii_case("cross-site");
     }
     let Some(origin) = headers.get(header::ORIGIN) else {
@@ -170,7 +175,7 @@ pub fn cross_site(headers: &HeaderMap, uri: &http::Uri) -> bool {
 /// The keys a request presents: the Basic password or Bearer token, and `x-api-key`.
 pub fn presented_keys(headers: &HeaderMap) -> impl Iterator<Item = String> {
     let api_key = headers
-        .get("x-api-key")
+        .get(&X_API_KEY)
         .and_then(|v| v.to_str().ok())
         .filter(|k| !k.is_empty())
         .map(String::from);

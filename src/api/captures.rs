@@ -12,16 +12,17 @@ use std::sync::Mutex;
 
 use base64::Engine;
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{header, HeaderMap, HeaderName};
 use serde_json::{json, Map, Value};
 
-/// Headers whose values are replaced, as llama-swap does.
-const SENSITIVE: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "set-cookie",
-    "x-api-key",
+/// Headers whose values are replaced, as llama-swap does: names, not text, since a standard
+/// name compares by its tag (a name compared with text is spelled out first).
+static SENSITIVE: [HeaderName; 5] = [
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::COOKIE,
+    header::SET_COOKIE,
+    HeaderName::from_static("x-api-key"),
 ];
 
 /// One request's capture, filled as the request goes: its path, request headers, request body,
@@ -147,7 +148,6 @@ fn headers_size(map: &HeaderMap) -> usize {
 /// either): the first value of each name, secrets masked. Capitals and the text of values that are
 /// not UTF-8 are left for when a capture is read, which is rare.
 fn write_headers(out: &mut Vec<u8>, map: &HeaderMap) {
-    out.reserve(headers_size(map));
     let mut last: Option<&http::HeaderName> = None;
     for (name, value) in map {
         // a name's values come one after another: only the first is kept
@@ -157,7 +157,7 @@ fn write_headers(out: &mut Vec<u8>, map: &HeaderMap) {
         last = Some(name);
         out.extend_from_slice(name.as_str().as_bytes());
         out.push(b'\n');
-        if SENSITIVE.contains(&name.as_str()) {
+        if SENSITIVE.contains(name) {
             out.extend_from_slice(b"[REDACTED]");
         } else {
             out.extend_from_slice(value.as_bytes());

@@ -80,8 +80,9 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let (parts, body) = req.into_parts();
+    let declared = super::extract::declared_length(&parts.headers);
     let (bytes, _charge) =
-        super::extract::read_body(&parts.headers, body, 64 * 1024, &app.budget).await?;
+        super::extract::read_body(declared, body, 64 * 1024, &app.budget).await?;
     let v: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))?;
     let name = match v.get("name") {

@@ -12,8 +12,9 @@ use crate::error::Error;
 /// budget has room for (503). Bytes are charged as they arrive, so a client that declares a large
 /// body and sends nothing holds nothing; one whose declared length does not fit in what is left is
 /// refused before a byte is read. The charge goes back when the returned [`Charge`] is dropped.
+/// `declared` is the body's [`declared_length`].
 pub async fn read_body<B>(
-    headers: &HeaderMap,
+    declared: Option<u64>,
     body: B,
     limit: u64,
     budget: &BodyBudget,
@@ -22,10 +23,6 @@ where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(Error::BodyTooLarge(limit));
     }
@@ -46,6 +43,14 @@ where
         }
     }
     Ok((buf.freeze(), charge))
+}
+
+/// The body's length as `content-length` declares it.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 /// How the body carries the model id.

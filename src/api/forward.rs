@@ -21,16 +21,52 @@ use crate::proxy::{self, Outgoing};
 pub async fn forward_local(
     app: &Arc<App>,
     model: &crate::config::ModelConfig,
-    target: &Target,
+    target: Target,
     parts: http::request::Parts,
     bytes: Bytes,
     path_and_query: Cow<'static, str>,
     remote: SocketAddr,
 ) -> Result<Response<Body>, Error> {
+    let target = &target;
     let client = &app.clients[&*model.id];
     let timeout = model.timeouts.response_header;
     let prompt = prompt_blocks(model, target, &bytes);
     let lease = app.fleet.acquire_for(target, None, prompt.as_ref()).await?;
+    if !matches!(target, Target::Pool(_)) {
+        let req = Outgoing {
+            base: lease.proxy(),
+            path_and_query,
+            parts,
+            body: full(bytes),
+            client_addr: Some(remote.ip()),
+        };
+        return proxy::forward(client, req, timeout, lease).await;
+    }
+    let request = (parts, path_and_query, bytes, remote);
+    // boxed: the second try's state would grow every request's future
+    Box::pin(forward_to_members(
+        app, model, target, lease, request, prompt,
+    ))
+    .await
+}
+
+/// Sends a request to the pool member `lease` holds; one that fails before answering gets a
+/// second try on another member.
+async fn forward_to_members(
+    app: &Arc<App>,
+    model: &crate::config::ModelConfig,
+    target: &Target,
+    lease: crate::fleet::Lease,
+    (parts, path_and_query, bytes, remote): (
+        http::request::Parts,
+        Cow<'static, str>,
+        Bytes,
+        SocketAddr,
+    ),
+    prompt: Option<crate::fleet::prefix::Prefix>,
+) -> Result<Response<Body>, Error> {
+    let client = &app.clients[&*model.id];
+    let timeout = model.timeouts.response_header;
     // the request itself goes to the last try; an earlier one gets copies (a shared body's first
     // copy is an allocation)
     let out = |lease: &crate::fleet::Lease, parts, path_and_query, bytes| Outgoing {
@@ -40,17 +76,13 @@ pub async fn forward_local(
         body: full(bytes),
         client_addr: Some(remote.ip()),
     };
-    if !matches!(target, Target::Pool(_)) {
-        let req = out(&lease, parts, path_and_query, bytes);
-        return proxy::forward(client, req, timeout, lease).await;
-    }
     let first = out(
         &lease,
         clone_parts(&parts),
         path_and_query.clone(),
         bytes.clone(),
     );
-    let first_id = lease.id().to_string();
+    let first_id = lease.id().clone();
     match proxy::forward(client, first, timeout, lease).await {
         Err(e @ (Error::Upstream(_) | Error::Unreachable(_))) => {
             report_failure(app, &first_id, &e);
@@ -64,7 +96,7 @@ pub async fn forward_local(
                 .fleet
                 .acquire_for(target, Some(&first_id), prompt.as_ref())
                 .await?;
-            let id = lease.id().to_string();
+            let id = lease.id().clone();
             let req = out(&lease, parts, path_and_query, bytes);
             let answer = proxy::forward(client, req, timeout, lease).await;
             if let Ok(resp) = &answer {

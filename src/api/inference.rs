@@ -2,10 +2,14 @@
 //! it or waits for it, rewrites the body where asked, and forwards it to the instance or peer.
 
 use std::borrow::Cow;
+use std::future::{ready, Future, Ready};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::Either;
+use futures_util::{FutureExt, TryFutureExt};
 use http::{header, HeaderValue, Method, Request, Response};
 
 use super::extract::{self, BodyKind};
@@ -84,9 +88,14 @@ struct Incoming {
 }
 
 impl Incoming {
-    async fn read<B>(app: &App, req: Request<B>, seen: &mut Seen) -> Result<Incoming, Error>
+    /// The request's head and, unless it is a GET, its whole body. Not an `async fn` (see
+    /// [`crate::proxy::forward`]): the future holds the body's reading and the head alone.
+    fn read<'a, B>(
+        app: &'a App,
+        req: Request<B>,
+    ) -> impl Future<Output = Result<Incoming, Error>> + Send + 'a
     where
-        B: http_body::Body<Data = Bytes> + Send,
+        B: http_body::Body<Data = Bytes> + Send + 'a,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let (parts, body) = req.into_parts();
@@ -107,34 +116,57 @@ impl Incoming {
                 .query
                 .as_deref()
                 .and_then(|q| extract::query_param(q, "model"));
-            return Ok(incoming);
+            return Either::Left(ready(Ok(incoming)));
         }
-        let headers = &incoming.parts.headers;
-        let (bytes, held) =
-            extract::read_body(headers, body, app.limits.body_bytes, &app.budget).await?;
-        if let Some(capture) = &mut seen.capture {
-            capture.request_body(&bytes);
-        }
-        incoming.kind = extract::classify(headers, &bytes);
-        (incoming.sent, incoming.streaming) = extract::model_from_body(&mut incoming.kind, &bytes);
-        (incoming.bytes, incoming.charge) = (bytes, held);
-        Ok(incoming)
+        let declared = extract::declared_length(&incoming.parts.headers);
+        let read = extract::read_body(declared, body, app.limits.body_bytes, &app.budget);
+        Either::Right(read.map_ok(move |(bytes, held)| {
+            incoming.kind = extract::classify(&incoming.parts.headers, &bytes);
+            (incoming.sent, incoming.streaming) =
+                extract::model_from_body(&mut incoming.kind, &bytes);
+            (incoming.bytes, incoming.charge) = (bytes, held);
+            incoming
+        }))
     }
 }
 
 /// Finds the model, starts or waits for it, rewrites the body if asked, forwards and streams back.
-pub async fn dispatch<B>(
-    app: &Arc<App>,
+///
+/// Not an `async fn` (see [`crate::proxy::forward`]): the body is read, then [`route`] decides
+/// where the request goes and gives the future that takes it there.
+pub fn dispatch<'a, B>(
+    app: &'a Arc<App>,
     req: Request<B>,
     upstream_path: &'static str,
     remote: SocketAddr,
-    seen: &mut Seen,
-) -> Result<Response<Body>, Error>
+    seen: &'a mut Seen,
+) -> impl Future<Output = Result<Response<Body>, Error>> + Send + 'a
 where
-    B: http_body::Body<Data = Bytes> + Send,
+    B: http_body::Body<Data = Bytes> + Send + 'a,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let mut incoming = Incoming::read(app, req, seen).await?;
+    Incoming::read(app, req).and_then(move |incoming| {
+        if let Some(capture) = &mut seen.capture {
+            capture.request_body(&incoming.bytes);
+        }
+        match route(app, incoming, upstream_path, remote, seen) {
+            Ok(forwarding) => forwarding,
+            Err(e) => Either::Left(Either::Left(ready(Err(e)))),
+        }
+    })
+}
+
+/// Where a read request goes, and the future that forwards it there: to a local model's instance
+/// or the loading stream, or to peers (boxed: their futures are larger, and kept out of every
+/// local request's).
+fn route<'a>(
+    app: &'a Arc<App>,
+    mut incoming: Incoming,
+    upstream_path: &'static str,
+    remote: SocketAddr,
+    seen: &mut Seen,
+) -> Result<Forwarding<'a, impl Future<Output = Result<Response<Body>, Error>> + Send + 'a>, Error>
+{
     let sent = incoming.sent.take().filter(|n| !n.is_empty());
     let sent = sent.ok_or(Error::NoModel)?;
     let name = routing::apply_profile(&app.config, &app.profiles, &sent)
@@ -151,13 +183,15 @@ where
         Some(q) => format!("{upstream_path}?{q}").into(),
         None => upstream_path.into(),
     };
-    match route {
+    Ok(match route {
         routing::Route::Peer { peer, model } => {
             seen.found(app, format!("{peer}/{model}").into());
             let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
             let path_and_query = path_and_query.into_owned();
-            let result = peers::forward(app, &peer, incoming.parts, bytes, path_and_query, remote);
-            result.await
+            let parts = incoming.parts;
+            Either::Right(Box::pin(async move {
+                peers::forward(app, &peer, parts, bytes, path_and_query, remote).await
+            }))
         }
         routing::Route::Peers { owners, model } => {
             let ranked = app.peer_loads.rank(&owners, &model);
@@ -166,7 +200,9 @@ where
                 parts, kind, bytes, ..
             } = incoming;
             let request = (parts, kind, bytes, path_and_query.into_owned(), remote);
-            forward_to_least_loaded(app, &ranked, &model, request).await
+            Either::Right(Box::pin(async move {
+                forward_to_least_loaded(app, &ranked, &model, request).await
+            }))
         }
         routing::Route::Local { target, model } => {
             let model = app.config.models.get(&*model).ok_or(Error::UnknownModel)?;
@@ -179,10 +215,16 @@ where
                 path_and_query,
                 remote,
             };
-            dispatch_local(app, incoming, to, seen).await
+            Either::Left(Either::Right(dispatch_local(app, incoming, to, seen)))
         }
-    }
+    })
 }
+
+/// The future [`route`] gives: an answer at once, the local one, or a peer's.
+type Forwarding<'a, L> = Either<
+    Either<Ready<Result<Response<Body>, Error>>, L>,
+    Pin<Box<dyn Future<Output = Result<Response<Body>, Error>> + Send + 'a>>,
+>;
 
 /// The target a selector chose, whose id the request goes on with, since it names that target
 /// from here on; `None` for any other name, which stays.
@@ -197,11 +239,11 @@ fn selected_target(app: &App, route: &routing::Route, name: &str) -> Option<Arc<
 }
 
 /// Where a request for a local model goes.
-struct Local<'a> {
-    model: &'a ModelConfig,
+struct Local<'m, 'c> {
+    model: &'m ModelConfig,
     target: Target,
     /// The name after profiles and selectors: filters are matched against it.
-    chosen: &'a str,
+    chosen: &'c str,
     /// Whether `chosen` differs from what the client sent, so the body must name it instead.
     renamed: bool,
     path_and_query: Cow<'static, str>,
@@ -210,12 +252,15 @@ struct Local<'a> {
 
 /// Rewrites the body for a local model and forwards it; a chat stream that asked to see the
 /// model load gets the loading stream while the target is not yet ready.
-async fn dispatch_local(
-    app: &Arc<App>,
+///
+/// Not an `async fn`: everything before forwarding is done here, so the future returned holds
+/// the forwarding and the body's charge alone (see [`crate::proxy::forward`]).
+fn dispatch_local<'a>(
+    app: &'a Arc<App>,
     incoming: Incoming,
-    to: Local<'_>,
+    to: Local<'a, '_>,
     seen: &mut Seen,
-) -> Result<Response<Body>, Error> {
+) -> impl Future<Output = Result<Response<Body>, Error>> + Send + 'a {
     let Incoming {
         mut parts,
         get,
@@ -226,7 +271,10 @@ async fn dispatch_local(
         ..
     } = incoming;
     let model = to.model;
-    let bytes = rewrite_local_body(model, to.chosen, to.renamed, kind, bytes)?;
+    let bytes = match rewrite_local_body(model, to.chosen, to.renamed, kind, bytes) {
+        Ok(bytes) => bytes,
+        Err(e) => return Either::Right(ready(Err(e))),
+    };
     if !get {
         declare_length(&mut parts.headers, bytes.len());
     }
@@ -245,12 +293,22 @@ async fn dispatch_local(
             path_and_query,
             remote,
         );
-        return Ok(stream);
+        return Either::Right(ready(Ok(stream)));
     }
-    let (target, remote) = (&to.target, to.remote);
-    let result = forward_local(app, model, target, parts, bytes, path_and_query, remote).await;
-    drop(charge);
-    result
+    let forwarded = forward_local(
+        app,
+        model,
+        to.target,
+        parts,
+        bytes,
+        path_and_query,
+        to.remote,
+    );
+    // the body is charged until the answer's head
+    Either::Left(forwarded.map(move |answer| {
+        drop(charge);
+        answer
+    }))
 }
 
 /// Sets `content-length` to the body's length, unless it already says so (a body sent as it came):

@@ -40,7 +40,7 @@ pub fn stream(
         let Some(model) = app.config.models.get(&model_id).cloned() else {
             return;
         };
-        let forward = forward_local(&app, &model, &target, parts, bytes, path_and_query, remote);
+        let forward = forward_local(&app, &model, target, parts, bytes, path_and_query, remote);
         tokio::pin!(forward);
         let mut dots = tokio::time::interval(Duration::from_millis(750));
         dots.tick().await;

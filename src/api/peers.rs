@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{header, HeaderValue};
 
+use super::auth::X_API_KEY;
 use super::App;
 use crate::body::{full, Body};
 use crate::error::Error;
@@ -43,12 +44,12 @@ pub async fn forward_body(
             .map_err(|e| Error::Internal(e.to_string()))?;
         parts.headers.insert(header::AUTHORIZATION, bearer);
         parts.headers.insert(
-            "x-api-key",
+            X_API_KEY.clone(),
             HeaderValue::from_str(key).map_err(|e| Error::Internal(e.to_string()))?,
         );
     } else {
         parts.headers.remove(header::AUTHORIZATION);
-        parts.headers.remove("x-api-key");
+        parts.headers.remove(&X_API_KEY);
     }
     let base = peer.proxy.trim_end_matches('/').to_string();
     let out = Outgoing {

@@ -138,7 +138,7 @@ impl Fleet {
         inst.reserved += 1;
         Ok(Reservation {
             inner: self.inner.clone(),
-            id: id.to_string(),
+            id: inst.id.clone(),
             done: false,
         })
     }

@@ -78,7 +78,7 @@ fn stopped_instance(
 ) -> Instance {
     let slots = spec.slots.unwrap_or(model.concurrency_limit);
     Instance {
-        id: spec.id.clone(),
+        id: spec.id.as_str().into(),
         model,
         pool,
         spec: process,

@@ -48,7 +48,7 @@ impl Fleet {
         let sibling_ready = st
             .instances
             .values()
-            .any(|i| i.id != id && i.pool.as_ref() == Some(&pool) && i.phase.is_ready());
+            .any(|i| *i.id != *id && i.pool.as_ref() == Some(&pool) && i.phase.is_ready());
         let Some(inst) = st.instances.get_mut(id) else {
             return;
         };

@@ -69,7 +69,7 @@ pub fn backoff(failures: u32) -> Option<Duration> {
 }
 
 pub struct Instance {
-    pub id: String,
+    pub id: Arc<str>,
     pub model: Arc<ModelConfig>,
     pub pool: Option<String>,
     pub spec: ProcessSpec,

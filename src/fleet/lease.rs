@@ -11,7 +11,8 @@ use super::Inner;
 /// A direct request admitted for an instance that has no lease yet.
 pub(super) struct Reservation {
     pub(super) inner: Arc<Inner>,
-    pub(super) id: String,
+    /// Shared with the instance: a lease is taken for every request.
+    pub(super) id: Arc<str>,
     pub(super) done: bool,
 }
 
@@ -20,7 +21,7 @@ impl Reservation {
         self.done = true;
         Lease {
             inner: self.inner.clone(),
-            id: std::mem::take(&mut self.id),
+            id: self.id.clone(),
             proxy,
             direct: true,
         }
@@ -70,14 +71,14 @@ impl Drop for Ticket {
 /// busy until the last byte is sent or the client goes away.
 pub struct Lease {
     pub(super) inner: Arc<Inner>,
-    pub(super) id: String,
+    pub(super) id: Arc<str>,
     pub(super) proxy: Arc<str>,
     pub(super) direct: bool,
 }
 
 impl Lease {
     /// The instance id.
-    pub fn id(&self) -> &str {
+    pub fn id(&self) -> &Arc<str> {
         &self.id
     }
 

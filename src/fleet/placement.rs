@@ -58,9 +58,9 @@ impl Fleet {
 fn occupants(st: &State, except: Option<&str>) -> Vec<Occupant> {
     st.instances
         .values()
-        .filter(|i| Some(i.id.as_str()) != except)
+        .filter(|i| Some(&*i.id) != except)
         .map(|i| Occupant {
-            id: i.id.clone(),
+            id: i.id.to_string(),
             phase: i.phase.name(),
             load: load_of(st, &i.id),
             stopping: i.is_stopping(),

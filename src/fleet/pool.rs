@@ -135,7 +135,7 @@ impl Fleet {
         let candidates: Vec<pick::Candidate> = members
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.phase.is_ready() && Some(i.id.as_str()) != avoid)
+            .filter(|(_, i)| i.phase.is_ready() && Some(&*i.id) != avoid)
             .filter(|(_, i)| self.conflict_free(st, &i.id))
             .map(|(index, i)| pick::Candidate {
                 index,
@@ -160,7 +160,7 @@ impl Fleet {
         }
         st.picks += 1;
         let picks = st.picks;
-        let inst = st.instances.get_mut(&chosen).expect("member");
+        let inst = st.instances.get_mut(&*chosen).expect("member");
         inst.in_flight += 1;
         inst.last_picked = picks;
         let proxy = inst.proxy.clone();

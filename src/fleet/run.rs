@@ -197,7 +197,7 @@ impl Run {
     fn slots_unknown(&self) -> bool {
         let st = self.inner.lock();
         st.instances.get(&self.id).is_some_and(|i| {
-            let spec = i.model.instances.iter().find(|s| s.id == i.id);
+            let spec = i.model.instances.iter().find(|s| *s.id == *i.id);
             spec.is_none_or(|s| s.slots.is_none())
         })
     }

@@ -82,7 +82,7 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
     st.instances
         .values()
         .map(|i| Snapshot {
-            instance: i.id.clone(),
+            instance: i.id.to_string(),
             model: i.model.id.to_string(),
             pool: i.pool.clone(),
             state: i.phase.name(),

@@ -16,10 +16,10 @@ impl Fleet {
                 .values()
                 .filter(|i| {
                     models.is_none_or(|ms| {
-                        ms.iter().any(|m| **m == *i.model.id) || ms.contains(&i.id)
+                        ms.iter().any(|m| **m == *i.model.id) || ms.iter().any(|m| **m == *i.id)
                     })
                 })
-                .map(|i| i.id.clone())
+                .map(|i| i.id.to_string())
                 .collect();
             for id in &targets {
                 let inst = st.instances.get_mut(id).expect("listed");

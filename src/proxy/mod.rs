@@ -7,6 +7,7 @@
 pub(crate) mod upstream;
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::Either;
+use futures_util::{FutureExt, TryFutureExt};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response};
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
@@ -132,12 +135,32 @@ fn destination(
 }
 
 /// Sends the request and returns the upstream's response with `guard` riding in its body.
-pub async fn forward<G: Send + Sync + Unpin + 'static>(
-    upstream: &Arc<Upstream>,
+///
+/// Not an `async fn`: the request is made ready here, and the future returned holds the exchange
+/// and the guard alone. An `async fn` would keep its arguments and locals beside the exchange, and
+/// this future is moved into its callers' futures for every request.
+pub fn forward<'a, G: Send + Sync + Unpin + 'static>(
+    upstream: &'a Arc<Upstream>,
     out: Outgoing,
     response_header_timeout: Option<Duration>,
     guard: G,
-) -> Result<Response<Body>, Error> {
+) -> impl Future<Output = Result<Response<Body>, Error>> + Send + 'a {
+    let exchange = match upstream_request(upstream, out) {
+        Ok((origin, req)) => {
+            let send = upstream.send(origin, req);
+            Either::Left(within(send, response_header_timeout))
+        }
+        Err(e) => Either::Right(std::future::ready(Err(e))),
+    };
+    exchange.map(move |resp| Ok(answer(resp?, guard)))
+}
+
+/// The request as it goes upstream: hop-by-hop headers out, `X-Forwarded-For` and `Host` in, the
+/// origin's request line.
+fn upstream_request(
+    upstream: &Upstream,
+    out: Outgoing,
+) -> Result<(Arc<Origin>, Request<Body>), Error> {
     let to = destination(upstream, &out.base, out.path_and_query)?;
     let mut parts = out.parts;
     strip_hop_by_hop(&mut parts.headers);
@@ -155,15 +178,27 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
     parts.headers.insert(header::HOST, to.origin.host.clone());
     parts.uri = to.uri;
     parts.version = http::Version::HTTP_11;
-    let req = Request::from_parts(parts, out.body);
-    let send = upstream.send(&to.origin.address, req);
-    let resp = match response_header_timeout {
-        Some(t) => tokio::time::timeout(t, send)
-            .await
-            .map_err(|_| Error::UpstreamTimeout(t.as_secs()))?,
-        None => send.await,
+    Ok((to.origin, Request::from_parts(parts, out.body)))
+}
+
+/// The exchange, bounded by the time its response head may take.
+fn within<F>(send: F, limit: Option<Duration>) -> impl Future<Output = Result<Upstreamed, Error>>
+where
+    F: Future<Output = Result<Upstreamed, upstream::Failure>>,
+{
+    match limit {
+        Some(limit) => Either::Left(tokio::time::timeout(limit, send).map(move |sent| {
+            sent.map_err(|_| Error::UpstreamTimeout(limit.as_secs()))?
+                .map_err(Error::from)
+        })),
+        None => Either::Right(send.map_err(Error::from)),
     }
-    .map_err(Error::from)?;
+}
+
+type Upstreamed = Response<upstream::UpstreamBody>;
+
+/// The upstream's answer as it goes to the client, with `guard` in its body.
+fn answer<G: Send + Sync + Unpin + 'static>(resp: Upstreamed, guard: G) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let is_sse = parts
@@ -176,11 +211,7 @@ pub async fn forward<G: Send + Sync + Unpin + 'static>(
             .headers
             .insert(X_ACCEL_BUFFERING.clone(), HeaderValue::from_static("no"));
     }
-    let body = GuardedBody {
-        inner: body,
-        _guard: guard,
-    };
-    Ok(Response::from_parts(parts, BodyExt::boxed(body)))
+    Response::from_parts(parts, BodyExt::boxed(GuardedBody::new(body, guard)))
 }
 
 /// True for a websocket (or other) upgrade request.
@@ -242,6 +273,15 @@ pub async fn forward_upgrade<G: Send + 'static>(
 pub struct GuardedBody<B, G> {
     inner: B,
     _guard: G,
+}
+
+impl<B, G> GuardedBody<B, G> {
+    pub fn new(inner: B, guard: G) -> Self {
+        GuardedBody {
+            inner,
+            _guard: guard,
+        }
+    }
 }
 
 impl<B, G> HttpBody for GuardedBody<B, G>

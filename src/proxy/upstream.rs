@@ -301,9 +301,10 @@ impl Upstream {
     /// alive, else on a new one.
     pub async fn send(
         self: &Arc<Self>,
-        address: &Address,
+        origin: Arc<Origin>,
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, Failure> {
+        let address = &origin.address;
         while let Some(mut conn) = self.checkout(address) {
             match conn.exchange(req).await {
                 Ok(resp) => return Ok(self.wrap(conn, resp)),
@@ -314,7 +315,9 @@ impl Upstream {
                 },
             }
         }
-        let mut conn = self.connect(address).await?;
+        // boxed: a new connection is rare next to a pooled one, and its future would otherwise
+        // grow every request's future by a kilobyte and more
+        let mut conn = Box::pin(self.connect(address)).await?;
         match conn.exchange(req).await {
             Ok(resp) => Ok(self.wrap(conn, resp)),
             Err(e) => Err(Failure::Exchange(e.into_error())),

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{HeaderValue, Request, Response, StatusCode, Version};
-use http_body_util::BodyExt;
 
 use crate::body::Body;
+use crate::proxy::GuardedBody;
 use crate::server::idle::{Activity, InFlight};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 
@@ -49,7 +49,7 @@ impl<S, R> tower::Service<R> for Counted<S>
 where
     S: tower::Service<R, Response = Response<Body>>,
 {
-    type Response = Response<Body>;
+    type Response = Response<InFlightBody>;
     type Error = S::Error;
     type Future = CountedFuture<S::Future>;
 
@@ -79,25 +79,23 @@ impl<F, E> Future for CountedFuture<F>
 where
     F: Future<Output = Result<Response<Body>, E>>,
 {
-    type Output = F::Output;
+    type Output = Result<Response<InFlightBody>, E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let resp = std::task::ready!(this.inner.poll(cx))?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             this.activity.upgrade();
         }
         let in_flight = this.in_flight.take();
-        Poll::Ready(Ok(resp.map(|body| {
-            body.map_frame(move |frame| {
-                // the request stays in flight until its response body is done
-                let _ = &in_flight;
-                frame
-            })
-            .boxed()
-        })))
+        Poll::Ready(Ok(resp.map(|body| GuardedBody::new(body, in_flight))))
     }
 }
+
+/// A response body that keeps its request in flight until it is dropped (hyper drops it when it
+/// is done). A type of its own rather than the body boxed once more: that would be an allocation
+/// per response and a second dynamic call per frame.
+pub type InFlightBody = GuardedBody<Body, Option<InFlight>>;
 
 /// Reads each request body under the slow-body bounds; a request whose body came too slowly is
 /// answered 408 (and an HTTP/1 connection closed), whatever the API made of the cut body.
@@ -200,6 +198,7 @@ mod tests {
 
     use bytes::Bytes;
     use http_body::Frame;
+    use http_body_util::BodyExt;
     use tower::{Layer, ServiceExt};
 
     use super::*;

@@ -24,7 +24,7 @@ use crate::api::{self, App};
 use crate::config::ServerSettings;
 use crate::server::admission::Admitted;
 use crate::server::idle::{Activity, IdleDeadline};
-use crate::server::layers::{InFlightLayer, SlowBodyLayer};
+use crate::server::layers::{InFlightBody, InFlightLayer, SlowBodyLayer};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 use crate::server::stall::WriteDeadline;
 use crate::server::trim::Open;
@@ -205,10 +205,10 @@ fn connection_service(
     body_limits: BodyLimits,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
-    Response = http::Response<crate::body::Body>,
+    Response = http::Response<InFlightBody>,
     Error = std::convert::Infallible,
     Future = impl std::future::Future<
-        Output = Result<http::Response<crate::body::Body>, std::convert::Infallible>,
+        Output = Result<http::Response<InFlightBody>, std::convert::Infallible>,
     > + Send,
 > + Clone {
     let api = tower::service_fn(
