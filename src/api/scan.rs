@@ -105,28 +105,75 @@ pub fn string(value: &[u8]) -> Option<String> {
     String::from_utf8(inner.to_vec()).ok()
 }
 
-/// A JSON number as a count: `None` for `null`, `Err` for anything else that is not one.
+/// A JSON number as a count: `None` for `null`, `Err` for anything else that is not one. Read
+/// digit by digit, as JSON writes an integer: no sign, no leading zero (which `str::parse`
+/// takes), and no text made first.
 pub fn count(value: &[u8]) -> Result<Option<u64>, ()> {
-    if value == b"null" {
-        return Ok(None);
+    match value {
+        b"null" => Ok(None),
+        b"0" => Ok(Some(0)),
+        [b'1'..=b'9', ..] => value
+            .iter()
+            .try_fold(0u64, |n, &b| {
+                let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
+                n.checked_mul(10)?.checked_add(u64::from(digit))
+            })
+            .map(Some)
+            .ok_or(()),
+        _ => Err(()),
     }
-    let digits = std::str::from_utf8(value).map_err(|_| ())?;
-    digits.parse().map(Some).map_err(|_| ())
 }
 
-/// A JSON number as a float: `None` for `null`, `Err` for anything else that is not one.
+/// A JSON number as a float: `None` for `null`, `Err` for anything else that is not one, or that
+/// no float holds (as serde reads it: `str::parse` also takes `+1`, `.5`, `1.` and `01`, and
+/// makes infinity of `1e400`).
 pub fn float(value: &[u8]) -> Result<Option<f64>, ()> {
     if value == b"null" {
         return Ok(None);
     }
-    let json_number = value
-        .iter()
-        .all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'));
+    if !is_json_number(value) {
+        return Err(());
+    }
     let text = std::str::from_utf8(value).map_err(|_| ())?;
-    match text.parse() {
-        Ok(f) if json_number => Ok(Some(f)),
+    match text.parse::<f64>() {
+        Ok(f) if f.is_finite() => Ok(Some(f)),
         _ => Err(()),
     }
+}
+
+/// Whether `text` is a number as JSON writes one: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn is_json_number(text: &[u8]) -> bool {
+    let digits = |at: usize| {
+        text[at.min(text.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut at = usize::from(text.first() == Some(&b'-'));
+    match text.get(at) {
+        Some(b'0') => at += 1,
+        Some(b'1'..=b'9') => at += digits(at),
+        _ => return false,
+    }
+    if text.get(at) == Some(&b'.') {
+        let fraction = digits(at + 1);
+        if fraction == 0 {
+            return false;
+        }
+        at += 1 + fraction;
+    }
+    if let Some(b'e' | b'E') = text.get(at) {
+        at += 1;
+        if let Some(b'+' | b'-') = text.get(at) {
+            at += 1;
+        }
+        let exponent = digits(at);
+        if exponent == 0 {
+            return false;
+        }
+        at += exponent;
+    }
+    at == text.len()
 }
 
 #[cfg(test)]
@@ -176,19 +223,42 @@ mod tests {
     fn numbers_are_read_strictly() {
         assert_eq!(count(b"42"), Ok(Some(42)));
         assert_eq!(count(b"null"), Ok(None));
+        assert_eq!(count(b"0"), Ok(Some(0)));
+        assert_eq!(count(b"18446744073709551615"), Ok(Some(u64::MAX)));
         for bad in [
             &b"4.2"[..],
             b"-1",
             b"\"4\"",
             b"true",
             b"18446744073709551616",
+            b"+4",
+            b"042",
+            b"00",
+            b"",
+            b"4a",
         ] {
             assert_eq!(count(bad), Err(()), "{bad:?}");
         }
         assert_eq!(float(b"1.5e2"), Ok(Some(150.0)));
         assert_eq!(float(b"7"), Ok(Some(7.0)));
         assert_eq!(float(b"null"), Ok(None));
-        for bad in [&b"inf"[..], b"NaN", b"\"1\"", b"{}"] {
+        assert_eq!(float(b"-0.5E-3"), Ok(Some(-0.0005)));
+        assert_eq!(float(b"0"), Ok(Some(0.0)));
+        for bad in [
+            &b"inf"[..],
+            b"NaN",
+            b"\"1\"",
+            b"{}",
+            b"+1",
+            b".5",
+            b"1.",
+            b"01.5",
+            b"1e",
+            b"1e+",
+            b"--1",
+            b"-",
+            b"1e400",
+        ] {
             assert_eq!(float(bad), Err(()), "{bad:?}");
         }
     }
