@@ -167,10 +167,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleDeadline<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        if let Some(err) = self.expired(cx) {
-            return Poll::Ready(Err(err));
+        // the deadline is looked at only when the read would wait: a read that has bytes (a
+        // request arriving) costs no timer work, and one that trickles still waits after each
+        // byte, where its deadline is checked
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if read.is_pending() {
+            if let Some(err) = self.expired(cx) {
+                return Poll::Ready(Err(err));
+            }
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        read
     }
 }
 
