@@ -134,11 +134,43 @@ pub fn float(value: &[u8]) -> Result<Option<f64>, ()> {
     if !is_json_number(value) {
         return Err(());
     }
+    if let Some(short) = short_decimal(value) {
+        return Ok(Some(short));
+    }
     let text = std::str::from_utf8(value).map_err(|_| ())?;
     match text.parse::<f64>() {
         Ok(f) if f.is_finite() => Ok(Some(f)),
         _ => Err(()),
     }
+}
+
+/// A JSON number with no exponent and at most 15 digits (the speeds llama.cpp reports), read
+/// without making text of it: its digits are an integer a double holds exactly, and one division
+/// by a power of ten that a double also holds exactly rounds once, correctly, to what `str::parse`
+/// gives (Clinger's fast path, the one `str::parse` takes for such numbers too). `None` for any
+/// other number. `text` is a JSON number.
+fn short_decimal(text: &[u8]) -> Option<f64> {
+    const POWERS: [f64; 16] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+    ];
+    let (negative, number) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    let (mut mantissa, mut digits, mut point) = (0u64, 0, None);
+    for (at, &b) in number.iter().enumerate() {
+        match b {
+            b'0'..=b'9' if digits < 15 => {
+                mantissa = mantissa * 10 + u64::from(b - b'0');
+                digits += 1;
+            }
+            b'.' => point = Some(at),
+            _ => return None, // an exponent, or more digits than a double holds exactly
+        }
+    }
+    let scale = point.map_or(0, |at| number.len() - at - 1);
+    let value = mantissa as f64 / POWERS[scale];
+    Some(if negative { -value } else { value })
 }
 
 /// Whether `text` is a number as JSON writes one: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
@@ -216,6 +248,25 @@ mod tests {
             "{a:1}",
         ] {
             assert_eq!(all(bad), None, "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The short decimals read without text are the doubles `str::parse` reads.
+        #[test]
+        fn short_decimals_are_read_as_str_parse_reads_them(
+            negative in proptest::bool::ANY,
+            whole in 0u64..10_000_000_000,
+            fraction in proptest::option::of("[0-9]{1,12}"),
+        ) {
+            let sign = if negative { "-" } else { "" };
+            let text = match &fraction {
+                Some(f) => format!("{sign}{whole}.{f}"),
+                None => format!("{sign}{whole}"),
+            };
+            let parsed: f64 = text.parse().unwrap();
+            let read = float(text.as_bytes()).unwrap().unwrap();
+            proptest::prop_assert_eq!(read.to_bits(), parsed.to_bits(), "{}", text);
         }
     }
 
