@@ -7,7 +7,9 @@
 pub(crate) mod upstream;
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -70,7 +72,7 @@ pub struct Outgoing {
     pub path_and_query: Cow<'static, str>,
     pub parts: http::request::Parts,
     pub body: Body,
-    pub client_addr: Option<std::net::IpAddr>,
+    pub client_addr: Option<IpAddr>,
 }
 
 /// Where a request goes: its upstream's origin, and the request line to send there.
@@ -84,8 +86,8 @@ const IP_TEXT_MAX: usize = 45;
 
 /// `ip` as text, written into `buf` without the formatting machinery in the usual IPv4 case (it
 /// runs for every request).
-fn write_ip(buf: &mut [u8; IP_TEXT_MAX], ip: std::net::IpAddr) -> &[u8] {
-    let std::net::IpAddr::V4(v4) = ip else {
+fn write_ip(buf: &mut [u8; IP_TEXT_MAX], ip: IpAddr) -> &[u8] {
+    let IpAddr::V4(v4) = ip else {
         use std::io::Write;
         let mut out = std::io::Cursor::new(&mut buf[..]);
         let _ = write!(out, "{ip}");
@@ -110,6 +112,24 @@ fn write_ip(buf: &mut [u8; IP_TEXT_MAX], ip: std::net::IpAddr) -> &[u8] {
         push(b'0' + octet % 10);
     }
     &buf[..len]
+}
+
+/// `ip` as a header value. The last one made on this thread is kept: most requests come from the
+/// client before them (a gateway, an app on the same host), and a new value is an allocation.
+fn forwarded_for(ip: IpAddr) -> HeaderValue {
+    thread_local! {
+        static LAST: RefCell<Option<(IpAddr, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((known, value)) if *known == ip => value.clone(),
+        _ => {
+            let mut buf = [0; IP_TEXT_MAX];
+            let value = HeaderValue::from_bytes(write_ip(&mut buf, ip))
+                .expect("an IP address's text is a header value");
+            *last = Some((ip, value.clone()));
+            value
+        }
+    })
 }
 
 /// `base` (parsed once per upstream) + `path_and_query`.
@@ -165,13 +185,15 @@ fn upstream_request(
     let mut parts = out.parts;
     strip_hop_by_hop(&mut parts.headers);
     if let Some(ip) = out.client_addr {
-        let mut buf = [0; IP_TEXT_MAX];
-        let ip = write_ip(&mut buf, ip);
         let value = match parts.headers.get(&X_FORWARDED_FOR) {
-            Some(prior) => HeaderValue::from_bytes(&[prior.as_bytes(), b", ", ip].concat()),
-            None => HeaderValue::from_bytes(ip),
+            Some(prior) => {
+                let mut buf = [0; IP_TEXT_MAX];
+                let ip = write_ip(&mut buf, ip);
+                HeaderValue::from_bytes(&[prior.as_bytes(), b", ", ip].concat()).ok()
+            }
+            None => Some(forwarded_for(ip)),
         };
-        if let Ok(v) = value {
+        if let Some(v) = value {
             parts.headers.insert(X_FORWARDED_FOR.clone(), v);
         }
     }
@@ -323,10 +345,25 @@ mod tests {
             "fe80::1:2",
             "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255",
         ] {
-            let ip: std::net::IpAddr = ip.parse().unwrap();
+            let ip: IpAddr = ip.parse().unwrap();
             let mut buf = [0; IP_TEXT_MAX];
             assert_eq!(write_ip(&mut buf, ip), ip.to_string().as_bytes());
         }
+    }
+
+    #[test]
+    fn a_client_address_value_is_made_once_for_requests_in_a_row() {
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        let first = forwarded_for(a);
+        let again = forwarded_for(a);
+        assert_eq!(again, "10.0.0.1");
+        assert_eq!(
+            first.as_bytes().as_ptr(),
+            again.as_bytes().as_ptr(),
+            "the same text, not a copy"
+        );
+        assert_eq!(forwarded_for(b), "::1");
+        assert_eq!(forwarded_for(a), "10.0.0.1");
     }
 
     #[test]
