@@ -11,6 +11,7 @@
 # concurrency 8 from the fake engine; the count covers the measured requests only. Needs valgrind
 # (apt-get install valgrind) and a release build of corral-load. With PROFILES=DIR, each binary's
 # callgrind profile is kept there (DIR/<n>.callgrind, n from 1 in the order given, and DIR/floor.callgrind) for callgrind_annotate.
+# CORRAL_SETTINGS='captureBuffer: 0' (top-level config lines) measures corral with a feature off.
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -58,6 +59,7 @@ for bin in "${BINS[@]}"; do
     n=$((n + 1))
     port=$(free_port)
     cat >"$WORK/c.yaml" <<YAML
+${CORRAL_SETTINGS:-}
 models:
   m:
     cmd: $ENGINE fake-engine --port \${PORT} --threads 1
