@@ -93,8 +93,8 @@ where
 }
 
 /// A response body that keeps its request in flight until it is dropped (hyper drops it when it
-/// is done). A type of its own rather than the body boxed once more: that would be an allocation
-/// per response and a second dynamic call per frame.
+/// is done). The body is wrapped, not boxed once more: that would be an allocation per response
+/// and a second dynamic call per frame.
 pub type InFlightBody = GuardedBody<Body, Option<InFlight>>;
 
 /// Reads each request body under the slow-body bounds; a request whose body came too slowly is
