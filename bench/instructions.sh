@@ -12,10 +12,14 @@
 # (apt-get install valgrind) and a release build of corral-load. With PROFILES=DIR, each binary's
 # callgrind profile is kept there (DIR/<n>.callgrind, n from 1 in the order given, and DIR/floor.callgrind) for callgrind_annotate.
 # CORRAL_SETTINGS='captureBuffer: 0' (top-level config lines) measures corral with a feature off.
+# SSE=1 counts instructions per streamed chunk instead: 8 streams of CHUNKS (default 400) chunks,
+# 2 ms apart (each chunk its own write, so its own frame at the proxy), after a warm-up stream.
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 REQUESTS="${REQUESTS:-3000}"
+CHUNKS="${CHUNKS:-400}"
+SSE="${SSE:-}"
 LOAD="${CARGO_TARGET_DIR:-target}/release/corral-load"
 BINS=("$@")
 [[ ${#BINS[@]} -gt 0 ]] || BINS=("${CARGO_TARGET_DIR:-target}/release/corral")
@@ -35,25 +39,39 @@ count() {
         "$LOAD" http "$url/health" -n 1 2>/dev/null | grep -q '"ok": 1' && break
         sleep 0.2
     done
-    "$LOAD" http "$url/v1/chat/completions" -c 8 -n 200 --body "$BODY" >/dev/null
-    callgrind_control -z "$pid" >/dev/null 2>&1
-    local ok
-    ok=$("$LOAD" http "$url/v1/chat/completions" -c 8 -n "$REQUESTS" --body "$BODY" \
-        | python3 -c 'import json,sys; print(json.load(sys.stdin)["ok"])')
+    local ok want per
+    if [[ -n "$SSE" ]]; then
+        sse "$url" 1 20 >/dev/null
+        callgrind_control -z "$pid" >/dev/null 2>&1
+        ok=$(sse "$url" 8 "$CHUNKS")
+        want=$((8 * CHUNKS)) per=$((8 * CHUNKS))
+    else
+        "$LOAD" http "$url/v1/chat/completions" -c 8 -n 200 --body "$BODY" >/dev/null
+        callgrind_control -z "$pid" >/dev/null 2>&1
+        ok=$("$LOAD" http "$url/v1/chat/completions" -c 8 -n "$REQUESTS" --body "$BODY" \
+            | python3 -c 'import json,sys; print(json.load(sys.stdin)["ok"])')
+        want=$REQUESTS per=$REQUESTS
+    fi
     callgrind_control -d "$pid" >/dev/null 2>&1
     sleep 1
     kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
-    [[ "$ok" == "$REQUESTS" ]] || { echo "only $ok of $REQUESTS requests answered" >&2; exit 1; }
+    [[ "$ok" == "$want" ]] || { echo "only $ok of $want answered" >&2; exit 1; }
     local total
     total=$(grep -m1 '^summary:' "$out".1 | awk '{print $2}')
     if [[ -n "${PROFILES:-}" ]]; then
         mkdir -p "$PROFILES"
         cp "$out".1 "$PROFILES/$name.callgrind"
     fi
-    echo $((total / REQUESTS))
+    echo $((total / per))
 }
 
-printf '| proxy | instructions per request |\n|---|---:|\n'
+# N streams of CHUNKS chunks 2 ms apart through URL; prints the content chunks received.
+sse() {
+    "$LOAD" sse "$1/v1/chat/completions" -c "$2" --chunks "$3" --interval-ms 2 --model m \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["chunk_lateness_us"]["n"])'
+}
+
+printf '| proxy | instructions per %s |\n|---|---:|\n' "$([[ -n "$SSE" ]] && echo 'SSE chunk' || echo request)"
 n=0
 for bin in "${BINS[@]}"; do
     n=$((n + 1))

@@ -10,6 +10,8 @@ use super::tokens::{TIMINGS_KEY, USAGE_KEY};
 const JSON_COPY_LIMIT: usize = 1 << 20;
 /// The longest SSE line kept while waiting for its end.
 const LINE_LIMIT: usize = 256 * 1024;
+/// The largest buffer for split lines kept between lines; a longer line's buffer is freed.
+const KEPT_LINE_CAPACITY: usize = 4096;
 
 /// Watches a response body for its token counts, without holding anything back.
 pub(super) struct UsageTap {
@@ -41,14 +43,7 @@ impl UsageTap {
 
     pub(super) fn observe(&mut self, data: &Bytes) {
         if self.sse {
-            for &b in data.iter() {
-                if b == b'\n' {
-                    let line = std::mem::take(&mut self.line);
-                    self.sse_line(&line);
-                } else if self.line.len() < LINE_LIMIT {
-                    self.line.push(b);
-                }
-            }
+            self.observe_sse(data);
         } else if let Some(chunks) = &mut self.json {
             self.json_len += data.len();
             if self.json_len <= JSON_COPY_LIMIT {
@@ -57,6 +52,33 @@ impl UsageTap {
                 self.json = None;
             }
         }
+    }
+
+    /// Reads each whole line where it lies in the chunk; only a line split across chunks is
+    /// copied, and its buffer is kept for the next one.
+    fn observe_sse(&mut self, mut data: &[u8]) {
+        while let Some(end) = memchr::memchr(b'\n', data) {
+            let line = &data[..end];
+            if self.line.is_empty() {
+                self.sse_line(line);
+            } else {
+                self.keep(line);
+                let mut whole = std::mem::take(&mut self.line);
+                self.sse_line(&whole);
+                if whole.capacity() <= KEPT_LINE_CAPACITY {
+                    whole.clear();
+                    self.line = whole;
+                }
+            }
+            data = &data[end + 1..];
+        }
+        self.keep(data);
+    }
+
+    /// Adds the start of a line that goes on in the next chunk, up to the longest line kept.
+    fn keep(&mut self, part: &[u8]) {
+        let room = LINE_LIMIT.saturating_sub(self.line.len());
+        self.line.extend_from_slice(&part[..part.len().min(room)]);
     }
 
     fn sse_line(&mut self, line: &[u8]) {
@@ -196,6 +218,67 @@ mod tests {
         );
         let t = tap("text/event-stream", &["data: [DONE]\n\n"]);
         assert!(t.done, "[DONE] closes the stream to added events");
+    }
+
+    /// The lines of an event stream as engines write them: comments, empty lines, events that
+    /// carry no counts, events that do (one per count, so the last one read shows), `[DONE]`,
+    /// with `\n` or `\r\n` endings.
+    fn sse_stream() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let line = prop_oneof![
+            Just(": keep-alive".to_string()),
+            Just(String::new()),
+            "[a-z ]{0,40}".prop_map(|t| format!("data: {{\"choices\":[{{\"delta\":\"{t}\"}}]}}")),
+            (0u64..1000, 0u64..1000).prop_map(|(p, c)| format!(
+                "data: {{\"usage\": {{\"prompt_tokens\": {p}, \"completion_tokens\": {c}}}}}"
+            )),
+            Just("data: [DONE]".to_string()),
+        ];
+        let ending = prop_oneof![Just("\n"), Just("\r\n")];
+        proptest::collection::vec((line, ending), 0..12)
+            .prop_map(|lines| lines.into_iter().map(|(l, e)| l + e).collect())
+    }
+
+    proptest::proptest! {
+        /// However the stream is cut into chunks (a line split once, twice, or at every byte),
+        /// the counts and `[DONE]` read are those of the whole stream in one chunk.
+        #[test]
+        fn an_event_stream_reads_the_same_however_it_is_cut(
+            text in sse_stream(),
+            cuts in proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 0..8),
+        ) {
+            let mut at: Vec<usize> = cuts.iter().map(|i| i.index(text.len() + 1)).collect();
+            at.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut from = 0;
+            for to in at.into_iter().chain([text.len()]) {
+                chunks.push(&text[from..to]);
+                from = to;
+            }
+            let mut whole = tap("text/event-stream", &[&text]);
+            let mut cut = tap("text/event-stream", &chunks);
+            proptest::prop_assert_eq!(cut.done, whole.done);
+            proptest::prop_assert_eq!(cut.finish(false), whole.finish(false));
+        }
+    }
+
+    #[test]
+    fn a_line_split_across_many_chunks_is_read_and_its_buffer_reused() {
+        let event = "data: {\"usage\": {\"prompt_tokens\": 4, \"completion_tokens\": 2}}\n";
+        let bytes: Vec<String> = event.chars().map(String::from).collect();
+        let refs: Vec<&str> = bytes.iter().map(String::as_str).collect();
+        let mut t = tap("text/event-stream", &refs);
+        assert!(
+            t.line.is_empty() && t.line.capacity() > 0,
+            "kept for the next split line"
+        );
+        assert_eq!(
+            t.finish(false).0.map(|t| (t.prompt, t.completion)),
+            Some((4, 2))
+        );
+        let long = format!("data: {}", "x".repeat(2 * KEPT_LINE_CAPACITY));
+        let t = tap("text/event-stream", &[&long[..10], &long[10..], "\n"]);
+        assert_eq!(t.line.capacity(), 0, "a long line's buffer is not kept");
     }
 
     #[test]
