@@ -33,6 +33,10 @@ pub struct Activity {
     evicted: AtomicBool,
     /// The connection's task, woken when the state above changes.
     waker: AtomicWaker,
+    /// The connection's future is being polled (see [`Polled`]).
+    in_poll: AtomicBool,
+    /// The last request ended and the deadline has not been looked at since.
+    ended: AtomicBool,
 }
 
 impl Default for Activity {
@@ -44,6 +48,8 @@ impl Default for Activity {
             upgraded: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             waker: AtomicWaker::new(),
+            in_poll: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
         }
     }
 }
@@ -84,6 +90,10 @@ impl Activity {
 pub struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
+    /// The last request's end starts the idle deadline, which the connection's task arms when
+    /// its next read waits. An HTTP/1 response body is dropped while that task polls the
+    /// connection, which then reads for the next request: the task is woken only when the body
+    /// ends elsewhere (an HTTP/2 stream), or when that poll read nothing after it (see [`Polled`]).
     fn drop(&mut self) {
         let activity = &self.0;
         *activity
@@ -91,8 +101,43 @@ impl Drop for InFlight {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Instant::now();
         if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            activity.waker.wake();
+            activity.ended.store(true, Ordering::SeqCst);
+            if !activity.in_poll.load(Ordering::SeqCst) {
+                activity.waker.wake();
+            }
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's future, marked as polled while it is: a request that ends within the poll
+    /// need not wake the task (see [`InFlight`]'s drop), unless the deadline was not looked at
+    /// after it, when the task is woken once to look.
+    pub struct Polled<F> {
+        #[pin]
+        inner: F,
+        activity: Arc<Activity>,
+    }
+}
+
+impl<F> Polled<F> {
+    pub fn new(inner: F, activity: Arc<Activity>) -> Self {
+        Polled { inner, activity }
+    }
+}
+
+impl<F: Future> Future for Polled<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        this.activity.in_poll.store(true, Ordering::SeqCst);
+        let polled = this.inner.poll(cx);
+        this.activity.in_poll.store(false, Ordering::SeqCst);
+        if polled.is_pending() && this.activity.ended.swap(false, Ordering::SeqCst) {
+            cx.waker().wake_by_ref();
+        }
+        polled
     }
 }
 
@@ -126,6 +171,7 @@ impl<T> IdleDeadline<T> {
     /// moved on. A request costs no timer of its own, only a comparison.
     fn expired(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
         self.activity.waker.register(cx.waker());
+        self.activity.ended.store(false, Ordering::SeqCst);
         let since = self.activity.idle_since()?;
         if self.activity.is_evicted() {
             return Some(closed(
@@ -272,6 +318,82 @@ mod tests {
         drop(request);
         let took = time_to_failure(&mut io).await;
         assert!(took >= IDLE && took < IDLE * 2, "{took:?}");
+    }
+
+    /// Counts the wake-ups of the task a future is polled in.
+    struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A stand-in for a connection: each poll runs `step` on the connection's reads.
+    fn connection(
+        io: IdleDeadline<tokio::io::DuplexStream>,
+        step: impl FnMut(&mut IdleDeadline<tokio::io::DuplexStream>, &mut Context<'_>) + Unpin,
+    ) -> impl Future<Output = ()> {
+        let mut state = (io, step);
+        std::future::poll_fn(move |cx| {
+            let (io, step) = &mut state;
+            step(io, cx);
+            Poll::Pending
+        })
+    }
+
+    /// A request that ends while its connection is polled, which then reads, wakes nobody; one
+    /// that ends while the connection waits wakes it, and so does one that ends in a poll that
+    /// reads nothing after it (once).
+    #[tokio::test]
+    async fn a_request_wakes_its_connection_only_when_the_deadline_needs_a_look() {
+        let counter = Arc::new(CountingWaker(Default::default()));
+        let waker = std::task::Waker::from(counter.clone());
+        let wakes = || counter.0.load(Ordering::SeqCst);
+        let mut cx = Context::from_waker(&waker);
+        let read = |io: &mut IdleDeadline<tokio::io::DuplexStream>, cx: &mut Context<'_>| {
+            let mut buf = [0; 8];
+            let _ = Pin::new(io).poll_read(cx, &mut ReadBuf::new(&mut buf));
+        };
+
+        // ends in the poll, then reads: as an HTTP/1 response body's end does
+        let (_client, io, activity) = pipe();
+        let mut request = Some(activity.begin());
+        let conn = connection(io, move |io, cx| {
+            read(io, cx);
+            request.take();
+            read(io, cx);
+        });
+        let mut polled = std::pin::pin!(Polled::new(conn, activity.clone()));
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(), 0);
+
+        // ends while the connection waits
+        let (_client, io, activity) = pipe();
+        let request = activity.begin();
+        let mut polled = std::pin::pin!(Polled::new(connection(io, read), activity.clone()));
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        drop(request);
+        assert_eq!(wakes(), 1);
+
+        // ends in a poll that reads nothing after it
+        let (_client, io, activity) = pipe();
+        let mut request = Some(activity.begin());
+        let mut polls = 0;
+        let conn = connection(io, move |io, cx| {
+            polls += 1;
+            if polls == 1 {
+                read(io, cx);
+            } else {
+                request.take();
+            }
+        });
+        let mut polled = std::pin::pin!(Polled::new(conn, activity.clone()));
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(), 2, "woken to look at the deadline");
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(), 2, "once");
     }
 
     /// Eviction closes an idle connection at once, and never one with a request in flight.

@@ -23,7 +23,7 @@ use tower::ServiceExt;
 use crate::api::{self, App};
 use crate::config::ServerSettings;
 use crate::server::admission::Admitted;
-use crate::server::idle::{Activity, IdleDeadline};
+use crate::server::idle::{Activity, IdleDeadline, Polled};
 use crate::server::layers::{InFlightBody, InFlightLayer, SlowBodyLayer};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 use crate::server::stall::WriteDeadline;
@@ -310,12 +310,17 @@ impl Serving {
             self.body_limits,
         );
         let stream = WriteDeadline::new(stream, settings.write);
-        let stream = IdleDeadline::new(stream, activity, settings.request_header, settings.idle);
+        let stream = IdleDeadline::new(
+            stream,
+            activity.clone(),
+            settings.request_header,
+            settings.idle,
+        );
         let conn = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
-        let conn = self.graceful.watch(conn);
+        let conn = Polled::new(self.graceful.watch(conn), activity);
         tokio::spawn(async move {
             let _ = conn.await;
             drop((open, admitted, counted));
