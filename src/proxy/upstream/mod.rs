@@ -7,24 +7,23 @@
 //! request to the same address; one dropped before its end is closed, so the engine sees the
 //! client leave at once.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use foldhash::HashMap;
-use futures_util::task::AtomicWaker;
 use http::{Request, Response};
-use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::body::{Body, BoxError};
+use crate::body::Body;
+use conn::Conn;
+pub use conn::UpstreamBody;
+
+mod conn;
 
 type Connection = http1::Connection<TokioIo<Stream>, Body>;
 
@@ -207,111 +206,6 @@ fn home() -> u64 {
 struct Idle {
     conn: Conn,
     since: Instant,
-}
-
-/// One HTTP/1.1 connection: the sending half and the connection future that does the I/O.
-struct Conn {
-    home: u64,
-    address: Address,
-    sender: http1::SendRequest<Body>,
-    /// `None` once the connection has ended.
-    driver: Option<Pin<Box<Connection>>>,
-    /// The waker the connection future is polled with: it notes that the connection has work
-    /// before it wakes the task that holds the connection.
-    wakeup: Arc<Wakeup>,
-    waker: Waker,
-}
-
-/// Notes that a connection was woken (its socket became ready, its response body was read, a
-/// request was handed to it) and wakes the task that holds it. The task polls the whole response
-/// several times per frame it forwards; only a poll after such a wake-up has anything for the
-/// connection to do.
-#[derive(Default)]
-struct Wakeup {
-    woken: AtomicBool,
-    /// Set while the task itself reads the response body: taking a frame makes room for the
-    /// next, which wakes the connection, and the task need not be woken for it (see
-    /// [`next_frame`]).
-    quiet: AtomicBool,
-    task: AtomicWaker,
-}
-
-impl std::task::Wake for Wakeup {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        if !self.quiet.load(Ordering::Acquire) {
-            self.task.wake();
-        }
-    }
-}
-
-impl Conn {
-    fn new(address: Address, sender: http1::SendRequest<Body>, driver: Connection) -> Conn {
-        let wakeup = Arc::new(Wakeup::default());
-        wakeup.woken.store(true, Ordering::Relaxed);
-        Conn {
-            home: home(),
-            address,
-            sender,
-            driver: Some(Box::pin(driver)),
-            waker: Waker::from(wakeup.clone()),
-            wakeup,
-        }
-    }
-
-    /// Lets the connection read and write what it can, if it was woken since it last could not;
-    /// false once it has ended. The task in `cx` is woken when the connection has more to do.
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        self.poll_io(cx);
-        self.driver.is_some()
-    }
-
-    /// [`Conn::drive`]; true when the connection was polled (it had been woken).
-    fn poll_io(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(driver) = self.driver.as_mut() else {
-            return false;
-        };
-        self.wakeup.task.register(cx.waker());
-        if !self.wakeup.woken.swap(false, Ordering::Acquire) {
-            return false;
-        }
-        if driver
-            .as_mut()
-            .poll(&mut Context::from_waker(&self.waker))
-            .is_ready()
-        {
-            self.driver = None;
-        }
-        true
-    }
-
-    /// Sends `req` and waits for the response head, driving the connection meanwhile. A request
-    /// the connection never took (it had closed) comes back in the error.
-    ///
-    /// The head is handed over only while this task drives the connection, so it is awaited with
-    /// a waker that wakes nobody (see [`next_frame`]).
-    async fn exchange(
-        &mut self,
-        req: Request<Body>,
-    ) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Body>>> {
-        // handing the request to the connection wakes it; it is driven right below, so the task
-        // need not be woken for it
-        self.wakeup.quiet.store(true, Ordering::Release);
-        let mut pending = std::pin::pin!(self.sender.try_send_request(req));
-        self.wakeup.quiet.store(false, Ordering::Release);
-        self.wakeup.woken.store(true, Ordering::Relaxed);
-        std::future::poll_fn(|cx| {
-            self.drive(cx);
-            pending
-                .as_mut()
-                .poll(&mut Context::from_waker(Waker::noop()))
-        })
-        .await
-    }
 }
 
 /// Every upstream, so each thread can sweep its idle connections.
@@ -507,110 +401,5 @@ impl Upstream {
     }
 }
 
-/// An upstream response body that drives its connection and returns it to the idle list once the
-/// body has ended.
-pub struct UpstreamBody {
-    incoming: Incoming,
-    conn: Option<Conn>,
-    upstream: Arc<Upstream>,
-}
-
-impl UpstreamBody {
-    /// The answer is complete: the connection goes back for reuse if it is done with this
-    /// exchange. One whose request body is still being sent (the upstream answered early) is
-    /// closed instead: parked, nothing would drive the rest of the upload.
-    fn release(&mut self, cx: &mut Context<'_>) {
-        if let Some(mut conn) = self.conn.take() {
-            // a poll lets the connection take in the end of the exchange and ask for the next
-            conn.wakeup.woken.store(true, Ordering::Relaxed);
-            if conn.drive(cx) && conn.sender.is_ready() {
-                self.upstream.checkin(conn);
-            }
-        }
-    }
-}
-
-impl HttpBody for UpstreamBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        let polled = match this.conn.as_mut() {
-            Some(conn) => next_frame(&mut this.incoming, conn, cx),
-            None => Pin::new(&mut this.incoming).poll_frame(cx),
-        };
-        match polled {
-            Poll::Ready(None) => {
-                this.release(cx);
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Err(e))) => {
-                this.conn = None;
-                Poll::Ready(Some(Err(Box::new(e))))
-            }
-            Poll::Ready(Some(Ok(frame))) => {
-                if this.incoming.is_end_stream() {
-                    this.release(cx);
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.incoming.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
-    }
-}
-
-/// The body's next frame, driving the connection only when none is waiting.
-///
-/// Frames reach `incoming` only while this task drives the connection, so `incoming` is polled
-/// with a waker that wakes nobody: the connection handing over a frame would otherwise wake this
-/// very task again, for a poll of the whole response that finds nothing. And taking a frame wakes
-/// the connection (there is room for the next one) without waking the task: whoever reads this
-/// body polls it again once it can take more, and that poll drives the connection.
-fn next_frame(
-    incoming: &mut Incoming,
-    conn: &mut Conn,
-    cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-    let polled = take_frame(incoming, conn);
-    if polled.is_ready() || !conn.poll_io(cx) {
-        return polled;
-    }
-    take_frame(incoming, conn)
-}
-
-/// Polls `incoming` with a waker that wakes nobody, and without waking the task for the room that
-/// taking a frame makes (see [`next_frame`]).
-fn take_frame(
-    incoming: &mut Incoming,
-    conn: &Conn,
-) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-    conn.wakeup.quiet.store(true, Ordering::Release);
-    let polled = Pin::new(incoming).poll_frame(&mut Context::from_waker(Waker::noop()));
-    conn.wakeup.quiet.store(false, Ordering::Release);
-    polled
-}
-
-impl Drop for UpstreamBody {
-    fn drop(&mut self) {
-        // a body read to its end leaves the connection ready for another request
-        if self.incoming.is_end_stream() {
-            self.release(&mut Context::from_waker(Waker::noop()));
-        }
-    }
-}
-
 #[cfg(test)]
-#[path = "upstream_tests.rs"]
 mod tests;

@@ -1,8 +1,12 @@
 //! The connection a response body drives: how often the task reading it is woken, and that every
 //! frame still arrives and the connection is reused.
 
+use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
+use std::task::Poll;
 
+use bytes::Bytes;
+use http_body::Body as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
