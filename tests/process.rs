@@ -345,11 +345,16 @@ async fn second_signal_stops_at_once() {
 /// free, the model starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_port_fails_the_start_at_once() {
-    let port = free_port_range(1);
+    // a port found free can be taken by a parallel test before it is bound here: find another
+    let (port, squatter) = loop {
+        let port = free_port_range(1);
+        if let Ok(squatter) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            break (port, squatter);
+        }
+    };
     let yaml = format!(
         "models:\n  a:\n    cmd: ${{env.ENGINE}} --port {port} --events-file ${{env.DIR}}/a.events\n    proxy: http://127.0.0.1:{port}\n    env: [\"${{env.MARKER}}\"]\n"
     );
-    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let h = Harness::start(&yaml).await;
     let url = format!("{}/v1/chat/completions", h.url);
     let started = Instant::now();
