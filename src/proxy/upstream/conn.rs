@@ -44,13 +44,29 @@ struct Wakeup {
     task: AtomicWaker,
 }
 
+impl Wakeup {
+    /// Notes that the connection has work: the next [`Conn::drive`] polls it.
+    fn mark(&self) {
+        self.woken.store(true, Ordering::Release);
+    }
+
+    /// Runs `f`, something the task does to the connection itself and then drives it, without
+    /// the wake-up that `f` causes waking the task.
+    fn quietly<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.quiet.store(true, Ordering::Release);
+        let done = f();
+        self.quiet.store(false, Ordering::Release);
+        done
+    }
+}
+
 impl std::task::Wake for Wakeup {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
+        self.mark();
         if !self.quiet.load(Ordering::Acquire) {
             self.task.wake();
         }
@@ -64,7 +80,7 @@ impl Conn {
         driver: Connection,
     ) -> Conn {
         let wakeup = Arc::new(Wakeup::default());
-        wakeup.woken.store(true, Ordering::Relaxed);
+        wakeup.mark();
         Conn {
             home: home(),
             address,
@@ -110,12 +126,9 @@ impl Conn {
         &mut self,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Body>>> {
-        // handing the request to the connection wakes it; it is driven right below, so the task
-        // need not be woken for it
-        self.wakeup.quiet.store(true, Ordering::Release);
-        let mut pending = std::pin::pin!(self.sender.try_send_request(req));
-        self.wakeup.quiet.store(false, Ordering::Release);
-        self.wakeup.woken.store(true, Ordering::Relaxed);
+        // handing the request over wakes the connection; it is driven right below
+        let mut pending = std::pin::pin!(self.wakeup.quietly(|| self.sender.try_send_request(req)));
+        self.wakeup.mark();
         std::future::poll_fn(|cx| {
             self.drive(cx);
             pending
@@ -141,7 +154,7 @@ impl UpstreamBody {
     fn release(&mut self, cx: &mut Context<'_>) {
         if let Some(mut conn) = self.conn.take() {
             // a poll lets the connection take in the end of the exchange and ask for the next
-            conn.wakeup.woken.store(true, Ordering::Relaxed);
+            conn.wakeup.mark();
             if conn.drive(cx) && conn.sender.is_ready() {
                 self.upstream.checkin(conn);
             }
@@ -215,10 +228,8 @@ fn take_frame(
     incoming: &mut Incoming,
     conn: &Conn,
 ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-    conn.wakeup.quiet.store(true, Ordering::Release);
-    let polled = Pin::new(incoming).poll_frame(&mut Context::from_waker(Waker::noop()));
-    conn.wakeup.quiet.store(false, Ordering::Release);
-    polled
+    conn.wakeup
+        .quietly(|| Pin::new(incoming).poll_frame(&mut Context::from_waker(Waker::noop())))
 }
 
 impl Drop for UpstreamBody {
