@@ -88,8 +88,8 @@ async fn an_idle_h2_connection_is_closed() {
     h.stop().await;
 }
 
-/// On HTTP/1.1, hyper's header-read timer starts as soon as the previous response ends, so a
-/// kept-alive connection is closed at `requestHeader`; and at `idle` when that is shorter.
+/// On HTTP/1.1 the wait for the next request is a wait for its head, so a kept-alive connection
+/// is closed at `requestHeader`; and at `idle` when that is shorter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_kept_alive_http1_connection_is_closed() {
     for (server, bound) in [

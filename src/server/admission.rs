@@ -116,7 +116,10 @@ mod tests {
         assert!(oldest.activity.is_evicted());
         assert!(!newer.activity.is_evicted());
         drop(oldest);
-        let _busy = (newer.activity.begin(), third.activity.begin());
+        let _busy = (
+            newer.activity.begin(http::Version::HTTP_11),
+            third.activity.begin(http::Version::HTTP_11),
+        );
         assert!(admission.admit().is_none());
     }
 
@@ -130,7 +133,7 @@ mod tests {
         let idle = admission.admit().unwrap();
         let third = admission.admit().unwrap();
         assert!(raced.activity.is_evicted());
-        let _request = raced.activity.begin(); // a request reached it before it closed
+        let _request = raced.activity.begin(http::Version::HTTP_11); // a request reached it before it closed
         drop(third);
         let _fourth = admission.admit().unwrap();
         assert!(

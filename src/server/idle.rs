@@ -4,7 +4,10 @@
 //! HTTP/2, which waits for the first bytes with no timer, and HTTP/2 has no idle timer at all: a
 //! socket that sends nothing (or half a preface, or opens no stream) would hold a file descriptor
 //! for ever. [`IdleDeadline`] closes a connection that has had no request in flight for a bound:
-//! the header-read timeout before its first request, the idle timeout after. The connection's
+//! the header-read timeout before its first request, the idle timeout after; on HTTP/1.1, where
+//! the wait between requests is a wait for the next head, no longer than the header-read timeout
+//! either. hyper's own header-read timer, which boxes and arms a timer for every request, is off
+//! (see `connection_builder`): this one is set once per connection. The connection's
 //! [`Activity`] counts its requests in flight; the admission table reads it to pick an idle
 //! connection to close when the connection cap is reached.
 
@@ -27,6 +30,8 @@ pub struct Activity {
     idle_since: Mutex<Instant>,
     /// Set by the first request: from then on the idle timeout applies instead of the head one.
     served: AtomicBool,
+    /// Its requests are HTTP/1: the wait for the next one is bounded by the head timeout too.
+    http1: AtomicBool,
     /// Upgraded (a websocket): its bytes no longer pass through hyper, so it is never idle here.
     upgraded: AtomicBool,
     /// Set to close the connection to make room for a new one.
@@ -45,6 +50,7 @@ impl Default for Activity {
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             served: AtomicBool::new(false),
+            http1: AtomicBool::new(false),
             upgraded: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             waker: AtomicWaker::new(),
@@ -56,9 +62,11 @@ impl Default for Activity {
 
 impl Activity {
     /// Counts a request in flight until the returned guard is dropped.
-    pub fn begin(self: &Arc<Self>) -> InFlight {
+    pub fn begin(self: &Arc<Self>, version: http::Version) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.served.store(true, Ordering::Release);
+        self.http1
+            .store(version < http::Version::HTTP_2, Ordering::Release);
         InFlight(self.clone())
     }
 
@@ -111,8 +119,9 @@ impl Drop for InFlight {
 
 pin_project_lite::pin_project! {
     /// A connection's future, marked as polled while it is: a request that ends within the poll
-    /// need not wake the task (see [`InFlight`]'s drop), unless the deadline was not looked at
-    /// after it, when the task is woken once to look.
+    /// need not wake the task (see [`InFlight`]'s drop). When the deadline was not looked at
+    /// after it, the connection is polled once more at once, and the task is woken only if that
+    /// poll did not look either.
     pub struct Polled<F> {
         #[pin]
         inner: F,
@@ -130,9 +139,15 @@ impl<F: Future> Future for Polled<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
+        let mut this = self.project();
         this.activity.in_poll.store(true, Ordering::SeqCst);
-        let polled = this.inner.poll(cx);
+        let mut polled = this.inner.as_mut().poll(cx);
+        if polled.is_pending() && this.activity.ended.load(Ordering::SeqCst) {
+            // the last request ended after the poll's last read (hyper writes after it reads):
+            // a second poll reads for the next request, and arms the deadline, without a trip
+            // through the scheduler
+            polled = this.inner.as_mut().poll(cx);
+        }
         this.activity.in_poll.store(false, Ordering::SeqCst);
         if polled.is_pending() && this.activity.ended.swap(false, Ordering::SeqCst) {
             cx.waker().wake_by_ref();
@@ -164,6 +179,17 @@ impl<T> IdleDeadline<T> {
         }
     }
 
+    /// How long the connection may go without a request in flight.
+    fn bound(&self, served: bool) -> Duration {
+        if !served {
+            self.first
+        } else if self.activity.http1.load(Ordering::Acquire) {
+            self.idle.min(self.first)
+        } else {
+            self.idle
+        }
+    }
+
     /// Why the connection must close now, if it must; otherwise arms the timer for when it will.
     ///
     /// The timer is set once and left alone while requests come and go: a connection's deadline
@@ -179,7 +205,7 @@ impl<T> IdleDeadline<T> {
             ));
         }
         let served = self.activity.served.load(Ordering::Acquire);
-        let deadline = since + if served { self.idle } else { self.first };
+        let deadline = since + self.bound(served);
         let timer = self
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
@@ -308,7 +334,7 @@ mod tests {
     #[tokio::test]
     async fn the_idle_deadline_starts_when_the_last_request_ends() {
         let (_client, mut io, activity) = pipe();
-        let request = activity.begin();
+        let request = activity.begin(http::Version::HTTP_2);
         let mut buf = [0; 8];
         let read = tokio::time::timeout(IDLE * 2, io.read(&mut buf)).await;
         assert!(
@@ -343,8 +369,9 @@ mod tests {
     }
 
     /// A request that ends while its connection is polled, which then reads, wakes nobody; one
-    /// that ends while the connection waits wakes it, and so does one that ends in a poll that
-    /// reads nothing after it (once).
+    /// that ends while the connection waits wakes it. One that ends in a poll that reads nothing
+    /// after it has the connection polled again at once, and wakes it (once) only if that poll
+    /// reads nothing either.
     #[tokio::test]
     async fn a_request_wakes_its_connection_only_when_the_deadline_needs_a_look() {
         let counter = Arc::new(CountingWaker(Default::default()));
@@ -358,7 +385,7 @@ mod tests {
 
         // ends in the poll, then reads: as an HTTP/1 response body's end does
         let (_client, io, activity) = pipe();
-        let mut request = Some(activity.begin());
+        let mut request = Some(activity.begin(http::Version::HTTP_2));
         let conn = connection(io, move |io, cx| {
             read(io, cx);
             request.take();
@@ -370,7 +397,7 @@ mod tests {
 
         // ends while the connection waits
         let (_client, io, activity) = pipe();
-        let request = activity.begin();
+        let request = activity.begin(http::Version::HTTP_2);
         let mut polled = std::pin::pin!(Polled::new(connection(io, read), activity.clone()));
         assert!(polled.as_mut().poll(&mut cx).is_pending());
         drop(request);
@@ -378,7 +405,7 @@ mod tests {
 
         // ends in a poll that reads nothing after it
         let (_client, io, activity) = pipe();
-        let mut request = Some(activity.begin());
+        let mut request = Some(activity.begin(http::Version::HTTP_2));
         let mut polls = 0;
         let conn = connection(io, move |io, cx| {
             polls += 1;
@@ -394,13 +421,34 @@ mod tests {
         assert_eq!(wakes(), 2, "woken to look at the deadline");
         assert!(polled.as_mut().poll(&mut cx).is_pending());
         assert_eq!(wakes(), 2, "once");
+
+        // ends in a poll that reads nothing after it, and the next poll reads
+        let (_client, io, activity) = pipe();
+        let mut request = Some(activity.begin(http::Version::HTTP_2));
+        let mut polls = 0;
+        let conn = connection(io, move |io, cx| {
+            polls += 1;
+            if polls == 2 {
+                request.take();
+            } else {
+                read(io, cx);
+            }
+        });
+        let mut polled = std::pin::pin!(Polled::new(conn, activity.clone()));
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(wakes(), 2, "polled again at once, not woken");
+        assert!(
+            !activity.ended.load(Ordering::SeqCst),
+            "the deadline was looked at"
+        );
     }
 
     /// Eviction closes an idle connection at once, and never one with a request in flight.
     #[tokio::test]
     async fn eviction_closes_only_idle_connections() {
         let (_client, mut io, activity) = pipe();
-        let request = activity.begin();
+        let request = activity.begin(http::Version::HTTP_2);
         activity.evict();
         let mut buf = [0; 8];
         let read = tokio::time::timeout(FIRST * 2, io.read(&mut buf)).await;
@@ -417,7 +465,7 @@ mod tests {
         let requests = tokio::spawn(async move {
             for _ in 0..8 {
                 tokio::time::sleep(FIRST * 2 / 3).await;
-                drop(activity.begin());
+                drop(activity.begin(http::Version::HTTP_2));
             }
         });
         let took = time_to_failure(&mut io).await;
@@ -425,6 +473,27 @@ mod tests {
         assert!(took >= last_request + IDLE, "{took:?}");
         assert!(took < last_request + IDLE * 2, "{took:?}");
         requests.await.unwrap();
+    }
+
+    /// On HTTP/1.1 the wait for the next request is a wait for its head: it ends at the head
+    /// timeout when that is the shorter; an HTTP/2 connection waits for the idle one.
+    #[tokio::test(start_paused = true)]
+    async fn an_http1_connection_waits_for_its_next_head_no_longer_than_the_head_timeout() {
+        let (head, idle) = (Duration::from_secs(2), Duration::from_secs(10));
+        for (version, bound) in [
+            (http::Version::HTTP_11, head),
+            (http::Version::HTTP_2, idle),
+        ] {
+            let (_client, server) = tokio::io::duplex(64);
+            let activity = Arc::new(Activity::default());
+            let mut io = IdleDeadline::new(server, activity.clone(), head, idle);
+            drop(activity.begin(version));
+            let took = time_to_failure(&mut io).await;
+            assert!(
+                took >= bound && took < bound + head,
+                "{version:?}: {took:?}"
+            );
+        }
     }
 
     /// An idle timeout shorter than the head one is kept, though the timer was armed for the head.
@@ -437,7 +506,7 @@ mod tests {
         let mut buf = [0; 8];
         let first = tokio::time::timeout(Duration::from_millis(100), io.read(&mut buf)).await;
         assert!(first.is_err(), "the head deadline is 10 s away");
-        drop(activity.begin());
+        drop(activity.begin(http::Version::HTTP_2));
         let took = time_to_failure(&mut io).await;
         assert!(took >= idle && took < idle * 2, "{took:?}");
     }

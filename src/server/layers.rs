@@ -45,9 +45,9 @@ pub struct Counted<S> {
     activity: Arc<Activity>,
 }
 
-impl<S, R> tower::Service<R> for Counted<S>
+impl<S, B> tower::Service<Request<B>> for Counted<S>
 where
-    S: tower::Service<R, Response = Response<Body>>,
+    S: tower::Service<Request<B>, Response = Response<Body>>,
 {
     type Response = Response<InFlightBody>;
     type Error = S::Error;
@@ -57,9 +57,9 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: R) -> Self::Future {
+    fn call(&mut self, req: Request<B>) -> Self::Future {
         CountedFuture {
-            in_flight: Some(self.activity.begin()),
+            in_flight: Some(self.activity.begin(req.version())),
             activity: self.activity.clone(),
             inner: self.inner.call(req),
         }

@@ -182,7 +182,9 @@ fn connection_builder(settings: &ServerSettings) -> auto::Builder<TokioExecutor>
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(settings.request_header)
+        // bounded by `IdleDeadline` instead, with one timer per connection rather than one
+        // boxed and armed for every request head
+        .header_read_timeout(None)
         .max_buf_size(64 * 1024);
     // hyper's own limit of 100 headers stands: setting one, even the same 100, makes hyper fill
     // both of its header arrays on every request (about 1,700 instructions per request)
