@@ -1,6 +1,6 @@
 //! Connections that sit without a request.
 //!
-//! hyper's header-read timer starts only once hyper-util's auto builder has told HTTP/1 from
+//! hyper's header-read timer would start only once hyper-util's auto builder has told HTTP/1 from
 //! HTTP/2, which waits for the first bytes with no timer, and HTTP/2 has no idle timer at all: a
 //! socket that sends nothing (or half a preface, or opens no stream) would hold a file descriptor
 //! for ever. [`IdleDeadline`] closes a connection that has had no request in flight for a bound:

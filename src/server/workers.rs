@@ -348,9 +348,9 @@ impl Serving {
 }
 
 /// Once a second, closes this thread's idle upstream connections that expired or were closed by
-/// their engine. Its timer also keeps the event loop from waking for each request's header-read
-/// timer: a loop is woken when a timer is set that is due before every armed one, which is every
-/// time when no other timer is armed.
+/// their engine. Its timer also keeps the event loop from waking for the timers requests set (a
+/// stream's idle limit, a body's deadline): a loop is woken when a timer is set that is due before
+/// every armed one, which is every time when no other timer is armed.
 async fn heartbeat() {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

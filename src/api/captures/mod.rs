@@ -5,9 +5,10 @@
 //! pin the connections' whole read buffers (kilobytes each, for a few hundred bytes of answer) and
 //! make every next read allocate a new one. A capture larger than the
 //! whole budget is cut and marked `*_truncated`; the oldest captures go when new ones need the
-//! room. Secrets in headers are never kept.
+//! room (see [`ring`]). Secrets in headers are never kept.
 
-use std::collections::VecDeque;
+mod ring;
+
 use std::sync::Mutex;
 
 use base64::Engine;
@@ -30,13 +31,41 @@ static SENSITIVE: [HeaderName; 5] = [
 /// allocation (and a few growths) rather than one per part.
 pub struct Capture {
     data: Vec<u8>,
-    /// Where each part ends in `data`: path, request headers, request body, response headers,
-    /// response body.
+    layout: Layout,
+    /// The budget of all captures: no body keeps more.
+    limit: usize,
+}
+
+/// How a capture's bytes divide into its parts.
+#[derive(Clone, Copy, Default)]
+struct Layout {
+    /// Where each part ends: path, request headers, request body, response headers, response
+    /// body.
     ends: [usize; 5],
     req_truncated: bool,
     resp_truncated: bool,
-    /// The budget of all captures: no body keeps more.
-    limit: usize,
+}
+
+impl Layout {
+    fn part<'a>(&self, data: &'a [u8], i: usize) -> &'a [u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &data[start..self.ends[i]]
+    }
+
+    fn json(&self, data: &[u8], id: u64) -> Value {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let part = |i| self.part(data, i);
+        json!({
+            "id": id,
+            "req_path": String::from_utf8_lossy(part(PATH)),
+            "req_headers": headers_json(part(REQ_HEADERS)),
+            "req_body": b64(part(REQ_BODY)),
+            "resp_headers": headers_json(part(RESP_HEADERS)),
+            "resp_body": b64(part(RESP_BODY)),
+            "req_body_truncated": self.req_truncated,
+            "resp_body_truncated": self.resp_truncated,
+        })
+    }
 }
 
 const PATH: usize = 0;
@@ -47,23 +76,22 @@ const RESP_BODY: usize = 4;
 
 impl Capture {
     fn part(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.data[start..self.ends[i]]
+        self.layout.part(&self.data, i)
     }
 
     /// Marks the end of part `i` (and of the empty parts after it) at the buffer's end.
     fn close(&mut self, i: usize) {
         let len = self.data.len();
-        self.ends[i..].fill(len);
+        self.layout.ends[i..].fill(len);
     }
 
     /// The request body as read, copied up to the budget (before the response is recorded).
     pub fn request_body(&mut self, body: &Bytes) {
-        self.data.truncate(self.ends[REQ_HEADERS]);
+        self.data.truncate(self.layout.ends[REQ_HEADERS]);
         self.data
             .extend_from_slice(&body[..self.limit.min(body.len())]);
         self.close(REQ_BODY);
-        self.req_truncated = body.len() > self.limit;
+        self.layout.req_truncated = body.len() > self.limit;
     }
 
     fn headers_len(&self) -> usize {
@@ -80,8 +108,8 @@ impl Capture {
         }
         let req_keep = req.min(room - resp.min(room / 2));
         let resp_keep = resp.min(room - req_keep);
-        self.req_truncated |= req_keep < req;
-        self.resp_truncated |= resp_keep < resp;
+        self.layout.req_truncated |= req_keep < req;
+        self.layout.resp_truncated |= resp_keep < resp;
         let mut data = Vec::with_capacity(self.headers_len() + req_keep + resp_keep);
         let mut ends = [0; 5];
         for (i, keep) in [usize::MAX, usize::MAX, req_keep, usize::MAX, resp_keep]
@@ -92,25 +120,12 @@ impl Capture {
             data.extend_from_slice(&part[..keep.min(part.len())]);
             ends[i] = data.len();
         }
-        (self.data, self.ends) = (data, ends);
+        (self.data, self.layout.ends) = (data, ends);
     }
 
-    fn size(&self) -> usize {
-        self.data.len()
-    }
-
+    #[cfg(test)]
     fn json(&self, id: u64) -> Value {
-        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-        json!({
-            "id": id,
-            "req_path": String::from_utf8_lossy(self.part(PATH)),
-            "req_headers": headers_json(self.part(REQ_HEADERS)),
-            "req_body": b64(self.part(REQ_BODY)),
-            "resp_headers": headers_json(self.part(RESP_HEADERS)),
-            "resp_body": b64(self.part(RESP_BODY)),
-            "req_body_truncated": self.req_truncated,
-            "resp_body_truncated": self.resp_truncated,
-        })
+        self.layout.json(&self.data, id)
     }
 }
 
@@ -124,7 +139,7 @@ impl Recording {
         let c = &mut self.capture;
         let room = c.limit.saturating_sub(c.part(RESP_BODY).len());
         if data.len() > room {
-            c.resp_truncated = true;
+            c.layout.resp_truncated = true;
         }
         c.data.extend_from_slice(&data[..data.len().min(room)]);
         c.close(RESP_BODY);
@@ -196,21 +211,20 @@ fn headers_json(text: &[u8]) -> Value {
 /// The captures of recent requests, oldest first, within a byte budget.
 pub struct Captures {
     budget: usize,
-    ring: Mutex<Ring>,
-}
-
-#[derive(Default)]
-struct Ring {
-    items: VecDeque<(u64, Capture)>,
-    bytes: usize,
+    ring: Mutex<ring::Ring<Layout>>,
 }
 
 impl Captures {
     pub fn new(budget_bytes: u64) -> Captures {
+        let budget = budget_bytes.min(usize::MAX as u64) as usize;
         Captures {
-            budget: budget_bytes.min(usize::MAX as u64) as usize,
-            ring: Default::default(),
+            budget,
+            ring: Mutex::new(ring::Ring::new(budget)),
         }
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, ring::Ring<Layout>> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A body's declared length, as much of it as a capture keeps.
@@ -227,9 +241,7 @@ impl Captures {
         let room = path.len() + headers_size(request_headers) + self.declared(request_headers);
         let mut c = Capture {
             data: Vec::with_capacity(room),
-            ends: [0; 5],
-            req_truncated: false,
-            resp_truncated: false,
+            layout: Layout::default(),
             limit: self.budget,
         };
         c.data.extend_from_slice(path.as_bytes());
@@ -249,31 +261,19 @@ impl Captures {
         Recording { capture }
     }
 
-    /// Keeps a finished capture under the activity id, dropping the oldest to make room; false
-    /// when even a cut capture cannot fit (its headers alone exceed the budget).
+    /// Keeps a copy of a finished capture under the activity id, dropping the oldest to make
+    /// room; false when even a cut capture cannot fit (its headers alone exceed the budget). The
+    /// capture itself is freed here, by the thread that made it.
     pub fn put(&self, id: u64, mut capture: Capture) -> bool {
         capture.fit(self.budget);
-        let size = capture.size();
-        if size > self.budget {
-            return false;
-        }
-        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        while ring.bytes + size > self.budget {
-            let Some((_, old)) = ring.items.pop_front() else {
-                break;
-            };
-            ring.bytes -= old.size();
-        }
-        ring.bytes += size;
-        ring.items.push_back((id, capture));
-        true
+        self.ring().put(id, &capture.data, capture.layout)
     }
 
     /// `GET /api/captures/<id>`'s answer, when that capture is still kept.
     pub fn get(&self, id: u64) -> Option<Value> {
-        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        let (_, c) = ring.items.iter().rev().find(|(i, _)| *i == id)?;
-        Some(c.json(id))
+        let ring = self.ring();
+        let (data, layout) = ring.get(id)?;
+        Some(layout.json(data, id))
     }
 }
 
@@ -325,11 +325,7 @@ mod tests {
         assert_eq!(two["resp_body_truncated"], true);
         assert_eq!(two["req_body_truncated"], false);
         assert!(c.get(1).is_none(), "the oldest made room");
-        let ring = c.ring.lock().unwrap();
-        assert!(
-            ring.bytes <= 200
-                && ring.bytes == ring.items.iter().map(|(_, c)| c.size()).sum::<usize>()
-        );
+        assert!(c.ring().kept_bytes() <= 200);
     }
 
     /// A capture keeps copies: the frames that passed (slices of a connection's read buffer) are
@@ -362,10 +358,10 @@ mod tests {
         let mut cap = capture(&c, &[b'q'; 300], &[b'a'; 300]);
         let headers = cap.headers_len();
         cap.fit(headers + 100);
-        assert_eq!(cap.size(), headers + 100);
+        assert_eq!(cap.data.len(), headers + 100);
         assert_eq!(cap.part(REQ_BODY), &[b'q'; 50][..]);
         assert_eq!(cap.part(RESP_BODY), &[b'a'; 50][..]);
-        assert!(cap.req_truncated && cap.resp_truncated);
+        assert!(cap.layout.req_truncated && cap.layout.resp_truncated);
         let json = cap.json(7);
         assert_eq!(json["req_path"], "/p");
         assert_eq!(json["req_headers"]["Content-Type"], "application/json");
