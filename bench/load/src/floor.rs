@@ -1,7 +1,8 @@
 //! The floor: the least a proxy built on hyper and tokio does, measured beside corral and nginx.
 //!
 //! One thread accepts and hands each connection to one of N serving threads (one per core, each a
-//! current-thread runtime), as corral does. Each client connection gets its own upstream
+//! current-thread runtime; `FLOOR_THREADS` sets N, as `CORRAL_THREADS` does for corral), as corral
+//! does. Each client connection gets its own upstream
 //! connection, opened on its first request and kept; requests and answers pass through untouched
 //! (hyper's HTTP/1 server, hyper's HTTP/1 client, bodies streamed frame by frame). No routing, no
 //! metrics, no logging, no limits. What corral costs beyond this is corral's own; what this costs
@@ -18,7 +19,11 @@ use tokio::sync::{mpsc, Mutex};
 
 /// Serves `routes` (listen address to upstream address) until the process is killed.
 pub fn run(routes: Vec<(SocketAddr, SocketAddr)>) -> Result<(), String> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = std::env::var("FLOOR_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let workers: Vec<mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>> =
         (0..threads).map(|_| serving_thread()).collect();
     let workers = Arc::new(workers);
