@@ -1,14 +1,14 @@
 //! Requests in flight: listed in the events stream, and cancellable by id.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use foldhash::HashMap;
 use serde_json::{json, Value};
-use tokio::sync::broadcast;
 
+use super::announce::Announcer;
 use super::cancel::Cancel;
 
 struct Entry {
@@ -29,17 +29,19 @@ impl Entry {
 
 pub struct Inflight {
     next: AtomicU64,
-    entries: Mutex<BTreeMap<u64, Entry>>,
+    /// A hash map, not a tree: its room is kept as requests come and go, where a tree allocates
+    /// and frees a node now and then, often on another serving thread than the one that made it.
+    entries: Mutex<HashMap<u64, Entry>>,
     /// `inflight` event payloads: upserts and removals.
-    pub events: broadcast::Sender<Value>,
+    pub events: Announcer<Value>,
 }
 
 impl Default for Inflight {
     fn default() -> Self {
         Inflight {
             next: AtomicU64::new(1),
-            entries: Mutex::new(BTreeMap::new()),
-            events: broadcast::channel(1024).0,
+            entries: Mutex::default(),
+            events: Announcer::new(1024),
         }
     }
 }
@@ -57,9 +59,8 @@ impl Drop for Guard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.id);
-        if self.registry.events.receiver_count() > 0 {
-            let _ = self
-                .registry
+        if self.registry.events.is_heard() {
+            self.registry
                 .events
                 .send(json!({"operation": "remove", "id": self.id}));
         }
@@ -85,9 +86,8 @@ impl Inflight {
             cancel,
         };
         // the JSON is built only when someone listens
-        if self.events.receiver_count() > 0 {
-            let _ = self
-                .events
+        if self.events.is_heard() {
+            self.events
                 .send(json!({"operation": "upsert", "request": entry.record(id)}));
         }
         self.entries
@@ -118,7 +118,10 @@ impl Inflight {
 
     pub fn snapshot(&self) -> Value {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        json!({"operation": "snapshot", "requests": entries.iter().map(|(id, e)| e.record(*id)).collect::<Vec<_>>()})
+        let mut ids: Vec<u64> = entries.keys().copied().collect();
+        ids.sort_unstable();
+        let requests: Vec<Value> = ids.iter().map(|id| entries[id].record(*id)).collect();
+        json!({"operation": "snapshot", "requests": requests})
     }
 }
 
@@ -142,5 +145,31 @@ mod tests {
         assert!(cancel.is_cancelled());
         drop(guard);
         assert!(!reg.cancel(1));
+    }
+
+    /// The snapshot lists requests in the order they came, however they are stored.
+    #[test]
+    fn the_snapshot_lists_requests_oldest_first() {
+        let reg = Arc::new(Inflight::default());
+        let guards: Vec<Guard> = (0..20)
+            .map(|_| {
+                reg.register(
+                    "m".into(),
+                    "/v1/chat/completions".into(),
+                    &http::Method::POST,
+                    std::net::Ipv4Addr::LOCALHOST.into(),
+                    Cancel::new(),
+                )
+            })
+            .collect();
+        let snapshot = reg.snapshot();
+        let ids: Vec<u64> = snapshot["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, (1..=20).collect::<Vec<_>>());
+        drop(guards);
     }
 }

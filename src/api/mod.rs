@@ -2,6 +2,7 @@
 
 pub mod activity;
 mod admin;
+mod announce;
 mod app;
 pub mod auth;
 pub mod budget;

@@ -154,7 +154,7 @@ fn answered(
     let recording = capture
         .zip(app.activity.captures.as_ref())
         .map(|(c, captures)| captures.record(c, &parts.headers));
-    let body = meter::Metered::new(body, app.metrics.clone(), labels, started, content_type)
+    let body = meter::Metered::new(body, &app.metrics, labels, started, content_type)
         .with_inflight(guard, cancel)
         .with_idle_limit(idle_limit)
         .length_framed(length_framed)

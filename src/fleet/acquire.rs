@@ -48,8 +48,13 @@ impl Fleet {
     async fn acquire_instance(&self, id: &str) -> Result<Lease, Error> {
         let reservation = self.reserve(id)?;
         let mut direct = Direct::default();
+        // ready with room, as nearly every request finds it: nothing to wait for
+        if let Some(proxy) = self.try_direct(id, &mut direct)? {
+            return Ok(reservation.into_lease(proxy));
+        }
         loop {
-            let notified = self.inner.changed.notified();
+            let waiter = self.inner.changed.waiter();
+            let notified = waiter.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if let Some(proxy) = self.try_direct(id, &mut direct)? {

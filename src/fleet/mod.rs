@@ -21,6 +21,7 @@
 
 mod acquire;
 mod build;
+mod changes;
 pub mod counters;
 mod eject;
 mod gpu_use;
@@ -55,7 +56,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 pub use build::Retire;
 pub use counters::FleetCounters;
@@ -96,7 +97,7 @@ pub(crate) struct State {
 
 pub(crate) struct Inner {
     state: Mutex<State>,
-    changed: Notify,
+    changed: changes::Changes,
     generation: watch::Sender<u64>,
     spawner: Spawner,
     health: HealthClient,
@@ -142,7 +143,7 @@ impl Fleet {
         };
         let inner = Inner {
             state: Mutex::new(state),
-            changed: Notify::new(),
+            changed: changes::Changes::default(),
             generation: watch::channel(0).0,
             spawner,
             health: HealthClient::default(),
@@ -181,7 +182,7 @@ impl Inner {
         if let Some(inst) = self.lock().instances.get_mut(id) {
             f(inst);
         }
-        self.changed.notify_waiters();
+        self.changed.notify_waiters_if_any();
     }
 
     /// Wakes waiters and tells watchers (events, metrics) that something changed.

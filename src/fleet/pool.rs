@@ -46,7 +46,8 @@ impl Fleet {
         let prefer_until = now + prefix_wait;
         let mut awaited: HashMap<String, u64> = HashMap::new();
         loop {
-            let notified = self.inner.changed.notified();
+            let waiter = self.inner.changed.waiter();
+            let notified = waiter.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {

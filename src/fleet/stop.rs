@@ -60,7 +60,8 @@ impl Fleet {
 
     async fn wait_stopped(&self, ids: &[String]) {
         loop {
-            let notified = self.inner.changed.notified();
+            let waiter = self.inner.changed.waiter();
+            let notified = waiter.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if ids.iter().all(|id| {

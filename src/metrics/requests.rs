@@ -1,8 +1,12 @@
 //! What each model request records: its count by status class, duration, time to first byte and
 //! tokens. A request resolves its series once, from a cache: a label lookup hashes every label
-//! value and takes the family's lock, and a request used to make five of them.
+//! value and takes the family's lock, and a request used to make five of them. Each thread keeps
+//! the series it has used, so that the serving threads do not take turns on the shared cache's
+//! lock for every request.
 
 use foldhash::HashMap;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, Registry};
@@ -19,7 +23,34 @@ pub struct RequestMetrics {
     pub retries: IntCounterVec,
     /// Model, then route, then status class: bounded by the config's models, the routes corral
     /// serves and five classes.
-    series: Mutex<HashMap<String, HashMap<String, ByClass>>>,
+    series: Mutex<SeriesCache>,
+    /// Tells these metrics' series apart in the threads' own caches.
+    id: u64,
+}
+
+type SeriesCache = HashMap<String, HashMap<String, ByClass>>;
+
+thread_local! {
+    /// The series this thread has used, by the id of the metrics they belong to.
+    static USED: RefCell<HashMap<u64, SeriesCache>> = RefCell::default();
+}
+
+fn cached(
+    cache: &SeriesCache,
+    model: &str,
+    route: &str,
+    class: usize,
+) -> Option<Arc<RequestSeries>> {
+    cache.get(model)?.get(route)?[class].clone()
+}
+
+fn keep(cache: &mut SeriesCache, model: &str, route: &str, class: usize, s: &Arc<RequestSeries>) {
+    let classes = cache
+        .entry(model.to_string())
+        .or_default()
+        .entry(route.to_string())
+        .or_default();
+    classes[class] = Some(s.clone());
 }
 
 /// A route's series, one per status class once used.
@@ -59,27 +90,35 @@ impl RequestMetrics {
             completion_tokens: counter(r, "corral_completion_tokens_total", "Completion tokens, from the responses' usage or timings.", &["model"]),
             retries: counter(r, "corral_retries_total", "Requests retried on another replica after one could not be reached.", &["model"]),
             series: Mutex::default(),
+            id: {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
         }
     }
 
     /// The series of a request to `model` on `route` answered with a status of `class` ("2xx").
     pub fn series(&self, model: &str, route: &str, class: &str) -> Arc<RequestSeries> {
         let class = CLASSES.iter().position(|c| *c == class).unwrap_or(4);
+        USED.with_borrow_mut(|used| {
+            let used = used.entry(self.id).or_default();
+            if let Some(s) = cached(used, model, route, class) {
+                return s;
+            }
+            let s = self.shared_series(model, route, class);
+            keep(used, model, route, class, &s);
+            s
+        })
+    }
+
+    /// The series from the cache all threads share, made on first use.
+    fn shared_series(&self, model: &str, route: &str, class: usize) -> Arc<RequestSeries> {
         let mut cache = self.series.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = cache
-            .get(model)
-            .and_then(|routes| routes.get(route))
-            .and_then(|classes| classes[class].as_ref())
-        {
-            return s.clone();
+        if let Some(s) = cached(&cache, model, route, class) {
+            return s;
         }
         let made = Arc::new(self.make(model, route, CLASSES[class]));
-        let classes = cache
-            .entry(model.to_string())
-            .or_default()
-            .entry(route.to_string())
-            .or_default();
-        classes[class] = Some(made.clone());
+        keep(&mut cache, model, route, class, &made);
         made
     }
 
@@ -128,6 +167,18 @@ mod tests {
                 .get()
         };
         assert_eq!((count("2xx"), count("5xx"), count("4xx")), (2, 1, 0));
+    }
+
+    /// Each thread keeps its own lookup of the one series: counts from every thread land in it,
+    /// and other metrics' series (another registry) are not mistaken for these.
+    #[test]
+    fn threads_share_each_series_and_registries_stay_apart() {
+        let (first, second) = (Registry::new(), Registry::new());
+        let (a, b) = (RequestMetrics::new(&first), RequestMetrics::new(&second));
+        let here = a.series("m", "/r", "2xx");
+        let there = std::thread::scope(|s| s.spawn(|| a.series("m", "/r", "2xx")).join().unwrap());
+        assert!(Arc::ptr_eq(&here, &there));
+        assert!(!Arc::ptr_eq(&here, &b.series("m", "/r", "2xx")));
     }
 
     #[test]

@@ -10,7 +10,6 @@ use std::time::SystemTime;
 
 use foldhash::HashSet;
 use serde_json::{json, Value};
-use tokio::sync::broadcast;
 
 use crate::api::meter::Tokens;
 use query::Query;
@@ -70,7 +69,7 @@ pub struct Activity {
     next: AtomicU64,
     max: usize,
     /// Ids of new rows, for the events stream.
-    pub events: broadcast::Sender<u64>,
+    pub events: super::announce::Announcer<u64>,
     /// The copy on disk (`store.path`).
     store: Option<store::Store>,
     /// Bodies of recent requests (`captureBuffer`).
@@ -118,7 +117,7 @@ impl Activity {
             }),
             next: AtomicU64::new(1),
             max,
-            events: broadcast::channel(256).0,
+            events: super::announce::Announcer::new(256),
             store: None,
             captures: None,
             tally: Default::default(),
@@ -185,8 +184,8 @@ impl Activity {
         if let (Some(store), Some(row)) = (&self.store, saved) {
             store.save(row);
         }
-        if self.events.receiver_count() > 0 {
-            let _ = self.events.send(id);
+        if self.events.is_heard() {
+            self.events.send(id);
         }
         id
     }

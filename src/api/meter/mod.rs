@@ -79,14 +79,14 @@ struct ActivityRecord {
 impl Metered {
     pub fn new(
         inner: Body,
-        metrics: Arc<Metrics>,
+        metrics: &Metrics,
         labels: Labels,
         started: Instant,
         content_type: &str,
     ) -> Metered {
         Metered {
             inner,
-            series: labels.series(&metrics),
+            series: labels.series(metrics),
             labels,
             started,
             usage: UsageTap::new(content_type),
