@@ -5,7 +5,6 @@
 //! on that one lock several times a request; here the listeners are counted apart, and asking is
 //! one read of a count that changes only when a listener comes or goes.
 
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -50,17 +49,10 @@ pub struct Listener<T> {
     listeners: Arc<AtomicUsize>,
 }
 
-impl<T> Deref for Listener<T> {
-    type Target = broadcast::Receiver<T>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.receiver
-    }
-}
-
-impl<T> DerefMut for Listener<T> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.receiver
+impl<T: Clone> Listener<T> {
+    /// The next message, as [`broadcast::Receiver::recv`] gives it.
+    pub async fn recv(&mut self) -> Result<T, broadcast::error::RecvError> {
+        self.receiver.recv().await
     }
 }
 

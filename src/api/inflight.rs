@@ -85,15 +85,15 @@ impl Inflight {
             started: SystemTime::now(),
             cancel,
         };
-        // the JSON is built only when someone listens
+        // listed before it is announced: a listener that came in between finds it in its snapshot
+        // (the JSON is built only when someone listens)
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if self.events.is_heard() {
             self.events
                 .send(json!({"operation": "upsert", "request": entry.record(id)}));
         }
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, entry);
+        entries.insert(id, entry);
+        drop(entries);
         Guard {
             registry: self.clone(),
             id,

@@ -273,7 +273,7 @@ impl Captures {
     pub fn get(&self, id: u64) -> Option<Value> {
         let ring = self.ring();
         let (data, layout) = ring.get(id)?;
-        Some(layout.json(data, id))
+        Some(layout.json(&data, id))
     }
 }
 

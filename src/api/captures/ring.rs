@@ -6,18 +6,20 @@
 //! were freed by whichever thread's newer capture pushed them out: under load half of them went
 //! back to the other serving thread's malloc arena, whose lock the two threads then fought over.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 /// Kept captures' bytes and what each says of them (`M`), oldest first, in `budget` bytes.
 pub struct Ring<M> {
     budget: usize,
-    /// Grows as captures come, to the budget at most.
+    /// A circle of `budget` bytes once full; grows (by doubling) until then.
     bytes: Vec<u8>,
-    /// Where the next capture's bytes go.
+    /// Where the next capture's bytes go: right after the newest's, and before the oldest's.
     next: usize,
-    /// In the order they came. Those written since the buffer last wrapped lie from its start
-    /// up to `next`, one after another; the older ones lie from `next` on, so the first in the list
-    /// is the first in the way of the next capture.
+    /// The bytes of all kept captures.
+    kept: usize,
+    /// In the order they came, each from where it starts, running on past the end of the circle
+    /// into its start when it must.
     items: VecDeque<Kept<M>>,
 }
 
@@ -34,71 +36,72 @@ impl<M> Ring<M> {
             budget,
             bytes: Vec::new(),
             next: 0,
+            kept: 0,
             items: VecDeque::new(),
         }
     }
 
-    /// Keeps `data` under `id`, dropping the oldest captures in its way; false (nothing kept)
+    /// Keeps `data` under `id`, dropping the oldest captures until it fits; false (nothing kept)
     /// when it is larger than the whole budget.
     pub fn put(&mut self, id: u64, data: &[u8], meta: M) -> bool {
         if data.len() > self.budget {
             return false;
         }
-        if self.next + data.len() > self.budget {
-            // too little room left before the end: what lies there goes, and writing starts over
-            self.drop_in_way(self.next, usize::MAX);
-            self.next = 0;
+        // the free bytes follow the newest capture and end where the oldest begins
+        while self.kept + data.len() > self.budget {
+            let oldest = self
+                .items
+                .pop_front()
+                .expect("kept bytes belong to kept captures");
+            self.kept -= oldest.len;
         }
-        let (at, end) = (self.next, self.next + data.len());
-        self.drop_in_way(at, end);
-        self.write(at, data);
+        let at = self.next;
+        let first = data.len().min(self.budget - at);
+        self.write(at, &data[..first]);
+        self.write(0, &data[first..]);
         self.items.push_back(Kept {
             id,
             at,
             len: data.len(),
             meta,
         });
-        self.next = end;
+        self.kept += data.len();
+        self.next = (at + data.len()) % self.budget.max(1);
         true
     }
 
-    /// Drops the oldest captures while they start within `from..to`.
-    fn drop_in_way(&mut self, from: usize, to: usize) {
-        while self
-            .items
-            .front()
-            .is_some_and(|k| (from..to).contains(&k.at))
-        {
-            self.items.pop_front();
-        }
-    }
-
-    /// Copies `data` in at `at`, growing the buffer (by doubling, up to the budget) when it goes
-    /// past what was written so far; nothing kept lies past `at` then.
+    /// Copies `data` in at `at` (within the circle), growing the buffer when it goes past what
+    /// was written so far: by doubling, to the budget at most.
     fn write(&mut self, at: usize, data: &[u8]) {
         let end = at + data.len();
-        if end <= self.bytes.len() {
-            self.bytes[at..end].copy_from_slice(data);
-            return;
+        if end > self.bytes.len() {
+            if end > self.bytes.capacity() {
+                let grown = (self.bytes.capacity() * 2).clamp(end, self.budget);
+                self.bytes.reserve_exact(grown - self.bytes.len());
+            }
+            self.bytes.resize(end, 0);
         }
-        self.bytes.truncate(at);
-        if end > self.bytes.capacity() {
-            let grown = (self.bytes.capacity() * 2).clamp(end, self.budget);
-            self.bytes.reserve_exact(grown - self.bytes.len());
-        }
-        self.bytes.extend_from_slice(data);
+        self.bytes[at..end].copy_from_slice(data);
     }
 
-    /// The bytes kept under `id`, and what was said of them.
-    pub fn get(&self, id: u64) -> Option<(&[u8], &M)> {
+    /// The bytes kept under `id` (copied only when they run past the end of the circle), and
+    /// what was said of them.
+    pub fn get(&self, id: u64) -> Option<(Cow<'_, [u8]>, &M)> {
         let k = self.items.iter().rev().find(|k| k.id == id)?;
-        Some((&self.bytes[k.at..k.at + k.len], &k.meta))
+        let first = k.len.min(self.budget - k.at);
+        let head = &self.bytes[k.at..k.at + first];
+        let bytes = if first == k.len {
+            Cow::Borrowed(head)
+        } else {
+            Cow::Owned([head, &self.bytes[..k.len - first]].concat())
+        };
+        Some((bytes, &k.meta))
     }
 
     /// The bytes of all kept captures.
     #[cfg(test)]
     pub fn kept_bytes(&self) -> usize {
-        self.items.iter().map(|k| k.len).sum()
+        self.kept
     }
 
     /// The ids kept, oldest first.
@@ -137,21 +140,28 @@ mod tests {
                 }
                 for kept in ring.ids() {
                     let (bytes, &len) = ring.get(kept).unwrap();
-                    prop_assert_eq!(bytes, &data(kept, len)[..]);
+                    prop_assert_eq!(&bytes[..], &data(kept, len)[..]);
                 }
                 prop_assert!(ring.kept_bytes() <= budget);
                 prop_assert!(ring.bytes.capacity() <= budget);
-                // kept: the newest of those put, none left out between
-                let ids = ring.ids();
-                prop_assert_eq!(&ids[..], &put[put.len() - ids.len()..]);
-                if len <= budget {
-                    prop_assert_eq!(ids.last(), Some(&id));
-                }
+                // kept: as many of the newest as fit the budget together, as before a ring
+                let mut room = budget;
+                let fit = put
+                    .iter()
+                    .rev()
+                    .take_while(|&&id| {
+                        let fits = sizes[id as usize] <= room;
+                        room = room.saturating_sub(sizes[id as usize]);
+                        fits
+                    })
+                    .count();
+                prop_assert_eq!(&ring.ids()[..], &put[put.len() - fit..]);
             }
         }
     }
 
-    /// The oldest go first, and only as many as the newest needs room for.
+    /// The oldest go first, only as many as the newest needs room for, and a capture that meets
+    /// the end of the circle runs on at its start.
     #[test]
     fn the_oldest_make_room() {
         let mut ring = Ring::new(10);
@@ -160,12 +170,20 @@ mod tests {
         }
         assert_eq!(ring.ids(), [0, 1, 2, 3, 4]);
         assert!(ring.put(5, &data(5, 3), ()));
-        assert_eq!(ring.ids(), [2, 3, 4, 5], "two made room at the start");
+        assert_eq!(ring.ids(), [2, 3, 4, 5], "two made room");
         assert!(ring.put(6, &data(6, 4), ()));
         assert_eq!(ring.ids(), [4, 5, 6]);
-        assert!(!ring.put(7, &data(7, 11), ()), "larger than the budget");
-        assert_eq!(ring.ids(), [4, 5, 6]);
-        assert!(ring.put(8, &data(8, 10), ()));
-        assert_eq!(ring.ids(), [8]);
+        assert!(ring.put(7, &data(7, 4), ()));
+        assert_eq!(ring.ids(), [6, 7]);
+        assert_eq!(
+            ring.get(7).unwrap().0,
+            &data(7, 4)[..],
+            "runs on at the start"
+        );
+        assert!(!ring.put(8, &data(8, 11), ()), "larger than the budget");
+        assert_eq!(ring.ids(), [6, 7]);
+        assert!(ring.put(9, &data(9, 10), ()));
+        assert_eq!(ring.ids(), [9]);
+        assert_eq!(ring.get(9).unwrap().0, &data(9, 10)[..]);
     }
 }
