@@ -520,6 +520,47 @@ async fn a_member_answering_server_errors_is_taken_out() {
     h.stop().await;
 }
 
+/// A member that answers 503 (loading, or overloaded) gets its request tried once more on a
+/// sibling; when no sibling can take it, the member's own 503 is the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_is_tried_again_on_a_sibling() {
+    let h = loaded_pool("--completion-status 503", "").await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    // at once, and each its own prompt, so that both members are picked
+    let sent: Vec<_> = (0..6)
+        .map(|i| {
+            let url = url.clone();
+            let body = json!({"model": "chat", "messages": [{"role": "user", "content": format!("question {i}")}]});
+            tokio::spawn(async move { post_json(&url, &body).await })
+        })
+        .collect();
+    for answer in sent {
+        let resp = answer.await.unwrap();
+        assert_eq!(resp.status, 200, "{}", resp.text());
+    }
+    assert!(
+        h.count_requests("chat-0", "/v1/chat/completions") > 0,
+        "the 503 member was picked"
+    );
+    let metrics = get(&format!("{}/metrics", h.url)).await.text();
+    assert!(metrics.contains("corral_retries_total{"), "{metrics}");
+    h.stop().await;
+
+    // the sibling cannot start: the member's own answer is the client's
+    let h = Harness::start(&format!(
+        "models:\n{}{}",
+        fake_model("chat-0", "--completion-status 503", ""),
+        fake_model("chat-1", "--fail-port", "")
+    ))
+    .await;
+    let load = post(&format!("{}/api/models/load/chat-0", h.url)).await;
+    assert_eq!(load.status, 200, "{}", load.text());
+    let resp = post_json(&format!("{}/v1/chat/completions", h.url), &chat("chat")).await;
+    assert_eq!(resp.status, 503, "{}", resp.text());
+    assert!(!resp.text().contains("no replica"), "{}", resp.text());
+    h.stop().await;
+}
+
 /// Server errors never empty a pool: when every member answers 500 (a request the engine cannot
 /// serve, sent again and again), the last ready member stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

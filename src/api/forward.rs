@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::proxy::{self, Outgoing};
 
 /// Sends a buffered request to the target's instance; for a pool, a member that fails before sending
-/// a byte back is tried once more on another, and taken out when it could not be reached (or, by
+/// a byte back, or answers 503 (loading, or overloaded), is tried once more on another, and taken out when it could not be reached (or, by
 /// [`crate::fleet::Fleet::report_answer`], when it keeps failing).
 pub async fn forward_local(
     app: &Arc<App>,
@@ -50,8 +50,8 @@ pub async fn forward_local(
     .await
 }
 
-/// Sends a request to the pool member `lease` holds; one that fails before answering gets a
-/// second try on another member.
+/// Sends a request to the pool member `lease` holds; one that fails before answering, or answers
+/// 503, gets a second try on another member.
 async fn forward_to_members(
     app: &Arc<App>,
     model: &crate::config::ModelConfig,
@@ -83,26 +83,52 @@ async fn forward_to_members(
         bytes.clone(),
     );
     let first_id = lease.id().clone();
-    match proxy::forward(client, first, timeout, lease).await {
-        Err(e @ (Error::Upstream(_) | Error::Unreachable(_))) => {
-            report_failure(app, &first_id, &e);
-            app.metrics
-                .requests
-                .retries
-                .with_label_values(&[&model.id])
-                .inc();
-            tracing::warn!(instance = %first_id, "retrying on another replica after: {e}");
-            let lease = app
-                .fleet
-                .acquire_for(target, Some(&first_id), prompt.as_ref())
-                .await?;
-            let id = lease.id().clone();
-            let req = out(&lease, parts, path_and_query, bytes);
-            let answer = proxy::forward(client, req, timeout, lease).await;
+    let retry = |lease: crate::fleet::Lease, why: String| {
+        app.metrics
+            .requests
+            .retries
+            .with_label_values(&[&model.id])
+            .inc();
+        tracing::warn!(instance = %first_id, "retrying on another replica after: {why}");
+        let id = lease.id().clone();
+        let answer = proxy::forward(
+            client,
+            out(&lease, parts, path_and_query, bytes),
+            timeout,
+            lease,
+        );
+        async move {
+            let answer = answer.await;
             if let Ok(resp) = &answer {
                 app.fleet.report_answer(&id, resp.status());
             }
             answer
+        }
+    };
+    match proxy::forward(client, first, timeout, lease).await {
+        Err(e @ (Error::Upstream(_) | Error::Unreachable(_))) => {
+            report_failure(app, &first_id, &e);
+            let lease = app
+                .fleet
+                .acquire_for(target, Some(&first_id), prompt.as_ref())
+                .await?;
+            retry(lease, e.to_string()).await
+        }
+        Ok(resp) if resp.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
+            // loading (a replica that died and started again after it was picked) or
+            // overloaded: another member answers if one can, else this answer stands
+            app.fleet.report_answer(&first_id, resp.status());
+            match app
+                .fleet
+                .acquire_for(target, Some(&first_id), prompt.as_ref())
+                .await
+            {
+                Ok(lease) => {
+                    drop(resp);
+                    retry(lease, "503 Service Unavailable".into()).await
+                }
+                Err(_) => Ok(resp),
+            }
         }
         Ok(resp) => {
             app.fleet.report_answer(&first_id, resp.status());

@@ -88,7 +88,7 @@ impl RequestMetrics {
             time_to_first_byte: histogram(r, "corral_time_to_first_byte_seconds", "Time from request to the first byte of the response body, waiting and loading included.", &["model", "route"], LATENCY_BUCKETS),
             prompt_tokens: counter(r, "corral_prompt_tokens_total", "Prompt tokens, from the responses' usage or timings.", &["model"]),
             completion_tokens: counter(r, "corral_completion_tokens_total", "Completion tokens, from the responses' usage or timings.", &["model"]),
-            retries: counter(r, "corral_retries_total", "Requests retried on another replica after one could not be reached.", &["model"]),
+            retries: counter(r, "corral_retries_total", "Requests retried on another replica after one could not be reached or answered 503.", &["model"]),
             series: Mutex::default(),
             id: {
                 static NEXT: AtomicU64 = AtomicU64::new(0);
