@@ -15,9 +15,10 @@ use crate::catalog::Target;
 use crate::error::Error;
 use crate::proxy::{self, Outgoing};
 
-/// Sends a buffered request to the target's instance; for a pool, a member that fails before sending
-/// a byte back, or answers 503 (loading, or overloaded), is tried once more on another, and taken out when it could not be reached (or, by
-/// [`crate::fleet::Fleet::report_answer`], when it keeps failing).
+/// Sends a buffered request to the target's instance; for a pool, a member that fails before
+/// sending a byte back, or answers 503 (loading, or overloaded), is tried once more on another,
+/// and taken out when it could not be reached (or, by [`crate::fleet::Fleet::report_answer`],
+/// when it keeps failing).
 pub async fn forward_local(
     app: &Arc<App>,
     model: &crate::config::ModelConfig,

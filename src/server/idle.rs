@@ -368,6 +368,25 @@ mod tests {
         })
     }
 
+    /// A connection whose request ends in its second poll, which reads nothing after it; its first
+    /// poll reads, and so do those after the second when `reads_later`.
+    fn ending_in_second_poll(reads_later: bool) -> (impl Future<Output = ()>, Arc<Activity>) {
+        let (client, io, activity) = pipe();
+        let mut request = Some(activity.begin(http::Version::HTTP_2));
+        let mut polls = 0;
+        let conn = connection(io, move |io, cx| {
+            let _open = &client;
+            polls += 1;
+            if polls == 2 {
+                request.take();
+            } else if polls == 1 || reads_later {
+                let mut buf = [0; 8];
+                let _ = Pin::new(io).poll_read(cx, &mut ReadBuf::new(&mut buf));
+            }
+        });
+        (conn, activity)
+    }
+
     /// A request that ends while its connection is polled, which then reads, wakes nobody; one
     /// that ends while the connection waits wakes it. One that ends in a poll that reads nothing
     /// after it has the connection polled again at once, and wakes it (once) only if that poll
@@ -404,17 +423,7 @@ mod tests {
         assert_eq!(wakes(), 1);
 
         // ends in a poll that reads nothing after it
-        let (_client, io, activity) = pipe();
-        let mut request = Some(activity.begin(http::Version::HTTP_2));
-        let mut polls = 0;
-        let conn = connection(io, move |io, cx| {
-            polls += 1;
-            if polls == 1 {
-                read(io, cx);
-            } else {
-                request.take();
-            }
-        });
+        let (conn, activity) = ending_in_second_poll(false);
         let mut polled = std::pin::pin!(Polled::new(conn, activity.clone()));
         assert!(polled.as_mut().poll(&mut cx).is_pending());
         assert!(polled.as_mut().poll(&mut cx).is_pending());
@@ -423,17 +432,7 @@ mod tests {
         assert_eq!(wakes(), 2, "once");
 
         // ends in a poll that reads nothing after it, and the next poll reads
-        let (_client, io, activity) = pipe();
-        let mut request = Some(activity.begin(http::Version::HTTP_2));
-        let mut polls = 0;
-        let conn = connection(io, move |io, cx| {
-            polls += 1;
-            if polls == 2 {
-                request.take();
-            } else {
-                read(io, cx);
-            }
-        });
+        let (conn, activity) = ending_in_second_poll(true);
         let mut polled = std::pin::pin!(Polled::new(conn, activity.clone()));
         assert!(polled.as_mut().poll(&mut cx).is_pending());
         assert!(polled.as_mut().poll(&mut cx).is_pending());
