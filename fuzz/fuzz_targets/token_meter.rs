@@ -21,9 +21,9 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-fn metrics() -> Arc<Metrics> {
-    static METRICS: OnceLock<Arc<Metrics>> = OnceLock::new();
-    METRICS.get_or_init(|| Arc::new(Metrics::new())).clone()
+fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
 }
 
 fuzz_target!(|data: &[u8]| {
