@@ -561,6 +561,52 @@ async fn a_503_is_tried_again_on_a_sibling() {
     h.stop().await;
 }
 
+/// While a request that a member answered with 503 waits for a sibling, that member's slot is free
+/// again: its answer was read, and its lease let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_members_slot_is_free_while_a_sibling_is_awaited() {
+    let h = loaded_pool("--completion-status 503", "-np 1").await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    // chat-1's one slot holds a stream of 3 s
+    let busy = tokio::spawn({
+        let url = url.clone();
+        async move { stream_frames(&url, &long("chat-1", 30)).await.0.status }
+    });
+    eventually(Duration::from_secs(15), "chat-1 busy", || {
+        h.count_requests("chat-1", "/v1/chat/completions") == 1
+    })
+    .await;
+    let waiting = tokio::spawn({
+        let url = url.clone();
+        async move { post_json(&url, &chat("chat")).await }
+    });
+    eventually(Duration::from_secs(15), "chat-0 answered 503", || {
+        h.count_requests("chat-0", "/v1/chat/completions") == 1
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while in_flight(&h, "chat-0").await != 0 {
+        assert!(Instant::now() < deadline, "chat-0 still holds the request");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!waiting.is_finished(), "the request waits for chat-1");
+    let answer = waiting.await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(busy.await.unwrap(), 200);
+    h.stop().await;
+}
+
+/// Requests in flight on `instance`, as `/running` lists them.
+async fn in_flight(h: &Harness, instance: &str) -> u64 {
+    let running = get(&format!("{}/running", h.url)).await.json();
+    running["running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model"] == instance)
+        .map_or(0, |r| r["inFlight"].as_u64().unwrap())
+}
+
 /// Server errors never empty a pool: when every member answers 500 (a request the engine cannot
 /// serve, sent again and again), the last ready member stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,9 +4,11 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
+use http_body_util::BodyExt;
 
 use super::extract::BodyKind;
 use super::{filters, peers, App};
@@ -117,18 +119,17 @@ async fn forward_to_members(
         }
         Ok(resp) if resp.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
             // loading (a replica that died and started again after it was picked) or
-            // overloaded: another member answers if one can, else this answer stands
+            // overloaded: another member answers if one can, else this answer stands. It is read
+            // first, which lets the member's lease go while a sibling is awaited.
             app.fleet.report_answer(&first_id, resp.status());
+            let answer = read_whole(resp, &first_id).await;
             match app
                 .fleet
                 .acquire_for(target, Some(&first_id), prompt.as_ref())
                 .await
             {
-                Ok(lease) => {
-                    drop(resp);
-                    retry(lease, "503 Service Unavailable".into()).await
-                }
-                Err(_) => Ok(resp),
+                Ok(lease) => retry(lease, "503 Service Unavailable".into()).await,
+                Err(_) => answer,
             }
         }
         Ok(resp) => {
@@ -137,6 +138,33 @@ async fn forward_to_members(
         }
         other => other,
     }
+}
+
+/// The most of a member's 503 answer kept while a sibling is awaited; an engine's is a short JSON
+/// error.
+const HELD_ANSWER_LIMIT: usize = 64 * 1024;
+/// How long the rest of a 503 answer may take to arrive once its head has.
+const HELD_ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// `resp` with its body read into memory, so that the lease riding in the body is let go; an
+/// answer too long or too slow to keep is an upstream error naming the member.
+async fn read_whole(resp: Response<Body>, member: &str) -> Result<Response<Body>, Error> {
+    let (parts, body) = resp.into_parts();
+    let limited = http_body_util::Limited::new(body, HELD_ANSWER_LIMIT);
+    let unreadable =
+        |why: String| Error::Upstream(format!("{member} answered {} and then {why}", parts.status));
+    // boxed as `Send`: the collect future's error type otherwise trips the compiler's check of
+    // every caller's future for `Send`
+    let collect: futures_util::future::BoxFuture<'static, _> = Box::pin(limited.collect());
+    let bytes = match tokio::time::timeout(HELD_ANSWER_WITHIN, collect).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) => return Err(unreadable(format!("its body failed: {e}"))),
+        Err(_) => {
+            let within = HELD_ANSWER_WITHIN.as_secs();
+            return Err(unreadable(format!("its body did not end within {within}s")));
+        }
+    };
+    Ok(Response::from_parts(parts, full(bytes)))
 }
 
 /// A pool member that gave no answer: taken out when it could not be reached. One that took the
@@ -232,4 +260,43 @@ pub fn clone_parts(parts: &http::request::Parts) -> http::request::Parts {
         .expect("copied from a valid request")
         .into_parts()
         .0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(body: Body) -> Response<Body> {
+        Response::builder().status(503).body(body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_short_answer_is_kept_whole() {
+        let kept = read_whole(answer(full("Loading model")), "chat-0")
+            .await
+            .unwrap();
+        assert_eq!(kept.status(), 503);
+        let body = kept.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "Loading model");
+    }
+
+    #[tokio::test]
+    async fn an_answer_too_long_to_keep_names_the_member() {
+        let long = vec![b'x'; HELD_ANSWER_LIMIT + 1];
+        let err = read_whole(answer(full(long)), "chat-0").await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("chat-0 answered 503"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_never_ends_is_given_up() {
+        let endless = http_body_util::StreamBody::new(futures_util::stream::pending::<
+            Result<http_body::Frame<Bytes>, crate::body::BoxError>,
+        >());
+        let err = read_whole(answer(endless.boxed()), "chat-0")
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("did not end within 10s"), "{text}");
+    }
 }
