@@ -120,16 +120,30 @@ async fn forward_to_members(
         Ok(resp) if resp.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
             // loading (a replica that died and started again after it was picked) or
             // overloaded: another member answers if one can, else this answer stands. It is read
-            // first, which lets the member's lease go while a sibling is awaited.
+            // while a sibling is looked for, which lets the member's lease go during the wait.
             app.fleet.report_answer(&first_id, resp.status());
-            let answer = read_whole(resp, &first_id).await;
-            match app
+            // boxed, so that it can be dropped before the retry
+            let mut read = Box::pin(read_whole(resp, &first_id));
+            let sibling = app
                 .fleet
-                .acquire_for(target, Some(&first_id), prompt.as_ref())
-                .await
-            {
+                .acquire_for(target, Some(&first_id), prompt.as_ref());
+            tokio::pin!(sibling);
+            let answer = tokio::select! {
+                // an answer read to its end leaves its connection for the next request
+                biased;
+                answer = &mut read => answer,
+                lease = &mut sibling => match lease {
+                    Ok(lease) => {
+                        // unfinished: its connection is closed, and the lease let go
+                        drop(read);
+                        return retry(lease, "503 Service Unavailable".into()).await;
+                    }
+                    Err(none) => return kept_or(read.await, none),
+                },
+            };
+            match sibling.await {
                 Ok(lease) => retry(lease, "503 Service Unavailable".into()).await,
-                Err(_) => answer,
+                Err(none) => kept_or(answer, none),
             }
         }
         Ok(resp) => {
@@ -141,7 +155,8 @@ async fn forward_to_members(
 }
 
 /// The most of a member's 503 answer kept while a sibling is awaited; an engine's is a short JSON
-/// error.
+/// error. One longer, or slower than [`HELD_ANSWER_WITHIN`], is dropped unread, closing its
+/// connection.
 const HELD_ANSWER_LIMIT: usize = 64 * 1024;
 /// How long the rest of a 503 answer may take to arrive once its head has.
 const HELD_ANSWER_WITHIN: Duration = Duration::from_secs(10);
@@ -165,6 +180,15 @@ async fn read_whole(resp: Response<Body>, member: &str) -> Result<Response<Body>
         }
     };
     Ok(Response::from_parts(parts, full(bytes)))
+}
+
+/// The member's kept 503 answer when no sibling could take the request; when that answer could
+/// not be kept either, why no sibling could (a busy pool's 503 with `Retry-After`, say).
+fn kept_or(answer: Result<Response<Body>, Error>, none: Error) -> Result<Response<Body>, Error> {
+    answer.map_err(|unkept| {
+        tracing::warn!("{unkept}");
+        none
+    })
 }
 
 /// A pool member that gave no answer: taken out when it could not be reached. One that took the
@@ -278,6 +302,42 @@ mod tests {
         assert_eq!(kept.status(), 503);
         let body = kept.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "Loading model");
+    }
+
+    /// What rides in the body (a member's lease, in a pool) is let go once the answer is kept.
+    #[tokio::test]
+    async fn what_rides_in_the_body_is_let_go() {
+        struct Flag(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let guarded = proxy::GuardedBody::new(full("Loading model"), Flag(dropped.clone()));
+        let kept = read_whole(answer(guarded.boxed()), "chat-0").await.unwrap();
+        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+        let body = kept.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "Loading model");
+    }
+
+    /// An answer that could not be kept gives way to why no sibling could take the request.
+    #[test]
+    fn an_unkept_answer_gives_way_to_a_busy_pool() {
+        let busy = || Error::Busy {
+            status: 503,
+            message: "no replica of chat had a free slot within 1s".into(),
+            retry_after: 1,
+        };
+        let unkept = Err(Error::Upstream("chat-0 answered 503 and then ...".into()));
+        let answer = kept_or(unkept, busy());
+        assert!(matches!(answer, Err(Error::Busy { status: 503, .. })));
+        let kept = kept_or(Ok(answer_of(503)), busy()).unwrap();
+        assert_eq!(kept.status(), 503);
+    }
+
+    fn answer_of(status: u16) -> Response<Body> {
+        Response::builder().status(status).body(full("")).unwrap()
     }
 
     #[tokio::test]
