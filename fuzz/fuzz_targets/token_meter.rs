@@ -52,14 +52,14 @@ fuzz_target!(|data: &[u8]| {
         status: "2xx",
     };
     let activity = Arc::new(Activity::new(10));
-    let metered = Metered::new(
+    let mut metered = Metered::new(
         StreamBody::new(frames).boxed(),
         metrics(),
         labels,
         Instant::now(),
         content_type,
-    )
-    .logged_in(
+    );
+    metered.logged_in(
         activity,
         "/v1/chat/completions".into(),
         http::StatusCode::from_u16(status).unwrap(),

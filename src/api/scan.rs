@@ -40,7 +40,11 @@ pub fn members<'a>(
 }
 
 pub fn skip_space(text: &[u8], mut at: usize) -> usize {
-    while text.get(at).is_some_and(u8::is_ascii_whitespace) {
+    // compact JSON has none: one comparison says so (every JSON space is at most b' ')
+    while text
+        .get(at)
+        .is_some_and(|&b| b <= b' ' && b.is_ascii_whitespace())
+    {
         at += 1;
     }
     at
@@ -89,12 +93,24 @@ fn value_end(text: &[u8], at: usize) -> Option<usize> {
             let rest = &text[at..];
             let len = rest
                 .iter()
-                .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.')))
+                .position(|&b| !SCALAR[usize::from(b)])
                 .unwrap_or(rest.len());
             (len > 0).then_some(at + len)
         }
     }
 }
+
+/// The bytes a number, `true`, `false` or `null` is written with: one lookup per byte.
+static SCALAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'+' | b'.');
+        b += 1;
+    }
+    table
+};
 
 /// A JSON string's text, unescaped; `None` for any other value.
 pub fn string(value: &[u8]) -> Option<String> {
@@ -131,11 +147,11 @@ pub fn float(value: &[u8]) -> Result<Option<f64>, ()> {
     if value == b"null" {
         return Ok(None);
     }
-    if !is_json_number(value) {
-        return Err(());
-    }
     if let Some(short) = short_decimal(value) {
         return Ok(Some(short));
+    }
+    if !is_json_number(value) {
+        return Err(());
     }
     let text = std::str::from_utf8(value).map_err(|_| ())?;
     match text.parse::<f64>() {
@@ -148,7 +164,7 @@ pub fn float(value: &[u8]) -> Result<Option<f64>, ()> {
 /// without making text of it: its digits are an integer a double holds exactly, and one division
 /// by a power of ten that a double also holds exactly rounds once, correctly, to what `str::parse`
 /// gives (Clinger's fast path, the one `str::parse` takes for such numbers too). `None` for any
-/// other number. `text` is a JSON number.
+/// other text, numbers included, so it is checked as JSON writes a number as it is read.
 fn short_decimal(text: &[u8]) -> Option<f64> {
     const POWERS: [f64; 16] = [
         1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
@@ -157,19 +173,24 @@ fn short_decimal(text: &[u8]) -> Option<f64> {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, text),
     };
-    let (mut mantissa, mut digits, mut point) = (0u64, 0, None);
-    for (at, &b) in number.iter().enumerate() {
+    // one pass: the digits, and how many came before the point
+    let (mut mantissa, mut digits, mut point) = (0u64, 0usize, None);
+    for &b in number {
         match b {
-            b'0'..=b'9' if digits < 15 => {
-                mantissa = mantissa * 10 + u64::from(b - b'0');
+            b'0'..=b'9' => {
+                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
                 digits += 1;
             }
-            b'.' => point = Some(at),
-            _ => return None, // an exponent, or more digits than a double holds exactly
+            b'.' if point.is_none() && digits > 0 => point = Some(digits),
+            _ => return None, // not a number as JSON writes one, or one with an exponent
         }
     }
-    let scale = point.map_or(0, |at| number.len() - at - 1);
-    let value = mantissa as f64 / POWERS[scale];
+    let whole = point.unwrap_or(digits);
+    let leading_zero = whole > 1 && number[0] == b'0';
+    if digits == 0 || point == Some(digits) || leading_zero || digits > 15 {
+        return None; // no digits after the point, or more than a double holds exactly
+    }
+    let value = mantissa as f64 / POWERS[digits - whole];
     Some(if negative { -value } else { value })
 }
 
@@ -309,6 +330,12 @@ mod tests {
             b"--1",
             b"-",
             b"1e400",
+            b"1.2.3",
+            b"-01",
+            b"0.",
+            b"-.5",
+            b"1-2",
+            b"1.5-",
         ] {
             assert_eq!(float(bad), Err(()), "{bad:?}");
         }

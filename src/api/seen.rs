@@ -154,8 +154,9 @@ fn answered(
     let recording = capture
         .zip(app.activity.captures.as_ref())
         .map(|(c, captures)| captures.record(c, &parts.headers));
-    let body = meter::Metered::new(body, &app.metrics, labels, started, content_type)
-        .with_inflight(guard, cancel)
+    // set in place: the body is moved once, into its box
+    let mut body = meter::Metered::new(body, &app.metrics, labels, started, content_type);
+    body.with_inflight(guard, cancel)
         .with_idle_limit(idle_limit)
         .length_framed(length_framed)
         .logged_in(app.activity.clone(), path, status, content_type)

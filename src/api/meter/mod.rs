@@ -103,19 +103,19 @@ impl Metered {
     }
 
     /// Keeps the response body for the request's capture (captures on only).
-    pub fn recording(mut self, recording: Option<super::captures::Recording>) -> Self {
+    pub fn recording(&mut self, recording: Option<super::captures::Recording>) -> &mut Self {
         self.recording = recording;
         self
     }
 
     /// Logs the request in the activity log when it ends.
     pub fn logged_in(
-        mut self,
+        &mut self,
         log: Arc<super::activity::Activity>,
         req_path: std::borrow::Cow<'static, str>,
         status: http::StatusCode,
         content_type: &str,
-    ) -> Self {
+    ) -> &mut Self {
         self.activity = Some(ActivityRecord {
             log,
             req_path,
@@ -126,30 +126,30 @@ impl Metered {
     }
 
     /// Ends the body when the upstream sends nothing for `limit`.
-    pub fn with_idle_limit(mut self, limit: Option<std::time::Duration>) -> Self {
+    pub fn with_idle_limit(&mut self, limit: Option<std::time::Duration>) -> &mut Self {
         self.idle = limit.map(IdleLimit::new);
         self
     }
 
     /// A body of declared length cannot take an added error event.
-    pub fn length_framed(mut self, framed: bool) -> Self {
+    pub fn length_framed(&mut self, framed: bool) -> &mut Self {
         self.length_framed |= framed;
         self
     }
 
     /// Keeps the request listed as in flight until the body ends, and ends it if an operator cancels.
     pub fn with_inflight(
-        mut self,
+        &mut self,
         guard: Option<super::inflight::Guard>,
         cancel: Arc<super::cancel::Cancel>,
-    ) -> Self {
+    ) -> &mut Self {
         self.inflight = guard;
         self.cancel = Some(cancel);
         self
     }
 
     /// Keeps these alive (selector counts) until the body ends.
-    pub fn holding(mut self, holds: Vec<Box<dyn Send + Sync>>) -> Self {
+    pub fn holding(&mut self, holds: Vec<Box<dyn Send + Sync>>) -> &mut Self {
         self.holds = holds;
         self
     }
