@@ -11,6 +11,7 @@
 # concurrency 8 from the fake engine; the count covers the measured requests only. Needs valgrind
 # (apt-get install valgrind) and a release build of corral-load. With PROFILES=DIR, each binary's
 # callgrind profile is kept there (DIR/<n>.callgrind, n from 1 in the order given, and DIR/floor.callgrind) for callgrind_annotate.
+# BODY='{...}' sends another request body (a long conversation, say) instead of the small chat.
 # CORRAL_SETTINGS='captureBuffer: 0' (top-level config lines) measures corral with a feature off.
 # SSE=1 counts instructions per streamed chunk instead: 8 streams of CHUNKS (default 400) chunks,
 # 2 ms apart (each chunk its own write, so its own frame at the proxy), after a warm-up stream.
@@ -26,7 +27,8 @@ BINS=("$@")
 command -v valgrind >/dev/null || { echo "bench/instructions.sh needs valgrind" >&2; exit 1; }
 [[ -x "$LOAD" ]] || cargo build --release -p corral-load
 ENGINE="$(realpath "${BINS[0]}")"
-BODY='{"model":"m","messages":[{"role":"user","content":"hello there, how are you?"}],"max_tokens":16}'
+SMALL_CHAT='{"model":"m","messages":[{"role":"user","content":"hello there, how are you?"}],"max_tokens":16}'
+BODY="${BODY:-$SMALL_CHAT}"
 WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 

@@ -1,9 +1,10 @@
 //! Captures (`captureBuffer`, in MB): the request and response of recent model requests, kept in
 //! memory by activity id and served as llama-swap serves them (`GET /api/captures/<id>`).
 //!
-//! A capture copies what it keeps into one buffer of its own: holding the frames that passed would
-//! pin the connections' whole read buffers (kilobytes each, for a few hundred bytes of answer) and
-//! make every next read allocate a new one. A capture larger than the
+//! A capture copies the answer it keeps into one buffer of its own: holding the frames that passed
+//! would pin the connections' whole read buffers (kilobytes each, for a few hundred bytes of
+//! answer) and make every next read allocate a new one. The request body, read into a buffer of
+//! its own, is shared instead: a long conversation is copied once, when the capture is kept. A capture larger than the
 //! whole budget is cut and marked `*_truncated`; the oldest captures go when new ones need the
 //! room (see [`ring`]). Secrets in headers are never kept.
 
@@ -26,17 +27,23 @@ static SENSITIVE: [HeaderName; 5] = [
     HeaderName::from_static("x-api-key"),
 ];
 
-/// One request's capture, filled as the request goes: its path, request headers, request body,
-/// response headers and response body one after another in one buffer, so a capture costs one
-/// allocation (and a few growths) rather than one per part.
+/// One request's capture, filled as the request goes: its path, request headers, response
+/// headers and response body one after another in one buffer, so a capture costs one allocation
+/// (and a few growths) rather than one per part. The request body is not copied: it is the buffer
+/// the request was read into (never a connection's), shared until the capture is kept.
 pub struct Capture {
     data: Vec<u8>,
-    layout: Layout,
+    /// Where the path, the request headers and the response headers end in `data`; the response
+    /// body runs on to its end.
+    ends: [usize; 3],
+    request_body: Bytes,
+    req_truncated: bool,
+    resp_truncated: bool,
     /// The budget of all captures: no body keeps more.
     limit: usize,
 }
 
-/// How a capture's bytes divide into its parts.
+/// How a kept capture's bytes divide into its parts.
 #[derive(Clone, Copy, Default)]
 struct Layout {
     /// Where each part ends: path, request headers, request body, response headers, response
@@ -75,57 +82,76 @@ const RESP_HEADERS: usize = 3;
 const RESP_BODY: usize = 4;
 
 impl Capture {
+    /// The parts in the order they are kept: path, request headers, request body, response
+    /// headers, response body.
+    fn parts(&self) -> [&[u8]; 5] {
+        let [path, req_headers, resp_headers] = self.ends;
+        [
+            &self.data[..path],
+            &self.data[path..req_headers],
+            &self.request_body,
+            &self.data[req_headers..resp_headers],
+            &self.data[resp_headers..],
+        ]
+    }
+
+    /// The same bytes in as few pieces as they lie in: the path and request head, the request
+    /// body, the response head and body.
+    fn pieces(&self) -> [&[u8]; 3] {
+        let head = self.ends[1];
+        [&self.data[..head], &self.request_body, &self.data[head..]]
+    }
+
+    #[cfg(test)]
     fn part(&self, i: usize) -> &[u8] {
-        self.layout.part(&self.data, i)
+        self.parts()[i]
     }
 
-    /// Marks the end of part `i` (and of the empty parts after it) at the buffer's end.
-    fn close(&mut self, i: usize) {
-        let len = self.data.len();
-        self.layout.ends[i..].fill(len);
+    /// Where the parts end, once one after another.
+    fn layout(&self) -> Layout {
+        let mut ends = [0; 5];
+        let mut end = 0;
+        for (i, part) in self.parts().iter().enumerate() {
+            end += part.len();
+            ends[i] = end;
+        }
+        Layout {
+            ends,
+            req_truncated: self.req_truncated,
+            resp_truncated: self.resp_truncated,
+        }
     }
 
-    /// The request body as read, copied up to the budget (before the response is recorded).
+    /// The request body as read, up to the budget (before the response is recorded).
     pub fn request_body(&mut self, body: &Bytes) {
-        self.data.truncate(self.layout.ends[REQ_HEADERS]);
-        self.data
-            .extend_from_slice(&body[..self.limit.min(body.len())]);
-        self.close(REQ_BODY);
-        self.layout.req_truncated = body.len() > self.limit;
+        self.request_body = body.slice(..self.limit.min(body.len()));
+        self.req_truncated = body.len() > self.limit;
     }
 
+    /// The path's and both heads' bytes.
     fn headers_len(&self) -> usize {
-        self.part(PATH).len() + self.part(REQ_HEADERS).len() + self.part(RESP_HEADERS).len()
+        self.ends[2]
     }
 
     /// Cuts the bodies to fit `budget` bytes in all: each keeps at least half of what is left
     /// after the headers when both are large.
     fn fit(&mut self, budget: usize) {
         let room = budget.saturating_sub(self.headers_len());
-        let (req, resp) = (self.part(REQ_BODY).len(), self.part(RESP_BODY).len());
+        let (req, resp) = (self.request_body.len(), self.data.len() - self.ends[2]);
         if req + resp <= room {
             return;
         }
         let req_keep = req.min(room - resp.min(room / 2));
         let resp_keep = resp.min(room - req_keep);
-        self.layout.req_truncated |= req_keep < req;
-        self.layout.resp_truncated |= resp_keep < resp;
-        let mut data = Vec::with_capacity(self.headers_len() + req_keep + resp_keep);
-        let mut ends = [0; 5];
-        for (i, keep) in [usize::MAX, usize::MAX, req_keep, usize::MAX, resp_keep]
-            .into_iter()
-            .enumerate()
-        {
-            let part = self.part(i);
-            data.extend_from_slice(&part[..keep.min(part.len())]);
-            ends[i] = data.len();
-        }
-        (self.data, self.layout.ends) = (data, ends);
+        self.req_truncated |= req_keep < req;
+        self.resp_truncated |= resp_keep < resp;
+        self.request_body.truncate(req_keep);
+        self.data.truncate(self.ends[2] + resp_keep);
     }
 
     #[cfg(test)]
     fn json(&self, id: u64) -> Value {
-        self.layout.json(&self.data, id)
+        self.layout().json(&self.parts().concat(), id)
     }
 }
 
@@ -137,12 +163,11 @@ pub struct Recording {
 impl Recording {
     pub fn push(&mut self, data: &Bytes) {
         let c = &mut self.capture;
-        let room = c.limit.saturating_sub(c.part(RESP_BODY).len());
+        let room = c.limit.saturating_sub(c.data.len() - c.ends[2]);
         if data.len() > room {
-            c.layout.resp_truncated = true;
+            c.resp_truncated = true;
         }
         c.data.extend_from_slice(&data[..data.len().min(room)]);
-        c.close(RESP_BODY);
     }
 
     /// The capture with its response body.
@@ -235,20 +260,21 @@ impl Captures {
             .map_or(0, |n| n.min(self.budget))
     }
 
-    /// Starts the capture of a request from its head, with room for its body when its length is
-    /// declared, so the body is copied without regrowing.
+    /// Starts the capture of a request from its head.
     pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
-        let room = path.len() + headers_size(request_headers) + self.declared(request_headers);
-        let mut c = Capture {
-            data: Vec::with_capacity(room),
-            layout: Layout::default(),
+        let mut data = Vec::with_capacity(path.len() + headers_size(request_headers));
+        data.extend_from_slice(path.as_bytes());
+        let path_end = data.len();
+        write_headers(&mut data, request_headers);
+        let end = data.len();
+        Capture {
+            data,
+            ends: [path_end, end, end],
+            request_body: Bytes::new(),
+            req_truncated: false,
+            resp_truncated: false,
             limit: self.budget,
-        };
-        c.data.extend_from_slice(path.as_bytes());
-        c.close(PATH);
-        write_headers(&mut c.data, request_headers);
-        c.close(REQ_HEADERS);
-        c
+        }
     }
 
     /// Follows the response: its headers now, its body as it passes (at most the whole budget).
@@ -257,7 +283,7 @@ impl Captures {
         let room = headers_size(response_headers) + self.declared(response_headers);
         capture.data.reserve_exact(room);
         write_headers(&mut capture.data, response_headers);
-        capture.close(RESP_HEADERS);
+        capture.ends[2] = capture.data.len();
         Recording { capture }
     }
 
@@ -266,7 +292,7 @@ impl Captures {
     /// capture itself is freed here, by the thread that made it.
     pub fn put(&self, id: u64, mut capture: Capture) -> bool {
         capture.fit(self.budget);
-        self.ring().put(id, &capture.data, capture.layout)
+        self.ring().put(id, &capture.pieces(), capture.layout())
     }
 
     /// `GET /api/captures/<id>`'s answer, when that capture is still kept.
@@ -328,10 +354,11 @@ mod tests {
         assert!(c.ring().kept_bytes() <= 200);
     }
 
-    /// A capture keeps copies: the frames that passed (slices of a connection's read buffer) are
-    /// not held, and a header map keeps its first value per name.
+    /// A capture keeps copies of the frames that passed (slices of a connection's read buffer),
+    /// not the frames, and a header map's first value per name. The request body, read into a
+    /// buffer of corral's own, is shared until the capture is kept, not copied.
     #[test]
-    fn a_capture_holds_no_frame_it_saw() {
+    fn a_capture_holds_no_frame_it_saw_and_shares_the_request_body() {
         let c = Captures::new(1 << 20);
         let mut h = HeaderMap::new();
         h.append("x-a", "1".parse().unwrap());
@@ -339,14 +366,20 @@ mod tests {
         let mut cap = c.begin("/p", &h);
         let request = Bytes::from(b"question".to_vec());
         cap.request_body(&request);
+        assert!(!request.is_unique(), "the request body is shared");
         let mut rec = c.record(cap, &HeaderMap::new());
         let frame = Bytes::from(b"answer".to_vec());
         rec.push(&frame);
+        assert!(frame.is_unique(), "the frame is copied");
         let kept = rec.finish();
-        assert!(request.is_unique() && frame.is_unique());
         assert!(c.put(1, kept));
+        assert!(
+            request.is_unique(),
+            "kept, the capture lets the request body go"
+        );
         let json = c.get(1).unwrap();
         assert_eq!(json["req_headers"], json!({"X-A": "1"}));
+        assert_eq!(json["req_body"], "cXVlc3Rpb24=");
         assert_eq!(json["resp_body"], "YW5zd2Vy");
     }
 
@@ -358,10 +391,10 @@ mod tests {
         let mut cap = capture(&c, &[b'q'; 300], &[b'a'; 300]);
         let headers = cap.headers_len();
         cap.fit(headers + 100);
-        assert_eq!(cap.data.len(), headers + 100);
+        assert_eq!(cap.parts().concat().len(), headers + 100);
         assert_eq!(cap.part(REQ_BODY), &[b'q'; 50][..]);
         assert_eq!(cap.part(RESP_BODY), &[b'a'; 50][..]);
-        assert!(cap.layout.req_truncated && cap.layout.resp_truncated);
+        assert!(cap.req_truncated && cap.resp_truncated);
         let json = cap.json(7);
         assert_eq!(json["req_path"], "/p");
         assert_eq!(json["req_headers"]["Content-Type"], "application/json");

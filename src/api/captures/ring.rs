@@ -41,14 +41,15 @@ impl<M> Ring<M> {
         }
     }
 
-    /// Keeps `data` under `id`, dropping the oldest captures until it fits; false (nothing kept)
-    /// when it is larger than the whole budget.
-    pub fn put(&mut self, id: u64, data: &[u8], meta: M) -> bool {
-        if data.len() > self.budget {
+    /// Keeps `parts`, one after another, under `id`, dropping the oldest captures until they fit;
+    /// false (nothing kept) when they are larger than the whole budget.
+    pub fn put(&mut self, id: u64, parts: &[&[u8]], meta: M) -> bool {
+        let len: usize = parts.iter().map(|part| part.len()).sum();
+        if len > self.budget {
             return false;
         }
         // the free bytes follow the newest capture and end where the oldest begins
-        while self.kept + data.len() > self.budget {
+        while self.kept + len > self.budget {
             let oldest = self
                 .items
                 .pop_front()
@@ -56,22 +57,25 @@ impl<M> Ring<M> {
             self.kept -= oldest.len;
         }
         let at = self.next;
-        let first = data.len().min(self.budget - at);
-        self.write(at, &data[..first]);
-        self.write(0, &data[first..]);
-        self.items.push_back(Kept {
-            id,
-            at,
-            len: data.len(),
-            meta,
-        });
-        self.kept += data.len();
-        self.next = (at + data.len()) % self.budget.max(1);
+        let mut to = at;
+        for part in parts.iter().filter(|part| !part.is_empty()) {
+            let first = part.len().min(self.budget - to);
+            self.write(to, &part[..first]);
+            if first < part.len() {
+                // a part that meets the end of the circle runs on at its start
+                self.write(0, &part[first..]);
+            }
+            to += part.len();
+            if to >= self.budget {
+                to -= self.budget;
+            }
+        }
+        self.items.push_back(Kept { id, at, len, meta });
+        self.kept += len;
+        self.next = to;
         true
     }
 
-    /// Copies `data` in at `at` (within the circle), growing the buffer when it goes past what
-    /// was written so far: by doubling, to the budget at most.
     fn write(&mut self, at: usize, data: &[u8]) {
         let end = at + data.len();
         if end > self.bytes.len() {
@@ -117,9 +121,16 @@ mod tests {
 
     use super::*;
 
-    /// The bytes of capture `id`: `len` bytes, each telling its capture.
+    /// The bytes of capture `id`: `len` bytes, each telling its capture and its place.
     fn data(id: u64, len: usize) -> Vec<u8> {
-        vec![id as u8; len]
+        (0..len).map(|i| (id * 31 + i as u64) as u8).collect()
+    }
+
+    /// `data` cut into up to three parts, where `seed` says.
+    fn in_parts(data: &[u8], seed: u64) -> Vec<&[u8]> {
+        let a = (seed as usize * 7) % (data.len() + 1);
+        let b = a + (seed as usize * 13) % (data.len() - a + 1);
+        vec![&data[..a], &data[a..b], &data[b..]]
     }
 
     proptest! {
@@ -134,7 +145,7 @@ mod tests {
             let mut put = Vec::new();
             for (id, &len) in sizes.iter().enumerate() {
                 let id = id as u64;
-                prop_assert_eq!(ring.put(id, &data(id, len), len), len <= budget);
+                prop_assert_eq!(ring.put(id, &in_parts(&data(id, len), id), len), len <= budget);
                 if len <= budget {
                     put.push(id);
                 }
@@ -166,24 +177,43 @@ mod tests {
     fn the_oldest_make_room() {
         let mut ring = Ring::new(10);
         for id in 0..5 {
-            assert!(ring.put(id, &data(id, 2), ()));
+            assert!(ring.put(id, &[&data(id, 2)], ()));
         }
         assert_eq!(ring.ids(), [0, 1, 2, 3, 4]);
-        assert!(ring.put(5, &data(5, 3), ()));
+        assert!(ring.put(5, &[&data(5, 3)], ()));
         assert_eq!(ring.ids(), [2, 3, 4, 5], "two made room");
-        assert!(ring.put(6, &data(6, 4), ()));
+        assert!(ring.put(6, &[&data(6, 4)], ()));
         assert_eq!(ring.ids(), [4, 5, 6]);
-        assert!(ring.put(7, &data(7, 4), ()));
+        assert!(ring.put(7, &[&data(7, 4)], ()));
         assert_eq!(ring.ids(), [6, 7]);
         assert_eq!(
             ring.get(7).unwrap().0,
             &data(7, 4)[..],
             "runs on at the start"
         );
-        assert!(!ring.put(8, &data(8, 11), ()), "larger than the budget");
+        assert!(!ring.put(8, &[&data(8, 11)], ()), "larger than the budget");
         assert_eq!(ring.ids(), [6, 7]);
-        assert!(ring.put(9, &data(9, 10), ()));
+        assert!(ring.put(9, &[&data(9, 10)], ()));
         assert_eq!(ring.ids(), [9]);
         assert_eq!(ring.get(9).unwrap().0, &data(9, 10)[..]);
+    }
+
+    /// A capture given in parts is kept as one, in their order, even when the end of the circle
+    /// falls inside a part or between two.
+    #[test]
+    fn parts_are_kept_one_after_another() {
+        let mut ring = Ring::new(10);
+        assert!(ring.put(1, &[&b"abcdefgh"[..]], ()));
+        assert!(ring.put(2, &[&b"xy"[..], &b""[..], &b"z"[..]], ()));
+        assert_eq!(ring.get(2).unwrap().0, &b"xyz"[..], "the end between parts");
+        assert!(ring.put(3, &[&b"lmnop"[..]], ()));
+        assert_eq!(ring.ids(), [2, 3]);
+        assert!(ring.put(4, &[&b"qr"[..], &b"stuv"[..]], ()));
+        assert_eq!(ring.ids(), [4]);
+        assert_eq!(
+            ring.get(4).unwrap().0,
+            &b"qrstuv"[..],
+            "the end inside a part"
+        );
     }
 }
