@@ -77,15 +77,17 @@ impl<M> Ring<M> {
     }
 
     fn write(&mut self, at: usize, data: &[u8]) {
+        debug_assert!(at <= self.bytes.len(), "captures are written one after another");
         let end = at + data.len();
-        if end > self.bytes.len() {
-            if end > self.bytes.capacity() {
-                let grown = (self.bytes.capacity() * 2).clamp(end, self.budget);
-                self.bytes.reserve_exact(grown - self.bytes.len());
-            }
-            self.bytes.resize(end, 0);
+        if end > self.bytes.capacity() {
+            let grown = (self.bytes.capacity() * 2).clamp(end, self.budget);
+            self.bytes.reserve_exact(grown - self.bytes.len());
         }
-        self.bytes[at..end].copy_from_slice(data);
+        // over older bytes where there are some, and past the end (not zeroed first) while the
+        // circle is still filling
+        let over = (self.bytes.len() - at).min(data.len());
+        self.bytes[at..at + over].copy_from_slice(&data[..over]);
+        self.bytes.extend_from_slice(&data[over..]);
     }
 
     /// The bytes kept under `id` (copied only when they run past the end of the circle), and

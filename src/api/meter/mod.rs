@@ -263,31 +263,30 @@ impl HttpBody for Metered {
             self.finish();
             return Poll::Ready(Some(Err("request cancelled".into())));
         }
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    let data = data.clone();
-                    self.observe(&data);
+                    self.observe(data);
                 }
                 if let Some(idle) = &mut self.idle {
                     idle.touch();
                 }
+                Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Pending if self.idle.as_mut().is_some_and(|i| i.expired(cx)) => {
-                return self.end_idle();
-            }
+            Poll::Pending if self.idle.as_mut().is_some_and(|i| i.expired(cx)) => self.end_idle(),
             Poll::Ready(Some(Err(e))) if self.open_stream() => {
                 // the engine died or the connection broke mid-stream: end the stream with an
                 // error event that OpenAI clients raise, rather than a truncated response
                 let event = stream_error_event(&e.to_string());
                 self.finish();
-                return Poll::Ready(Some(Ok(Frame::data(event))));
+                Poll::Ready(Some(Ok(Frame::data(event))))
             }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
-            Poll::Pending => {}
+            end @ (Poll::Ready(None) | Poll::Ready(Some(Err(_)))) => {
+                self.finish();
+                end
+            }
+            Poll::Pending => Poll::Pending,
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {

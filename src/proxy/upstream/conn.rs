@@ -184,12 +184,12 @@ impl HttpBody for UpstreamBody {
                 this.conn = None;
                 Poll::Ready(Some(Err(Box::new(e))))
             }
-            Poll::Ready(Some(Ok(frame))) => {
-                if this.incoming.is_end_stream() {
-                    this.release(cx);
-                }
+            Poll::Ready(Some(Ok(frame))) if this.incoming.is_end_stream() => {
+                this.release(cx);
                 Poll::Ready(Some(Ok(frame)))
             }
+            // more to come: the connection reads again before this frame is written
+            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame.map_data(unpinned)))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -200,6 +200,23 @@ impl HttpBody for UpstreamBody {
 
     fn size_hint(&self) -> SizeHint {
         self.incoming.size_hint()
+    }
+}
+
+/// Frames up to this size are copied out of the connection's read buffer.
+const SMALL_FRAME: usize = 1024;
+
+/// A small frame that is not the body's last (an event of a stream, most often), copied out of the
+/// connection's read buffer. Held, it keeps that buffer from being reused: the client's connection
+/// holds a frame until it has written it, and the upstream connection's next read comes first (the
+/// writer asks for the next frame before it writes), so each event would make that read allocate
+/// a new 8 KiB buffer, and the writer free the old one. Copying a few hundred bytes costs less
+/// (bench/instructions.sh with SSE=1: about 5 % fewer instructions per event).
+fn unpinned(data: Bytes) -> Bytes {
+    if data.len() <= SMALL_FRAME {
+        Bytes::copy_from_slice(&data)
+    } else {
+        data
     }
 }
 
@@ -238,5 +255,23 @@ impl Drop for UpstreamBody {
         if self.incoming.is_end_stream() {
             self.release(&mut Context::from_waker(Waker::noop()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small frame no longer holds the read buffer it was cut from; a large one is passed on
+    /// as it is.
+    #[test]
+    fn a_small_frame_lets_its_read_buffer_go() {
+        let read_buffer = Bytes::from(vec![b'x'; 8192]);
+        let small = unpinned(read_buffer.slice(..SMALL_FRAME));
+        assert!(read_buffer.is_unique(), "the buffer can be read into again");
+        assert_eq!(&small[..], &read_buffer[..SMALL_FRAME]);
+        let large = unpinned(read_buffer.slice(..SMALL_FRAME + 1));
+        assert!(!read_buffer.is_unique());
+        assert_eq!(large.len(), SMALL_FRAME + 1);
     }
 }
