@@ -289,6 +289,18 @@ mod tests {
             let read = float(text.as_bytes()).unwrap().unwrap();
             proptest::prop_assert_eq!(read.to_bits(), parsed.to_bits(), "{}", text);
         }
+
+        /// Any text of number characters reads as the JSON grammar and `str::parse` say: the
+        /// short path takes nothing the grammar refuses.
+        #[test]
+        fn number_like_text_reads_as_the_grammar_says(text in "[-+.eE0-9]{0,20}") {
+            let expected = match is_json_number(text.as_bytes()) {
+                true => text.parse::<f64>().ok().filter(|f| f.is_finite()).map(f64::to_bits),
+                false => None,
+            };
+            let read = float(text.as_bytes()).ok().flatten().map(f64::to_bits);
+            proptest::prop_assert_eq!(read, expected, "{}", text);
+        }
     }
 
     #[test]

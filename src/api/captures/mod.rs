@@ -123,9 +123,15 @@ impl Capture {
     }
 
     /// The request body as read, up to the budget (before the response is recorded).
+    /// Shared when the whole body is kept; a body larger than the budget is cut, and its kept part
+    /// copied, so the capture never holds more than the budget of it (a slice would hold it all).
     pub fn request_body(&mut self, body: &Bytes) {
-        self.request_body = body.slice(..self.limit.min(body.len()));
         self.req_truncated = body.len() > self.limit;
+        self.request_body = if self.req_truncated {
+            Bytes::copy_from_slice(&body[..self.limit])
+        } else {
+            body.clone()
+        };
     }
 
     /// The path's and both heads' bytes.
@@ -381,6 +387,39 @@ mod tests {
         assert_eq!(json["req_headers"], json!({"X-A": "1"}));
         assert_eq!(json["req_body"], "cXVlc3Rpb24=");
         assert_eq!(json["resp_body"], "YW5zd2Vy");
+    }
+
+    /// A request that failed before its answer keeps its path, head and body, and no response.
+    #[test]
+    fn a_capture_without_a_response_is_kept() {
+        let c = Captures::new(1 << 20);
+        let mut h = HeaderMap::new();
+        h.insert("content-type", "application/json".parse().unwrap());
+        let mut cap = c.begin("/v1/chat/completions", &h);
+        cap.request_body(&Bytes::from_static(b"{}"));
+        assert!(c.put(3, cap));
+        let json = c.get(3).unwrap();
+        assert_eq!(json["req_path"], "/v1/chat/completions");
+        assert_eq!(
+            json["req_headers"],
+            json!({"Content-Type": "application/json"})
+        );
+        assert_eq!(json["req_body"], "e30=");
+        assert_eq!(json["resp_headers"], json!({}));
+        assert_eq!(json["resp_body"], "");
+    }
+
+    /// A request body larger than the budget is cut and its kept part copied: the capture does
+    /// not hold the rest.
+    #[test]
+    fn a_request_body_over_the_budget_is_not_held() {
+        let c = Captures::new(64);
+        let mut cap = c.begin("/p", &HeaderMap::new());
+        let request = Bytes::from(vec![b'q'; 1000]);
+        cap.request_body(&request);
+        assert!(request.is_unique(), "only the kept part is held, as a copy");
+        assert_eq!(cap.part(REQ_BODY), &[b'q'; 64][..]);
+        assert!(cap.req_truncated);
     }
 
     /// When both bodies are too large, each keeps half of the room the headers leave, and the

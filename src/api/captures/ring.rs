@@ -77,7 +77,10 @@ impl<M> Ring<M> {
     }
 
     fn write(&mut self, at: usize, data: &[u8]) {
-        debug_assert!(at <= self.bytes.len(), "captures are written one after another");
+        debug_assert!(
+            at <= self.bytes.len(),
+            "captures are written one after another"
+        );
         let end = at + data.len();
         if end > self.bytes.capacity() {
             let grown = (self.bytes.capacity() * 2).clamp(end, self.budget);
@@ -217,5 +220,15 @@ mod tests {
             &b"qrstuv"[..],
             "the end inside a part"
         );
+    }
+
+    /// A budget of nothing keeps only empty captures.
+    #[test]
+    fn a_budget_of_nothing_keeps_nothing() {
+        let mut ring = Ring::new(0);
+        assert!(!ring.put(1, &[&b"x"[..]], ()));
+        assert!(ring.put(2, &[&b""[..], &b""[..]], ()));
+        assert_eq!(ring.get(2).unwrap().0, &b""[..]);
+        assert_eq!(ring.ids(), [2]);
     }
 }
