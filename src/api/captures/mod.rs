@@ -5,9 +5,9 @@
 //! would pin the connections' whole read buffers (kilobytes each, for a few hundred bytes of
 //! answer) and make every next read allocate a new one. The request body, read into a buffer of
 //! its own, is shared instead when it is kept whole: a long conversation is copied once, when the
-//! capture is kept. A capture larger than the
-//! whole budget is cut and marked `*_truncated`; the oldest captures go when new ones need the
-//! room (see [`ring`]). Secrets in headers are never kept.
+//! capture is kept. A capture larger than the whole budget is cut and marked `*_truncated`; the
+//! oldest captures go when new ones need the room (see [`ring`]). Secrets in headers are never
+//! kept.
 
 mod ring;
 
@@ -140,11 +140,15 @@ impl Capture {
         self.ends[2]
     }
 
+    fn response_body_len(&self) -> usize {
+        self.data.len() - self.ends[2]
+    }
+
     /// Cuts the bodies to fit `budget` bytes in all: each keeps at least half of what is left
     /// after the headers when both are large.
     fn fit(&mut self, budget: usize) {
         let room = budget.saturating_sub(self.headers_len());
-        let (req, resp) = (self.request_body.len(), self.data.len() - self.ends[2]);
+        let (req, resp) = (self.request_body.len(), self.response_body_len());
         if req + resp <= room {
             return;
         }
@@ -170,7 +174,7 @@ pub struct Recording {
 impl Recording {
     pub fn push(&mut self, data: &Bytes) {
         let c = &mut self.capture;
-        let room = c.limit.saturating_sub(c.data.len() - c.ends[2]);
+        let room = c.limit.saturating_sub(c.response_body_len());
         if data.len() > room {
             c.resp_truncated = true;
         }
@@ -328,135 +332,4 @@ pub fn route(captures: Option<&Captures>, id: &str) -> http::Response<crate::bod
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn capture(c: &Captures, req: &'static [u8], resp: &'static [u8]) -> Capture {
-        let mut h = HeaderMap::new();
-        h.insert("authorization", "Bearer secret".parse().unwrap());
-        h.insert("content-type", "application/json".parse().unwrap());
-        let mut cap = c.begin("/p", &h);
-        cap.request_body(&Bytes::from_static(req));
-        let mut rec = c.record(cap, &HeaderMap::new());
-        rec.push(&Bytes::from_static(resp));
-        rec.finish()
-    }
-
-    #[test]
-    fn captures_mask_secrets_cut_big_bodies_and_drop_the_oldest() {
-        let c = Captures::new(200);
-        assert!(c.put(1, capture(&c, b"hello", b"world")));
-        let one = c.get(1).unwrap();
-        assert_eq!(one["req_headers"]["Authorization"], "[REDACTED]");
-        assert_eq!(one["req_headers"]["Content-Type"], "application/json");
-        assert_eq!(one["req_body"], "aGVsbG8=");
-        assert_eq!(one["resp_body"], "d29ybGQ=");
-        assert_eq!(one["resp_body_truncated"], false);
-        // a response longer than the budget is cut and marked
-        assert!(c.put(2, capture(&c, b"q", &[b'x'; 500])));
-        let two = c.get(2).unwrap();
-        assert_eq!(two["resp_body_truncated"], true);
-        assert_eq!(two["req_body_truncated"], false);
-        assert!(c.get(1).is_none(), "the oldest made room");
-        assert!(c.ring().kept_bytes() <= 200);
-    }
-
-    /// A capture keeps copies of the frames that passed (slices of a connection's read buffer),
-    /// not the frames, and a header map's first value per name. The request body, read into a
-    /// buffer of corral's own, is shared until the capture is kept, not copied.
-    #[test]
-    fn a_capture_holds_no_frame_it_saw_and_shares_the_request_body() {
-        let c = Captures::new(1 << 20);
-        let mut h = HeaderMap::new();
-        h.append("x-a", "1".parse().unwrap());
-        h.append("x-a", "2".parse().unwrap());
-        let mut cap = c.begin("/p", &h);
-        let request = Bytes::from(b"question".to_vec());
-        cap.request_body(&request);
-        assert!(!request.is_unique(), "the request body is shared");
-        let mut rec = c.record(cap, &HeaderMap::new());
-        let frame = Bytes::from(b"answer".to_vec());
-        rec.push(&frame);
-        assert!(frame.is_unique(), "the frame is copied");
-        let kept = rec.finish();
-        assert!(c.put(1, kept));
-        assert!(
-            request.is_unique(),
-            "kept, the capture lets the request body go"
-        );
-        let json = c.get(1).unwrap();
-        assert_eq!(json["req_headers"], json!({"X-A": "1"}));
-        assert_eq!(json["req_body"], "cXVlc3Rpb24=");
-        assert_eq!(json["resp_body"], "YW5zd2Vy");
-    }
-
-    /// A request that failed before its answer keeps its path, head and body, and no response.
-    #[test]
-    fn a_capture_without_a_response_is_kept() {
-        let c = Captures::new(1 << 20);
-        let mut h = HeaderMap::new();
-        h.insert("content-type", "application/json".parse().unwrap());
-        let mut cap = c.begin("/v1/chat/completions", &h);
-        cap.request_body(&Bytes::from_static(b"{}"));
-        assert!(c.put(3, cap));
-        let json = c.get(3).unwrap();
-        assert_eq!(json["req_path"], "/v1/chat/completions");
-        assert_eq!(
-            json["req_headers"],
-            json!({"Content-Type": "application/json"})
-        );
-        assert_eq!(json["req_body"], "e30=");
-        assert_eq!(json["resp_headers"], json!({}));
-        assert_eq!(json["resp_body"], "");
-    }
-
-    /// A request body larger than the budget is cut and its kept part copied: the capture does
-    /// not hold the rest.
-    #[test]
-    fn a_request_body_over_the_budget_is_not_held() {
-        let c = Captures::new(64);
-        let mut cap = c.begin("/p", &HeaderMap::new());
-        let request = Bytes::from(vec![b'q'; 1000]);
-        cap.request_body(&request);
-        assert!(request.is_unique(), "only the kept part is held, as a copy");
-        assert_eq!(cap.part(REQ_BODY), &[b'q'; 64][..]);
-        assert!(cap.req_truncated);
-    }
-
-    /// When both bodies are too large, each keeps half of the room the headers leave, and the
-    /// headers and path stay whole.
-    #[test]
-    fn both_bodies_are_cut_to_share_the_room() {
-        let c = Captures::new(1 << 20);
-        let mut cap = capture(&c, &[b'q'; 300], &[b'a'; 300]);
-        let headers = cap.headers_len();
-        cap.fit(headers + 100);
-        assert_eq!(cap.parts().concat().len(), headers + 100);
-        assert_eq!(cap.part(REQ_BODY), &[b'q'; 50][..]);
-        assert_eq!(cap.part(RESP_BODY), &[b'a'; 50][..]);
-        assert!(cap.req_truncated && cap.resp_truncated);
-        let json = cap.json(7);
-        assert_eq!(json["req_path"], "/p");
-        assert_eq!(json["req_headers"]["Content-Type"], "application/json");
-    }
-
-    /// Heads are kept as they came and shown as text when read: names in the usual capitals, bytes
-    /// that are not UTF-8 replaced.
-    #[test]
-    fn heads_are_shown_with_capitals_and_as_text() {
-        let c = Captures::new(1 << 20);
-        let mut h = HeaderMap::new();
-        h.insert(
-            "x-custom-name",
-            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
-        );
-        h.insert("cookie", "secret=1".parse().unwrap());
-        let cap = c.begin("/p", &h);
-        assert!(c.put(1, c.record(cap, &HeaderMap::new()).finish()));
-        let json = c.get(1).unwrap();
-        assert_eq!(
-            json["req_headers"],
-            json!({"X-Custom-Name": "caf\u{FFFD}", "Cookie": "[REDACTED]"})
-        );
-    }
-}
+mod tests;
