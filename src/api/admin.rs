@@ -104,6 +104,8 @@ where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    // what every answer so far wrote to the metrics and the activity log is there to read
+    super::meter::settle_all();
     let query = req.uri().query();
     match page {
         Page::ModelList => Ok(super::models::list(app, req.headers())),

@@ -139,6 +139,13 @@ impl<F: Future> Future for Polled<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // the bookkeeping of the answers that end in this poll comes after their last write
+        crate::api::meter::after_the_write(|| self.poll_connection(cx))
+    }
+}
+
+impl<F: Future> Polled<F> {
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
         this.activity.in_poll.store(true, Ordering::SeqCst);
         let mut polled = this.inner.as_mut().poll(cx);

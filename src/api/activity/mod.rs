@@ -153,7 +153,20 @@ impl Activity {
 
     /// Logs a finished request; returns its id.
     pub fn record(&self, e: Entry) -> u64 {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_id();
+        self.record_as(id, SystemTime::now(), e);
+        id
+    }
+
+    /// The id of the next request to finish: taken when its answer ends, and logged (with
+    /// [`Self::record_as`]) once its bookkeeping is done, so that the log keeps the order in
+    /// which the answers ended.
+    pub fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Logs a finished request under the id and time it ended at.
+    pub fn record_as(&self, id: u64, time: SystemTime, e: Entry) {
         let has_capture = match (e.capture, &self.captures) {
             (Some(capture), Some(captures)) => captures.put(id, capture),
             _ => false,
@@ -162,7 +175,7 @@ impl Activity {
             let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
             let row = Row {
                 id,
-                time: SystemTime::now(),
+                time,
                 model: rows.shared(&e.model),
                 req_path: rows.shared(&e.req_path),
                 status: e.status,
@@ -187,7 +200,6 @@ impl Activity {
         if self.events.is_heard() {
             self.events.send(id);
         }
-        id
     }
 
     fn rows(&self) -> Vec<Row> {

@@ -4,6 +4,7 @@
 //! once, when its body ends.
 
 mod idle;
+mod settle;
 mod tokens;
 pub(crate) mod usage;
 
@@ -18,6 +19,7 @@ use http_body::{Body as HttpBody, Frame};
 use crate::body::{Body, BoxError};
 use crate::metrics::{Metrics, RequestSeries};
 use idle::IdleLimit;
+pub use settle::{after_the_write, settle_all};
 pub(crate) use usage::Tokens;
 use usage::UsageTap;
 
@@ -182,42 +184,20 @@ impl Metered {
         true
     }
 
-    /// Counts and logs the request, once.
+    /// Hands the request to its bookkeeping ([`settle`]), once.
     fn finish(&mut self) {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
-        let failed = self.activity.as_ref().is_some_and(|a| a.status >= 400);
-        let (tokens, error) = self.usage.finish(failed);
-        self.record_metrics(tokens);
-        if let Some(a) = self.activity.take() {
-            let error = error.or_else(|| failed.then(|| reason(a.status)));
-            a.log.record(super::activity::Entry {
-                model: self.labels.model.clone(),
-                req_path: a.req_path,
-                status: a.status,
-                content_type: a.content_type,
-                tokens,
-                duration_ms: self.started.elapsed().as_millis() as u64,
-                ttft_ms: self.ttft_ms,
-                error,
-                capture: self
-                    .recording
-                    .take()
-                    .map(super::captures::Recording::finish),
-            });
-        }
-    }
-
-    fn record_metrics(&self, tokens: Option<Tokens>) {
-        self.series.answered.inc();
-        self.series
-            .duration
-            .observe(self.started.elapsed().as_secs_f64());
-        if let Some(t) = tokens {
-            self.series.prompt_tokens.inc_by(t.prompt);
-            self.series.completion_tokens.inc_by(t.completion);
-        }
+        settle::queue(settle::Pending {
+            series: self.series.clone(),
+            model: self.labels.model.clone(),
+            elapsed: self.started.elapsed(),
+            ttft_ms: self.ttft_ms,
+            usage: std::mem::replace(&mut self.usage, UsageTap::new("")),
+            activity: self.activity.take().map(settle::Logged::now),
+            recording: self.recording.take(),
+        });
     }
 
     /// The upstream went quiet for the idle limit: an open event stream ends with an error event,
