@@ -1,7 +1,7 @@
 //! A response body that observes what passes, without holding anything back. Each concern is a
 //! part of its own: token counts ([`usage`]), the idle limit ([`idle`]), an operator's cancel, and
-//! the error event that ends a broken stream; [`Metered`] composes them and records the request,
-//! once, when its body ends.
+//! the error event that ends a broken stream; [`Metered`] composes them and, once, when its body
+//! ends, hands the request to its bookkeeping ([`settle`]), done after the answer is written.
 
 mod idle;
 mod settle;
