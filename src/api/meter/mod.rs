@@ -218,15 +218,6 @@ impl Metered {
     }
 }
 
-/// The status line's reason, as the logged error of a failed answer without a message.
-fn reason(status: u16) -> String {
-    http::StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("error")
-        .to_string()
-}
-
 impl HttpBody for Metered {
     type Data = Bytes;
     type Error = BoxError;

@@ -75,7 +75,7 @@ impl Pending {
         else {
             return;
         };
-        let error = error.or_else(|| failed.then(|| super::reason(a.status)));
+        let error = error.or_else(|| failed.then(|| reason(a.status)));
         let entry = Entry {
             model: self.model,
             req_path: a.req_path,
@@ -89,6 +89,15 @@ impl Pending {
         };
         a.log.record_as(id, time, entry);
     }
+}
+
+/// The status line's reason, as the logged error of a failed answer without a message.
+fn reason(status: u16) -> String {
+    http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("error")
+        .to_string()
 }
 
 /// One thread's finished requests, waiting for the end of the connection poll they ended in.
@@ -193,8 +202,8 @@ impl Drop for SettleAfter {
 
 /// Settles every thread's queue: called before anything that reads the counts or the log.
 pub fn settle_all() {
-    let all = queues().clone();
-    for queue in all {
+    // the registry, then each queue: the order every lock is taken in
+    for queue in queues().iter() {
         queue.settle();
     }
 }
