@@ -1,13 +1,13 @@
 //! Connections that sit without a request.
 //!
-//! hyper's header-read timer would start only once hyper-util's auto builder has told HTTP/1 from
-//! HTTP/2, which waits for the first bytes with no timer, and HTTP/2 has no idle timer at all: a
+//! hyper's header-read timer would start only once the connection has told HTTP/1 from HTTP/2
+//! (`connection.rs`), which waits for the first bytes, and HTTP/2 has no idle timer at all: a
 //! socket that sends nothing (or half a preface, or opens no stream) would hold a file descriptor
 //! for ever. [`IdleDeadline`] closes a connection that has had no request in flight for a bound:
 //! the header-read timeout before its first request, the idle timeout after; on HTTP/1.1, where
 //! the wait between requests is a wait for the next head, no longer than the header-read timeout
 //! either. hyper's own header-read timer, which boxes and arms a timer for every request, is off
-//! (see `connection_builder`): this one is set once per connection. The connection's
+//! (see `connection_builders`): this one is set once per connection. The connection's
 //! [`Activity`] counts its requests in flight; the admission table reads it to pick an idle
 //! connection to close when the connection cap is reached.
 
@@ -21,6 +21,8 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+use crate::server::connection::{Peek, Protocol};
 
 /// What one connection is doing, shared by its I/O, its requests and the admission table.
 #[derive(Debug)]
@@ -256,6 +258,19 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleDeadline<T> {
             }
         }
         read
+    }
+}
+
+impl<T: Peek> Peek for IdleDeadline<T> {
+    /// The wait for the first bytes is bounded like a read's.
+    fn poll_protocol(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<Protocol>> {
+        let peeked = self.inner.poll_protocol(cx);
+        if peeked.is_pending() {
+            if let Some(err) = self.expired(cx) {
+                return Poll::Ready(Err(err));
+            }
+        }
+        peeked
     }
 }
 

@@ -1,6 +1,7 @@
 //! Accepting connections and the shutdown sequence.
 
 pub(crate) mod admission;
+pub(crate) mod connection;
 pub(crate) mod idle;
 pub(crate) mod layers;
 pub(crate) mod slow_body;

@@ -14,6 +14,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
+use crate::server::connection::{Peek, Protocol};
+
 /// An I/O stream whose writes fail after `limit` without progress.
 pub struct WriteDeadline<T> {
     inner: T,
@@ -66,6 +68,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for WriteDeadline<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: Peek> Peek for WriteDeadline<T> {
+    fn poll_protocol(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<Protocol>> {
+        self.inner.poll_protocol(cx)
     }
 }
 

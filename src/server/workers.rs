@@ -13,17 +13,17 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::api::{self, App};
 use crate::config::ServerSettings;
 use crate::server::admission::Admitted;
+use crate::server::connection::{Builders, ClientConnection};
 use crate::server::idle::{Activity, IdleDeadline, Polled};
 use crate::server::layers::{InFlightBody, InFlightLayer, SlowBodyLayer};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
@@ -178,25 +178,27 @@ impl Drop for Workers {
     }
 }
 
-fn connection_builder(settings: &ServerSettings) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
+fn connection_builders(settings: &ServerSettings) -> Builders {
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
         .timer(TokioTimer::new())
         // bounded by `IdleDeadline` instead, with one timer per connection rather than one
         // boxed and armed for every request head
         .header_read_timeout(None)
+        // a firm bound on a request head: the buffer's own is checked only between reads, so
+        // one large read could carry a head past it
+        .max_header_size(64 * 1024)
         .max_buf_size(64 * 1024);
     // hyper's own limit of 100 headers stands: setting one, even the same 100, makes hyper fill
     // both of its header arrays on every request (about 1,700 instructions per request)
-    builder
-        .http2()
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.http2_ping_interval)
         .keep_alive_timeout(settings.http2_ping_timeout)
         .max_concurrent_streams(100)
         .max_header_list_size(64 * 1024);
-    builder
+    Builders { http1, http2 }
 }
 
 /// One connection's service: the API of the config in force when each request arrives, inside the
@@ -278,9 +280,11 @@ async fn serve(
 struct Serving {
     current: Arc<RwLock<Arc<App>>>,
     settings: ServerSettings,
-    builder: auto::Builder<TokioExecutor>,
+    builders: Arc<Builders>,
     body_limits: BodyLimits,
-    graceful: GracefulShutdown,
+    /// Cancelled when the thread drains: each connection finishes what it has and closes.
+    draining: CancellationToken,
+    connections: TaskTracker,
 }
 
 impl Serving {
@@ -288,13 +292,14 @@ impl Serving {
         let settings = shared.settings;
         Serving {
             current: shared.current,
-            builder: connection_builder(&settings),
+            builders: Arc::new(connection_builders(&settings)),
             body_limits: BodyLimits {
                 stall: settings.request_body,
                 min_rate: settings.request_body_min_rate,
             },
             settings,
-            graceful: GracefulShutdown::new(),
+            draining: CancellationToken::new(),
+            connections: TaskTracker::new(),
         }
     }
 
@@ -326,19 +331,24 @@ impl Serving {
             settings.request_header,
             settings.idle,
         );
-        let conn = self
-            .builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = Polled::new(self.graceful.watch(conn), activity);
-        tokio::spawn(holding(conn, (open, admitted, counted)));
+        let conn = ClientConnection::new(
+            stream,
+            service,
+            self.builders.clone(),
+            self.draining.clone().cancelled_owned(),
+        );
+        let conn = Polled::new(conn, activity);
+        self.connections
+            .spawn(holding(conn, (open, admitted, counted)));
     }
 
     /// Lets the open connections finish, for at most `drain_timeout`, or until `finish` (a second
     /// signal: stop at once).
     async fn drain(self, drain_timeout: Duration, finish: &CancellationToken) {
+        self.draining.cancel();
+        self.connections.close();
         tokio::select! {
-            drained = tokio::time::timeout(drain_timeout, self.graceful.shutdown()) => {
+            drained = tokio::time::timeout(drain_timeout, self.connections.wait()) => {
                 if drained.is_err() {
                     tracing::warn!(
                         "in-flight requests did not finish within {}s",

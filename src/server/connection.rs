@@ -1,0 +1,188 @@
+//! One client connection: which HTTP it speaks, told from its first bytes, then hyper's own
+//! connection for that protocol, told to finish its requests when the server drains.
+//!
+//! An h2c client with prior knowledge opens with HTTP/2's preface; anything else is HTTP/1.
+//! hyper-util's auto connection told them apart by reading those bytes and handing them back
+//! through a wrapper that then stayed in every read of the connection; given the 24 bytes first,
+//! hyper reserved its 8 KiB read buffer again behind them, so every connection's buffer doubled
+//! to 16 KiB. Here the bytes are peeked at and left in the socket, and hyper's HTTP/1 or HTTP/2
+//! connection reads them as on a connection of its own.
+
+use std::future::Future;
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
+use hyper::service::HttpService;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite, Interest};
+use tokio::net::TcpStream;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use crate::server::layers::InFlightBody;
+
+/// HTTP/2's connection preface (RFC 9113, section 3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// What a connection's first bytes say: `None` while they are a beginning of the preface. No
+/// bytes (the client closed) is HTTP/1, which reads the end and closes.
+fn protocol(first: &[u8]) -> Option<Protocol> {
+    if first.starts_with(PREFACE) {
+        Some(Protocol::Http2)
+    } else if !first.is_empty() && PREFACE.starts_with(first) {
+        None
+    } else {
+        Some(Protocol::Http1)
+    }
+}
+
+/// A stream whose first bytes can be looked at without taking them.
+pub trait Peek {
+    /// Ready once the first bytes tell the protocol.
+    fn poll_protocol(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Protocol>>;
+}
+
+impl Peek for TcpStream {
+    fn poll_protocol(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Protocol>> {
+        loop {
+            ready!(self.poll_read_ready(cx))?;
+            let peeked = self.try_io(Interest::READABLE, || {
+                let mut first = [MaybeUninit::uninit(); PREFACE.len()];
+                let n = socket2::SockRef::from(&*self).peek(&mut first)?;
+                // a beginning of the preface clears the readiness, as a read that would block
+                // does: the next poll waits for more bytes instead of peeking at these again
+                protocol(peeked_bytes(&first, n)).ok_or_else(|| io::ErrorKind::WouldBlock.into())
+            });
+            match peeked {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                told => return Poll::Ready(told),
+            }
+        }
+    }
+}
+
+/// The first `n` bytes of `buf`, which a peek has just written.
+#[allow(unsafe_code)]
+fn peeked_bytes(buf: &[MaybeUninit<u8>], n: usize) -> &[u8] {
+    let n = n.min(buf.len());
+    // SAFETY: `recv` wrote the first `n` bytes of `buf` (and never more than its length)
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) }
+}
+
+/// How client connections are served, per protocol.
+pub struct Builders {
+    pub http1: http1::Builder,
+    pub http2: http2::Builder<TokioExecutor>,
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<T, S>
+    where
+        S: HttpService<Incoming>,
+    {
+        Peeking { io: Option<T>, service: Option<S> },
+        Http1 { #[pin] conn: http1::UpgradeableConnection<TokioIo<T>, S> },
+        Http2 { #[pin] conn: http2::Connection<TokioIo<T>, S, TokioExecutor> },
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A client connection, from its first bytes to its end. When the server drains, a
+    /// connection that has not said its protocol is closed, and one that has finishes the
+    /// requests it has (hyper's graceful shutdown).
+    pub struct ClientConnection<T, S>
+    where
+        S: HttpService<Incoming>,
+    {
+        #[pin]
+        state: State<T, S>,
+        builders: Arc<Builders>,
+        #[pin]
+        draining: WaitForCancellationFutureOwned,
+        told_to_finish: bool,
+    }
+}
+
+impl<T, S: HttpService<Incoming>> ClientConnection<T, S> {
+    pub fn new(
+        io: T,
+        service: S,
+        builders: Arc<Builders>,
+        draining: WaitForCancellationFutureOwned,
+    ) -> Self {
+        ClientConnection {
+            state: State::Peeking {
+                io: Some(io),
+                service: Some(service),
+            },
+            builders,
+            draining,
+            told_to_finish: false,
+        }
+    }
+}
+
+impl<T, S> Future for ClientConnection<T, S>
+where
+    T: Peek + AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: HttpService<Incoming, ResBody = InFlightBody> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        if !*this.told_to_finish && this.draining.poll(cx).is_ready() {
+            *this.told_to_finish = true;
+            match this.state.as_mut().project() {
+                StateProj::Peeking { .. } => return Poll::Ready(()),
+                StateProj::Http1 { conn } => conn.graceful_shutdown(),
+                StateProj::Http2 { conn } => conn.graceful_shutdown(),
+            }
+        }
+        loop {
+            let next = match this.state.as_mut().project() {
+                StateProj::Peeking { io, service } => {
+                    let told = ready!(io.as_mut().expect("peeking").poll_protocol(cx));
+                    let (Some(io), Some(service)) = (io.take(), service.take()) else {
+                        return Poll::Ready(());
+                    };
+                    let io = TokioIo::new(io);
+                    match told {
+                        Ok(Protocol::Http1) => State::Http1 {
+                            conn: this
+                                .builders
+                                .http1
+                                .serve_connection(io, service)
+                                .with_upgrades(),
+                        },
+                        Ok(Protocol::Http2) => State::Http2 {
+                            conn: this.builders.http2.serve_connection(io, service),
+                        },
+                        // the deadline passed, or the socket failed, before a protocol was told
+                        Err(_) => return Poll::Ready(()),
+                    }
+                }
+                // how a connection ends is the client's business; its requests log their own
+                StateProj::Http1 { conn } => return conn.poll(cx).map(drop),
+                StateProj::Http2 { conn } => return conn.poll(cx).map(drop),
+            };
+            this.state.set(next);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

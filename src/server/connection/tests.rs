@@ -1,0 +1,71 @@
+use std::future::poll_fn;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+
+#[test]
+fn the_first_bytes_tell_the_protocol() {
+    assert_eq!(protocol(PREFACE), Some(Protocol::Http2));
+    assert_eq!(protocol(b"GET / HTTP/1.1\r\n"), Some(Protocol::Http1));
+    assert_eq!(
+        protocol(b"POST /v1/chat/completions"),
+        Some(Protocol::Http1)
+    );
+    assert_eq!(
+        protocol(b"PRI * HTTP/1.1\r\n\r\nSM\r\n\r\n"),
+        Some(Protocol::Http1)
+    );
+    // the client closed before a byte
+    assert_eq!(protocol(b""), Some(Protocol::Http1));
+    // a beginning of the preface waits for more
+    assert_eq!(protocol(b"P"), None);
+    assert_eq!(protocol(&PREFACE[..PREFACE.len() - 1]), None);
+}
+
+/// A connected pair of loopback sockets: (client, server).
+async fn pair() -> (TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    (client, server)
+}
+
+#[tokio::test]
+async fn a_peek_takes_nothing_from_the_socket() {
+    let (mut client, mut server) = pair().await;
+    let request = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n";
+    client.write_all(request).await.unwrap();
+    let told = poll_fn(|cx| server.poll_protocol(cx)).await.unwrap();
+    assert_eq!(told, Protocol::Http1);
+    let mut read = vec![0; request.len()];
+    server.read_exact(&mut read).await.unwrap();
+    assert_eq!(read, request);
+}
+
+#[tokio::test]
+async fn half_a_preface_waits_for_the_rest() {
+    let (mut client, mut server) = pair().await;
+    client.write_all(&PREFACE[..9]).await.unwrap();
+    server.readable().await.unwrap();
+    // the bytes there are a beginning of the preface: no answer, and no spin over them
+    let mut peeking = std::pin::pin!(poll_fn(|cx| server.poll_protocol(cx)));
+    let first = poll_fn(|cx| Poll::Ready(peeking.as_mut().poll(cx))).await;
+    assert!(first.is_pending());
+    client.write_all(&PREFACE[9..]).await.unwrap();
+    assert_eq!(peeking.await.unwrap(), Protocol::Http2);
+    let mut read = vec![0; PREFACE.len()];
+    server.read_exact(&mut read).await.unwrap();
+    assert_eq!(read, PREFACE);
+}
+
+#[tokio::test]
+async fn a_client_that_closes_at_once_is_http1() {
+    let (client, mut server) = pair().await;
+    drop(client);
+    let told = poll_fn(|cx| server.poll_protocol(cx)).await.unwrap();
+    assert_eq!(told, Protocol::Http1);
+}
