@@ -31,8 +31,8 @@ async fn closed_after(sock: &mut TcpStream, within: Duration) -> Option<Duration
         .map(|_| started.elapsed())
 }
 
-/// A socket that sends nothing is closed at `requestHeader` (hyper-util's protocol detection
-/// waits for first bytes with no timer of its own).
+/// A socket that sends nothing is closed at `requestHeader` (the wait for the first bytes that
+/// tell its protocol has no timer of hyper's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_socket_is_closed() {
     let h = Harness::start(&config("clientTimeouts: {requestHeader: 1}")).await;
@@ -43,6 +43,25 @@ async fn a_silent_socket_is_closed() {
         "{closed:?}"
     );
     h.stop().await;
+}
+
+/// A socket that has not said its protocol does not hold up a shutdown: it is closed at once,
+/// not at `requestHeader` (here longer than the whole bound the test gives the stop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_socket_does_not_hold_up_a_shutdown() {
+    let h = Harness::start(&config("clientTimeouts: {requestHeader: 60}")).await;
+    let mut sock = TcpStream::connect(addr(&h.url)).await.unwrap();
+    // a beginning of the preface: the protocol is still unknown
+    sock.write_all(b"PRI").await.unwrap();
+    let started = Instant::now();
+    h.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let closed = closed_after(&mut sock, Duration::from_secs(5)).await;
+    assert!(closed.is_some(), "the socket is still open");
 }
 
 /// Half an HTTP/2 preface is closed at `requestHeader` too.

@@ -21,7 +21,7 @@ use hyper::service::HttpService;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::TcpStream;
-use tokio_util::sync::WaitForCancellationFutureOwned;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::server::layers::InFlightBody;
 
@@ -108,26 +108,27 @@ pin_project_lite::pin_project! {
         #[pin]
         state: State<T, S>,
         builders: Arc<Builders>,
+        draining: CancellationToken,
+        // the task's waker, registered at the first poll: later polls look at the token's flag
+        // alone (polling this again takes the token's lock, on every poll of the connection)
         #[pin]
-        draining: WaitForCancellationFutureOwned,
+        woken_on_drain: WaitForCancellationFutureOwned,
+        registered: bool,
         told_to_finish: bool,
     }
 }
 
 impl<T, S: HttpService<Incoming>> ClientConnection<T, S> {
-    pub fn new(
-        io: T,
-        service: S,
-        builders: Arc<Builders>,
-        draining: WaitForCancellationFutureOwned,
-    ) -> Self {
+    pub fn new(io: T, service: S, builders: Arc<Builders>, draining: CancellationToken) -> Self {
         ClientConnection {
             state: State::Peeking {
                 io: Some(io),
                 service: Some(service),
             },
             builders,
+            woken_on_drain: draining.clone().cancelled_owned(),
             draining,
+            registered: false,
             told_to_finish: false,
         }
     }
@@ -144,7 +145,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut this = self.project();
-        if !*this.told_to_finish && this.draining.poll(cx).is_ready() {
+        let draining = match std::mem::replace(this.registered, true) {
+            true => this.draining.is_cancelled(),
+            false => this.woken_on_drain.poll(cx).is_ready(),
+        };
+        if draining && !*this.told_to_finish {
             *this.told_to_finish = true;
             match this.state.as_mut().project() {
                 StateProj::Peeking { .. } => return Poll::Ready(()),

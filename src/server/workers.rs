@@ -335,7 +335,7 @@ impl Serving {
             stream,
             service,
             self.builders.clone(),
-            self.draining.clone().cancelled_owned(),
+            self.draining.clone(),
         );
         let conn = Polled::new(conn, activity);
         self.connections
