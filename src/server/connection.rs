@@ -93,7 +93,9 @@ pin_project_lite::pin_project! {
     {
         Peeking { io: Option<T>, service: Option<S> },
         Http1 { #[pin] conn: http1::UpgradeableConnection<TokioIo<T>, S> },
-        Http2 { #[pin] conn: http2::Connection<TokioIo<T>, S, TokioExecutor> },
+        // boxed: twice the size of an HTTP/1 connection, and every connection's task would
+        // carry it
+        Http2 { conn: Pin<Box<http2::Connection<TokioIo<T>, S, TokioExecutor>>> },
     }
 }
 
@@ -154,7 +156,7 @@ where
             match this.state.as_mut().project() {
                 StateProj::Peeking { .. } => return Poll::Ready(()),
                 StateProj::Http1 { conn } => conn.graceful_shutdown(),
-                StateProj::Http2 { conn } => conn.graceful_shutdown(),
+                StateProj::Http2 { conn } => conn.as_mut().graceful_shutdown(),
             }
         }
         loop {
@@ -174,7 +176,7 @@ where
                                 .with_upgrades(),
                         },
                         Ok(Protocol::Http2) => State::Http2 {
-                            conn: this.builders.http2.serve_connection(io, service),
+                            conn: Box::pin(this.builders.http2.serve_connection(io, service)),
                         },
                         // the deadline passed, or the socket failed, before a protocol was told
                         Err(_) => return Poll::Ready(()),
@@ -182,7 +184,7 @@ where
                 }
                 // how a connection ends is the client's business; its requests log their own
                 StateProj::Http1 { conn } => return conn.poll(cx).map(drop),
-                StateProj::Http2 { conn } => return conn.poll(cx).map(drop),
+                StateProj::Http2 { conn } => return conn.as_mut().poll(cx).map(drop),
             };
             this.state.set(next);
         }

@@ -69,3 +69,26 @@ async fn a_client_that_closes_at_once_is_http1() {
     let told = poll_fn(|cx| server.poll_protocol(cx)).await.unwrap();
     assert_eq!(told, Protocol::Http1);
 }
+
+/// A service that answers nothing, for the sizes of the connections that would serve it.
+struct Nothing;
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Nothing {
+    type Response = hyper::Response<http_body_util::Empty<bytes::Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn call(&self, _: hyper::Request<Incoming>) -> Self::Future {
+        std::future::ready(Ok(hyper::Response::new(http_body_util::Empty::new())))
+    }
+}
+
+#[test]
+fn an_http1_connection_does_not_carry_the_room_of_an_http2_one() {
+    let http1 = std::mem::size_of::<http1::UpgradeableConnection<TokioIo<TcpStream>, Nothing>>();
+    let state = std::mem::size_of::<State<TcpStream, Nothing>>();
+    assert!(
+        state <= http1 + 16,
+        "{state} bytes against HTTP/1's {http1}"
+    );
+}
