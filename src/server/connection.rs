@@ -18,11 +18,12 @@ use std::task::{ready, Context, Poll};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::HttpService;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::TcpStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use crate::config::ServerSettings;
 use crate::server::layers::InFlightBody;
 
 /// HTTP/2's connection preface (RFC 9113, section 3.4).
@@ -81,8 +82,33 @@ fn peeked_bytes(buf: &[MaybeUninit<u8>], n: usize) -> &[u8] {
 
 /// How client connections are served, per protocol.
 pub struct Builders {
-    pub http1: http1::Builder,
-    pub http2: http2::Builder<TokioExecutor>,
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    pub fn new(settings: &ServerSettings) -> Builders {
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            // bounded by `IdleDeadline` instead, with one timer per connection rather than one
+            // boxed and armed for every request head
+            .header_read_timeout(None)
+            // a firm bound on a request head: the buffer's own is checked only between reads,
+            // so one large read could carry a head past it
+            .max_header_size(64 * 1024)
+            .max_buf_size(64 * 1024);
+        // hyper's own limit of 100 headers stands: setting one, even the same 100, makes hyper
+        // fill both of its header arrays on every request (about 1,700 instructions per request)
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .keep_alive_interval(settings.http2_ping_interval)
+            .keep_alive_timeout(settings.http2_ping_timeout)
+            .max_concurrent_streams(100)
+            .max_header_list_size(64 * 1024);
+        Builders { http1, http2 }
+    }
 }
 
 pin_project_lite::pin_project! {
@@ -139,7 +165,7 @@ impl<T, S: HttpService<Incoming>> ClientConnection<T, S> {
 impl<T, S> Future for ClientConnection<T, S>
 where
     T: Peek + AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: HttpService<Incoming, ResBody = InFlightBody> + Clone + Send + 'static,
+    S: HttpService<Incoming, ResBody = InFlightBody> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {

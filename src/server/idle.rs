@@ -7,7 +7,7 @@
 //! the header-read timeout before its first request, the idle timeout after; on HTTP/1.1, where
 //! the wait between requests is a wait for the next head, no longer than the header-read timeout
 //! either. hyper's own header-read timer, which boxes and arms a timer for every request, is off
-//! (see `connection_builders`): this one is set once per connection. The connection's
+//! (see `connection::Builders`): this one is set once per connection. The connection's
 //! [`Activity`] counts its requests in flight; the admission table reads it to pick an idle
 //! connection to close when the connection cap is reached.
 

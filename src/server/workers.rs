@@ -13,7 +13,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -178,29 +177,6 @@ impl Drop for Workers {
     }
 }
 
-fn connection_builders(settings: &ServerSettings) -> Builders {
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1
-        .timer(TokioTimer::new())
-        // bounded by `IdleDeadline` instead, with one timer per connection rather than one
-        // boxed and armed for every request head
-        .header_read_timeout(None)
-        // a firm bound on a request head: the buffer's own is checked only between reads, so
-        // one large read could carry a head past it
-        .max_header_size(64 * 1024)
-        .max_buf_size(64 * 1024);
-    // hyper's own limit of 100 headers stands: setting one, even the same 100, makes hyper fill
-    // both of its header arrays on every request (about 1,700 instructions per request)
-    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
-        .keep_alive_interval(settings.http2_ping_interval)
-        .keep_alive_timeout(settings.http2_ping_timeout)
-        .max_concurrent_streams(100)
-        .max_header_list_size(64 * 1024);
-    Builders { http1, http2 }
-}
-
 /// One connection's service: the API of the config in force when each request arrives, inside the
 /// connection's own layers (its requests in flight, the slow-body bounds).
 fn connection_service(
@@ -292,7 +268,7 @@ impl Serving {
         let settings = shared.settings;
         Serving {
             current: shared.current,
-            builders: Arc::new(connection_builders(&settings)),
+            builders: Arc::new(Builders::new(&settings)),
             body_limits: BodyLimits {
                 stall: settings.request_body,
                 min_rate: settings.request_body_min_rate,
