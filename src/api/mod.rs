@@ -40,8 +40,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{header, Request, Response, StatusCode};
-use tower::ServiceBuilder;
+use tower::{Service, ServiceBuilder};
 
 use crate::body::{full, Body, BoxError};
 pub use app::{App, Limits};
@@ -68,6 +69,23 @@ where
         .layer(layers::AuthLayer::new(&app.keys))
         .layer(layers::ModelRequestLayer::new(app, remote))
         .service(layers::RouteTable::new(app))
+}
+
+/// A request served by [`service`]. Its layers are always ready (the outermost says so without
+/// asking the others), so it is called at once instead of through a future that waits.
+pub fn serve<'a, B>(
+    app: &'a Arc<App>,
+    remote: SocketAddr,
+    req: Request<B>,
+) -> impl Future<Output = Response<Body>> + Send + 'a
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
+{
+    let mut api = service(app, remote);
+    let ready = api.poll_ready(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    debug_assert!(ready.is_ready(), "the API's layers are always ready");
+    api.call(req).map(|Ok(resp)| resp)
 }
 
 pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {

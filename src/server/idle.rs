@@ -99,6 +99,13 @@ impl Activity {
 /// A request in flight on its connection; dropped with the response body.
 pub struct InFlight(Arc<Activity>);
 
+impl InFlight {
+    /// The request switched its connection's protocol: the connection is never idle again.
+    pub fn upgrade(&self) {
+        self.0.upgrade();
+    }
+}
+
 impl Drop for InFlight {
     /// The last request's end starts the idle deadline, which the connection's task arms when
     /// its next read waits. An HTTP/1 response body is dropped while that task polls the

@@ -1,7 +1,13 @@
-//! What a connection adds around the API for each of its requests, as tower layers (outermost
-//! first): the request counts as in flight on its connection until its response body ends, and
-//! its body is read under the slow-body bounds (408, and close, past them).
+//! What a connection adds around the API for each of its requests: the request counts as in
+//! flight on its connection until its response body ends, and its body is read under the
+//! slow-body bounds (408, and close, past them).
+//!
+//! This is hyper's service for the connection, written out rather than tower layers behind
+//! hyper-util's adapter: that adapter clones the whole stack for every request (a reference count
+//! for each `Arc` in it) and moves the request through a `Oneshot` that waits for readiness, which
+//! none of corral's services ever lacks.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,137 +21,41 @@ use crate::proxy::GuardedBody;
 use crate::server::idle::{Activity, InFlight};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 
-/// Counts each request in flight on its connection until its response body is done, and marks
-/// the connection upgraded when a request switches protocols.
-#[derive(Clone)]
-pub struct InFlightLayer {
+/// A connection's requests, each handed to `api` with its body under the slow-body bounds.
+pub struct ConnectionService<A> {
+    api: A,
     activity: Arc<Activity>,
+    limits: BodyLimits,
 }
 
-impl InFlightLayer {
-    pub fn new(activity: Arc<Activity>) -> Self {
-        InFlightLayer { activity }
-    }
-}
-
-impl<S> tower::Layer<S> for InFlightLayer {
-    type Service = Counted<S>;
-
-    fn layer(&self, inner: S) -> Counted<S> {
-        Counted {
-            inner,
-            activity: self.activity.clone(),
+impl<A> ConnectionService<A> {
+    pub fn new(api: A, activity: Arc<Activity>, limits: BodyLimits) -> Self {
+        ConnectionService {
+            api,
+            activity,
+            limits,
         }
     }
 }
 
-#[derive(Clone)]
-pub struct Counted<S> {
-    inner: S,
-    activity: Arc<Activity>,
-}
-
-impl<S, B> tower::Service<Request<B>> for Counted<S>
+impl<A, F, B> hyper::service::Service<Request<B>> for ConnectionService<A>
 where
-    S: tower::Service<Request<B>, Response = Response<Body>>,
+    A: Fn(Request<BodyDeadline<B>>) -> F,
+    F: Future<Output = Response<Body>>,
 {
     type Response = Response<InFlightBody>;
-    type Error = S::Error;
-    type Future = CountedFuture<S::Future>;
+    type Error = Infallible;
+    type Future = Served<F>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        CountedFuture {
-            in_flight: Some(self.activity.begin(req.version())),
-            activity: self.activity.clone(),
-            inner: self.inner.call(req),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    pub struct CountedFuture<F> {
-        #[pin]
-        inner: F,
-        in_flight: Option<InFlight>,
-        activity: Arc<Activity>,
-    }
-}
-
-impl<F, E> Future for CountedFuture<F>
-where
-    F: Future<Output = Result<Response<Body>, E>>,
-{
-    type Output = Result<Response<InFlightBody>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let resp = std::task::ready!(this.inner.poll(cx))?;
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            this.activity.upgrade();
-        }
-        let in_flight = this.in_flight.take();
-        Poll::Ready(Ok(resp.map(|body| GuardedBody::new(body, in_flight))))
-    }
-}
-
-/// A response body that keeps its request in flight until it is dropped (hyper drops it when it
-/// is done). The body is wrapped, not boxed once more: that would be an allocation per response
-/// and a second dynamic call per frame.
-pub type InFlightBody = GuardedBody<Body, Option<InFlight>>;
-
-/// Reads each request body under the slow-body bounds; a request whose body came too slowly is
-/// answered 408 (and an HTTP/1 connection closed), whatever the API made of the cut body.
-#[derive(Clone, Copy)]
-pub struct SlowBodyLayer {
-    limits: BodyLimits,
-}
-
-impl SlowBodyLayer {
-    pub fn new(limits: BodyLimits) -> Self {
-        SlowBodyLayer { limits }
-    }
-}
-
-impl<S> tower::Layer<S> for SlowBodyLayer {
-    type Service = SlowBody<S>;
-
-    fn layer(&self, inner: S) -> SlowBody<S> {
-        SlowBody {
-            inner,
-            limits: self.limits,
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct SlowBody<S> {
-    inner: S,
-    limits: BodyLimits,
-}
-
-impl<S, B> tower::Service<Request<B>> for SlowBody<S>
-where
-    S: tower::Service<Request<BodyDeadline<B>>, Response = Response<Body>>,
-{
-    type Response = Response<Body>;
-    type Error = S::Error;
-    type Future = SlowBodyFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&self, req: Request<B>) -> Served<F> {
+        let in_flight = self.activity.begin(req.version());
         let version = req.version();
         let accept = req.headers().get(http::header::ACCEPT).cloned();
         let (parts, body) = req.into_parts();
         let (body, too_slow) = BodyDeadline::new(body, self.limits);
-        SlowBodyFuture {
-            inner: self.inner.call(Request::from_parts(parts, body)),
+        Served {
+            api: (self.api)(Request::from_parts(parts, body)),
+            in_flight: Some(in_flight),
             too_slow,
             version,
             accept,
@@ -154,30 +64,44 @@ where
 }
 
 pin_project_lite::pin_project! {
-    pub struct SlowBodyFuture<F> {
+    /// One request's answer: the API's, or 408 when its body came too slowly (whatever the API made
+    /// of the cut body), with the request in flight until the answer's body is done.
+    pub struct Served<F> {
         #[pin]
-        inner: F,
+        api: F,
+        in_flight: Option<InFlight>,
         too_slow: Arc<AtomicBool>,
         version: Version,
         accept: Option<HeaderValue>,
     }
 }
 
-impl<F, E> Future for SlowBodyFuture<F>
+impl<F> Future for Served<F>
 where
-    F: Future<Output = Result<Response<Body>, E>>,
+    F: Future<Output = Response<Body>>,
 {
-    type Output = F::Output;
+    type Output = Result<Response<InFlightBody>, Infallible>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let resp = std::task::ready!(this.inner.poll(cx))?;
+        let mut resp = std::task::ready!(this.api.poll(cx));
         if this.too_slow.load(Ordering::Acquire) {
-            return Poll::Ready(Ok(slow_body_response(*this.version, this.accept.as_ref())));
+            resp = slow_body_response(*this.version, this.accept.as_ref());
         }
-        Poll::Ready(Ok(resp))
+        let in_flight = this.in_flight.take();
+        if let Some(in_flight) = &in_flight {
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                in_flight.upgrade();
+            }
+        }
+        Poll::Ready(Ok(resp.map(|body| GuardedBody::new(body, in_flight))))
     }
 }
+
+/// A response body that keeps its request in flight until it is dropped (hyper drops it when it
+/// is done). The body is wrapped, not boxed once more: that would be an allocation per response
+/// and a second dynamic call per frame.
+pub type InFlightBody = GuardedBody<Body, Option<InFlight>>;
 
 /// 408 for a body read too slowly; an HTTP/1 connection then closes (its unread rest of the body
 /// cannot be skipped in time anyway).
@@ -193,13 +117,12 @@ fn slow_body_response(version: Version, accept: Option<&HeaderValue>) -> Respons
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
     use std::time::Duration;
 
     use bytes::Bytes;
     use http_body::Frame;
     use http_body_util::BodyExt;
-    use tower::{Layer, ServiceExt};
+    use hyper::service::Service;
 
     use super::*;
 
@@ -219,14 +142,18 @@ mod tests {
     }
 
     /// An API that reads the whole body and answers 400 when it cannot.
-    async fn reads_body<B: http_body::Body>(req: Request<B>) -> Result<Response<Body>, Infallible> {
+    async fn reads_body<B: http_body::Body>(req: Request<B>) -> Response<Body> {
         let status = match req.into_body().collect().await {
             Ok(_) => StatusCode::OK,
             Err(_) => StatusCode::BAD_REQUEST,
         };
         let mut resp = Response::new(crate::body::full("read"));
         *resp.status_mut() = status;
-        Ok(resp)
+        resp
+    }
+
+    fn connection<A>(api: A, activity: &Arc<Activity>, limits: BodyLimits) -> ConnectionService<A> {
+        ConnectionService::new(api, activity.clone(), limits)
     }
 
     #[tokio::test(start_paused = true)]
@@ -235,42 +162,48 @@ mod tests {
             stall: Duration::from_secs(2),
             min_rate: 0,
         };
+        let activity = Arc::new(Activity::default());
         for (version, closes) in [(Version::HTTP_11, true), (Version::HTTP_2, false)] {
-            let service = SlowBodyLayer::new(limits).layer(tower::service_fn(reads_body));
+            let service = connection(reads_body::<BodyDeadline<Silent>>, &activity, limits);
             let mut req = Request::new(Silent);
             *req.version_mut() = version;
-            let resp = service.oneshot(req).await.unwrap();
+            let resp = service.call(req).await.unwrap();
             assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT, "{version:?}");
             let close = resp.headers().get(http::header::CONNECTION);
             assert_eq!(close.is_some_and(|v| v == "close"), closes, "{version:?}");
         }
-        let service = SlowBodyLayer::new(limits).layer(tower::service_fn(reads_body));
+        let service = connection(reads_body::<BodyDeadline<Body>>, &activity, limits);
         let quick = Request::new(crate::body::full("all at once"));
-        assert_eq!(
-            service.oneshot(quick).await.unwrap().status(),
-            StatusCode::OK
-        );
+        assert_eq!(service.call(quick).await.unwrap().status(), StatusCode::OK);
     }
 
     #[tokio::test]
     async fn a_request_is_in_flight_until_its_response_body_is_done() {
         let activity = Arc::new(Activity::default());
+        let limits = BodyLimits {
+            stall: Duration::from_secs(2),
+            min_rate: 0,
+        };
         let answer = |status: StatusCode| {
-            tower::service_fn(move |_: Request<()>| async move {
+            move |_: Request<BodyDeadline<Body>>| async move {
                 let mut resp = Response::new(crate::body::full("answer"));
                 *resp.status_mut() = status;
-                Ok::<_, Infallible>(resp)
-            })
+                resp
+            }
         };
-        let service = InFlightLayer::new(activity.clone()).layer(answer(StatusCode::OK));
-        let resp = service.oneshot(Request::new(())).await.unwrap();
+        let service = connection(answer(StatusCode::OK), &activity, limits);
+        let resp = service.call(Request::new(crate::body::empty())).await;
         assert!(activity.idle_since().is_none(), "the body is still to send");
-        resp.into_body().collect().await.unwrap();
+        resp.unwrap().into_body().collect().await.unwrap();
         assert!(activity.idle_since().is_some());
 
-        let service =
-            InFlightLayer::new(activity.clone()).layer(answer(StatusCode::SWITCHING_PROTOCOLS));
-        drop(service.oneshot(Request::new(())).await.unwrap());
+        let service = connection(answer(StatusCode::SWITCHING_PROTOCOLS), &activity, limits);
+        drop(
+            service
+                .call(Request::new(crate::body::empty()))
+                .await
+                .unwrap(),
+        );
         assert!(
             activity.idle_since().is_none(),
             "an upgraded connection is never idle"

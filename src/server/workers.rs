@@ -13,18 +13,16 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use hyper_util::service::TowerToHyperService;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt;
 
 use crate::api::{self, App};
 use crate::config::ServerSettings;
 use crate::server::admission::Admitted;
 use crate::server::connection::{Builders, ClientConnection};
 use crate::server::idle::{Activity, IdleDeadline, Polled};
-use crate::server::layers::{InFlightBody, InFlightLayer, SlowBodyLayer};
+use crate::server::layers::{ConnectionService, InFlightBody};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 use crate::server::stall::WriteDeadline;
 use crate::server::trim::Open;
@@ -178,7 +176,7 @@ impl Drop for Workers {
 }
 
 /// One connection's service: the API of the config in force when each request arrives, inside the
-/// connection's own layers (its requests in flight, the slow-body bounds).
+/// connection's own bookkeeping (its requests in flight, the slow-body bounds).
 fn connection_service(
     current: Arc<RwLock<Arc<App>>>,
     remote: SocketAddr,
@@ -191,22 +189,13 @@ fn connection_service(
     Future = impl std::future::Future<
         Output = Result<http::Response<InFlightBody>, std::convert::Infallible>,
     > + Send,
-> + Clone {
-    let api = tower::service_fn(
-        move |req: http::Request<BodyDeadline<hyper::body::Incoming>>| {
-            let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
-            // unboxed: the API's own future is small, its routes' work boxed within it
-            async move {
-                let Ok(resp) = api::service(&app, remote).oneshot(req).await;
-                Ok::<_, std::convert::Infallible>(resp)
-            }
-        },
-    );
-    let stack = tower::ServiceBuilder::new()
-        .layer(InFlightLayer::new(activity))
-        .layer(SlowBodyLayer::new(body_limits))
-        .service(api);
-    TowerToHyperService::new(stack)
+> {
+    let api = move |req: http::Request<BodyDeadline<hyper::body::Incoming>>| {
+        let app = current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        // unboxed: the API's own future is small, its routes' work boxed within it
+        async move { api::serve(&app, remote, req).await }
+    };
+    ConnectionService::new(api, activity, body_limits)
 }
 
 /// `conn` run to its end, then `held` let go. Not an `async` block: one keeps the connection
