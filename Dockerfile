@@ -2,13 +2,19 @@
 # following its updates. Two targets:
 #   docker build -t corral .                        corral alone (engines come from the config)
 #   docker build --target llama -t corral-llama .   corral with a CPU llama-server beside it
-# The binary is built from this checkout with the same locked dependencies CI builds with.
+# The binary is built from this checkout with the same locked dependencies CI builds with, guided
+# by the profile of a recorded workload (scripts/build-pgo.sh).
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
+# llvm-profdata for the profile, python3 for the workload's bookkeeping
+RUN rustup component add llvm-tools \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN cargo build --release --locked --bin corral \
-    && install -D target/release/corral /out/corral
+RUN scripts/build-pgo.sh \
+    && install -D target/pgo/corral /out/corral
 
 # llama-server, built by the same script the test suite uses (CPU only; a CUDA build belongs in an
 # image made from nvidia/cuda with -DGGML_CUDA=ON).

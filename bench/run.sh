@@ -3,6 +3,7 @@
 #
 #   bench/run.sh            build (release), install nginx if missing, run every scenario, print the table
 #   bench/run.sh --quick    the same with ~1/3 of the requests and durations (a smoke run)
+#   bench/run.sh --pgo      corral as the image ships it: built by scripts/build-pgo.sh
 #
 # Scenarios (the fake engine directly, through corral, through nginx and through the bare hyper
 # proxy `corral-load floor`, side by side):
@@ -23,12 +24,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { printf '[bench %s] %s\n' "$(date '+%H:%M:%S')" "$*" >&2; }
 
 QUICK=()
+PGO=0
 CRITERION_TIME=(--warm-up-time 1 --measurement-time 3)
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK=(--quick); CRITERION_TIME=(--warm-up-time 0.5 --measurement-time 1) ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-        *) echo "usage: bench/run.sh [--quick]" >&2; exit 2 ;;
+        --pgo) PGO=1 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        *) echo "usage: bench/run.sh [--quick] [--pgo]" >&2; exit 2 ;;
     esac
 done
 
@@ -59,6 +62,13 @@ rev() {
 REV_BUILT="$(rev)"
 log "building corral and corral-load (release, target dir $TARGET_DIR)"
 cargo build --release -p corral -p corral-load
+CORRAL_EXE="$TARGET_DIR/release/corral"
+BUILD_NOTE=""
+if [[ "$PGO" == 1 ]]; then
+    scripts/build-pgo.sh
+    CORRAL_EXE="$TARGET_DIR/pgo/corral"
+    BUILD_NOTE=", profile-guided build"
+fi
 
 # 1,000 streams hold ~4,000 descriptors across the load generator, the proxy and the engine.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -86,8 +96,8 @@ REV_NOW="$(rev)"
 [[ "$REV_NOW" != "$REV_BUILT" ]] && REV_BUILT="$REV_BUILT (the checkout is now at $REV_NOW)"
 log "load scenarios (direct, corral, nginx)"
 "$TARGET_DIR/release/corral-load" suite \
-    --corral "$TARGET_DIR/release/corral" \
+    --corral "$CORRAL_EXE" \
     --nginx "$NGINX" \
     --out "$OUT" \
-    ${REV_BUILT:+--corral-rev "$REV_BUILT"} \
+    ${REV_BUILT:+--corral-rev "$REV_BUILT$BUILD_NOTE"} \
     "${CRITERION_ARGS[@]}" "${QUICK[@]}"

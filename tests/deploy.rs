@@ -1,6 +1,7 @@
 //! The deployment files: every kustomize overlay renders and validates (Kubernetes schemas, the
-//! custom resources' schemas, what corral's pods rely on), the Dockerfile lints clean, and the
-//! configs the manifests ship load in `corral check`.
+//! custom resources' schemas, what corral's pods rely on), the Dockerfile lints clean, the
+//! configs the manifests ship load in `corral check`, and the workload that trains the image's
+//! profile-guided build is answered in full.
 
 mod support;
 
@@ -55,4 +56,56 @@ fn the_shipped_configs_load() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A binary the workspace builds beside corral's (`cargo test --workspace` builds them all).
+fn sibling(name: &str) -> std::path::PathBuf {
+    let path = Path::new(CORRAL).with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace (cargo build --workspace)",
+        path.display()
+    );
+    path
+}
+
+/// Runs the workload the image's profile-guided build trains on (`scripts/pgo-workload.sh`).
+fn pgo_workload(engine: &Path) -> (bool, String) {
+    let out = Command::new(Path::new(ROOT).join("scripts/pgo-workload.sh"))
+        .arg(CORRAL)
+        .arg(engine)
+        .arg(sibling("corral-load"))
+        .env("REQUESTS", "200")
+        .env(
+            "CORRAL_TEST_RUN",
+            new_marker().trim_start_matches("CORRAL_TEST_RUN="),
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_profile_guided_build_trains_on_answered_requests_only() {
+    let (ok, log) = pgo_workload(&sibling("fakellm"));
+    assert!(ok, "{log}");
+    for phase in [
+        "chat, concurrency 64: 200",
+        "long conversations: 21",
+        "embeddings: 21",
+        "SSE streams: 400",
+        "GET /metrics: 3",
+    ] {
+        assert!(log.contains(phase), "{phase} is missing from:\n{log}");
+    }
+
+    // an engine that never starts: the workload stops at its first phase instead of training on
+    // error answers
+    let (ok, log) = pgo_workload(Path::new("/bin/false"));
+    assert!(!ok, "{log}");
+    assert!(
+        log.contains("chat, concurrency 8: 0 of 200 answered"),
+        "{log}"
+    );
 }
