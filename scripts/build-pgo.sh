@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # corral built with profile-guided optimization, as the image ships it: an instrumented build
 # serves scripts/pgo-workload.sh, and the profile it leaves guides the final build's inlining and
-# code layout around the request path (about a fifth fewer instructions per proxied request; see
+# code layout around the request path (a quarter fewer instructions per proxied request; see
 # bench/README.md). The binary is target/pgo/corral: the `pgo` profile in Cargo.toml, so
 # target/release is left as it was.
 #
