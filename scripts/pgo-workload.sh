@@ -12,7 +12,7 @@ set -Eeuo pipefail
 CORRAL=$1 ENGINE=$2 LOAD=$3
 REQUESTS="${REQUESTS:-20000}"
 WORK="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait; rm -rf "$WORK"' EXIT
 
 log() { printf '[pgo-workload] %s\n' "$*" >&2; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

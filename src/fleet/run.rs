@@ -174,7 +174,7 @@ impl Run {
             Some(_) if self.slots_unknown() => self.inner.health.total_slots(spec).await,
             _ => None,
         };
-        // read after asking for the slots: the engine's last lines may still be on their way
+        process.log_caught_up().await;
         let history = String::from_utf8_lossy(&log.history()).into_owned();
         let measured = super::ledger::measured_from_log(&history);
         self.inner.update(&self.id, |i| {

@@ -20,7 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub use spawner::Spawner;
 
@@ -155,6 +155,8 @@ pub struct Process {
     pub pid: u32,
     exit: watch::Receiver<Option<String>>,
     sinks: Sinks,
+    /// To each pipe's reader: take in all the pipe holds now, then answer.
+    catch_up: Vec<mpsc::UnboundedSender<oneshot::Sender<()>>>,
 }
 
 impl Process {
@@ -178,6 +180,7 @@ impl Process {
             error: e.to_string(),
         })?;
         let pid = child.id().unwrap_or(0);
+        let mut catch_up = Vec::new();
         for pipe in [
             child.stdout.take().map(Pipe::Out),
             child.stderr.take().map(Pipe::Err),
@@ -185,7 +188,9 @@ impl Process {
         .into_iter()
         .flatten()
         {
-            tokio::spawn(capture(pipe, sinks.clone()));
+            let (asks, asked) = mpsc::unbounded_channel();
+            catch_up.push(asks);
+            tokio::spawn(capture(pipe, sinks.clone(), asked));
         }
         let (tx, exit) = watch::channel(None);
         tokio::spawn(async move {
@@ -196,7 +201,25 @@ impl Process {
             spawner::forget(pid);
             let _ = tx.send(Some(status));
         });
-        Ok(Process { pid, exit, sinks })
+        Ok(Process {
+            pid,
+            exit,
+            sinks,
+            catch_up,
+        })
+    }
+
+    /// Returns once what the child has printed so far is in its log: each pipe is read until it
+    /// is empty. An engine prints its last loading lines (llama-server's buffer sizes) before it
+    /// answers its health check, so once it is ready they are all there to read.
+    pub async fn log_caught_up(&self) {
+        for reader in &self.catch_up {
+            let (done, caught_up) = oneshot::channel();
+            if reader.send(done).is_ok() {
+                // an error: the pipe has ended, and its reader kept all it held
+                let _ = caught_up.await;
+            }
+        }
     }
 
     /// Resolves with a description of the exit status once the child has exited and been reaped.
@@ -362,8 +385,15 @@ const LONGEST_HELD_LINE: usize = 16 * 1024;
 /// Copies a pipe into the log rings until EOF, whole lines at a time with the config's secrets
 /// masked, so a secret split between two reads of the pipe is still found, and no ring, stream or
 /// stdout ever holds it. It never blocks the child: rings drop old bytes. A partial line (a loader
-/// printing dots) still counts as progress while it waits for its end.
-async fn capture(pipe: Pipe, sinks: Sinks) {
+/// printing dots) still counts as progress while it waits for its end. Asked to catch up, it reads
+/// until the pipe is empty and then answers.
+async fn capture(
+    pipe: Pipe,
+    sinks: Sinks,
+    mut catch_up: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+) {
+    use futures_util::FutureExt;
+
     let mut buf = vec![0u8; 8192];
     let mut reader: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match pipe {
         Pipe::Out(p) => Box::new(p),
@@ -371,26 +401,51 @@ async fn capture(pipe: Pipe, sinks: Sinks) {
     };
     let mut pending: Vec<u8> = Vec::new();
     loop {
-        let n = match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        pending.extend_from_slice(&buf[..n]);
-        let line_end = pending.iter().rposition(|b| *b == b'\n' || *b == b'\r');
-        let cut = match line_end {
-            Some(i) => i + 1,
-            None if pending.len() > LONGEST_HELD_LINE => pending.len(),
-            None => {
-                sinks.model.touch();
+        // a read is cancel-safe: one that a request to catch up interrupts has taken nothing
+        let read = tokio::select! {
+            read = reader.read(&mut buf) => read,
+            Some(done) = catch_up.recv() => {
+                let mut ended = false;
+                while let Some(read) = reader.read(&mut buf).now_or_never() {
+                    match read {
+                        Ok(n) if n > 0 => take(&mut pending, &buf[..n], &sinks),
+                        _ => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+                let _ = done.send(());
+                if ended {
+                    break;
+                }
                 continue;
             }
         };
-        let rest = pending.split_off(cut);
-        emit(&sinks, std::mem::replace(&mut pending, rest));
+        match read {
+            Ok(n) if n > 0 => take(&mut pending, &buf[..n], &sinks),
+            _ => break,
+        }
     }
     if !pending.is_empty() {
         emit(&sinks, pending);
     }
+}
+
+/// Adds what a read gave to the partial line held, and passes on every line it completes.
+fn take(pending: &mut Vec<u8>, read: &[u8], sinks: &Sinks) {
+    pending.extend_from_slice(read);
+    let line_end = pending.iter().rposition(|b| *b == b'\n' || *b == b'\r');
+    let cut = match line_end {
+        Some(i) => i + 1,
+        None if pending.len() > LONGEST_HELD_LINE => pending.len(),
+        None => {
+            sinks.model.touch();
+            return;
+        }
+    };
+    let rest = pending.split_off(cut);
+    emit(sinks, std::mem::replace(pending, rest));
 }
 
 fn emit(sinks: &Sinks, data: Vec<u8>) {
@@ -544,6 +599,53 @@ mod tests {
             poll_interval(Duration::from_secs(60)),
             Duration::from_millis(100)
         );
+    }
+
+    /// What a child printed before now is in its log once the log has caught up, however late
+    /// the pipe's reader would otherwise have run: here it has not run at all, the only thread
+    /// having waited for the child without yielding.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_log_catches_up_with_what_the_child_printed() {
+        let spawner = Spawner::start(tokio::runtime::Handle::current()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let printed = dir.path().join("printed");
+        let script = format!(
+            "echo 'the last loading line'; touch '{}'; sleep 30",
+            printed.display()
+        );
+        let spec = ProcessSpec {
+            id: "m".into(),
+            argv: ["sh", "-c", &script].map(String::from).to_vec(),
+            base: "http://127.0.0.1:9".into(),
+            env: vec![],
+            cmd_stop: None,
+            health_url: None,
+            load_timeout: Duration::from_secs(1),
+            stall: Duration::from_secs(1),
+            extend_on_progress: true,
+        };
+        let sinks = Sinks {
+            model: Arc::new(LogRing::default()),
+            logs: Arc::new(Logs::default()),
+            upstream_to_stdout: false,
+            redactor: Default::default(),
+        };
+        let process = Process::spawn(&spawner, &spec, sinks.clone(), "m")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        while !printed.exists() {
+            assert!(started.elapsed() < Duration::from_secs(10), "sh never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            sinks.model.history().is_empty(),
+            "the reader has not run yet"
+        );
+        process.log_caught_up().await;
+        let log = String::from_utf8_lossy(&sinks.model.history()).into_owned();
+        process.stop(&spec, Duration::ZERO, &spawner).await;
+        assert!(log.contains("the last loading line"), "{log:?}");
     }
 
     /// The port check applies to loopback ports the command names, in any spelling.
