@@ -379,6 +379,10 @@ enum Pipe {
     Err(tokio::process::ChildStderr),
 }
 
+/// The most a pipe holds (Linux's largest pipe size): what a child wrote before a request to catch
+/// up is all read within it, even while the child goes on writing.
+const PIPE_MOST: usize = 1024 * 1024;
+
 /// A partial line longer than this is passed on without waiting for its end.
 const LONGEST_HELD_LINE: usize = 16 * 1024;
 
@@ -405,11 +409,15 @@ async fn capture(
         let read = tokio::select! {
             read = reader.read(&mut buf) => read,
             Some(done) = catch_up.recv() => {
-                let mut ended = false;
-                while let Some(read) = reader.read(&mut buf).now_or_never() {
-                    match read {
-                        Ok(n) if n > 0 => take(&mut pending, &buf[..n], &sinks),
-                        _ => {
+                let (mut ended, mut budget) = (false, PIPE_MOST);
+                while budget > 0 {
+                    match reader.read(&mut buf).now_or_never() {
+                        None => break, // empty
+                        Some(Ok(n)) if n > 0 => {
+                            take(&mut pending, &buf[..n], &sinks);
+                            budget = budget.saturating_sub(n);
+                        }
+                        Some(_) => {
                             ended = true;
                             break;
                         }
