@@ -6,6 +6,7 @@
 //! grandchild may hold open forever. Stopping signals the whole group: cmdStop or SIGTERM, then
 //! SIGKILL after the grace period, and the stop returns only once the child has been reaped.
 
+mod capture;
 pub mod reaper;
 mod spawner;
 pub mod sweep;
@@ -19,9 +20,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use capture::{capture, Pipe};
 pub use spawner::Spawner;
 
 use crate::logs::{LogRing, Logs};
@@ -371,99 +372,6 @@ fn describe_status(status: std::process::ExitStatus) -> String {
             format!("killed by signal {name}")
         }
         _ => "unknown exit".into(),
-    }
-}
-
-enum Pipe {
-    Out(tokio::process::ChildStdout),
-    Err(tokio::process::ChildStderr),
-}
-
-/// The most a pipe holds (Linux's largest pipe size): what a child wrote before a request to catch
-/// up is all read within it, even while the child goes on writing.
-const PIPE_MOST: usize = 1024 * 1024;
-
-/// A partial line longer than this is passed on without waiting for its end.
-const LONGEST_HELD_LINE: usize = 16 * 1024;
-
-/// Copies a pipe into the log rings until EOF, whole lines at a time with the config's secrets
-/// masked, so a secret split between two reads of the pipe is still found, and no ring, stream or
-/// stdout ever holds it. It never blocks the child: rings drop old bytes. A partial line (a loader
-/// printing dots) still counts as progress while it waits for its end. Asked to catch up, it reads
-/// until the pipe is empty and then answers.
-async fn capture(
-    pipe: Pipe,
-    sinks: Sinks,
-    mut catch_up: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
-) {
-    use futures_util::FutureExt;
-
-    let mut buf = vec![0u8; 8192];
-    let mut reader: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match pipe {
-        Pipe::Out(p) => Box::new(p),
-        Pipe::Err(p) => Box::new(p),
-    };
-    let mut pending: Vec<u8> = Vec::new();
-    loop {
-        // a read is cancel-safe: one that a request to catch up interrupts has taken nothing
-        let read = tokio::select! {
-            read = reader.read(&mut buf) => read,
-            Some(done) = catch_up.recv() => {
-                let (mut ended, mut budget) = (false, PIPE_MOST);
-                while budget > 0 {
-                    match reader.read(&mut buf).now_or_never() {
-                        None => break, // empty
-                        Some(Ok(n)) if n > 0 => {
-                            take(&mut pending, &buf[..n], &sinks);
-                            budget = budget.saturating_sub(n);
-                        }
-                        Some(_) => {
-                            ended = true;
-                            break;
-                        }
-                    }
-                }
-                let _ = done.send(());
-                if ended {
-                    break;
-                }
-                continue;
-            }
-        };
-        match read {
-            Ok(n) if n > 0 => take(&mut pending, &buf[..n], &sinks),
-            _ => break,
-        }
-    }
-    if !pending.is_empty() {
-        emit(&sinks, pending);
-    }
-}
-
-/// Adds what a read gave to the partial line held, and passes on every line it completes.
-fn take(pending: &mut Vec<u8>, read: &[u8], sinks: &Sinks) {
-    pending.extend_from_slice(read);
-    let line_end = pending.iter().rposition(|b| *b == b'\n' || *b == b'\r');
-    let cut = match line_end {
-        Some(i) => i + 1,
-        None if pending.len() > LONGEST_HELD_LINE => pending.len(),
-        None => {
-            sinks.model.touch();
-            return;
-        }
-    };
-    let rest = pending.split_off(cut);
-    emit(sinks, std::mem::replace(pending, rest));
-}
-
-fn emit(sinks: &Sinks, data: Vec<u8>) {
-    let data = sinks.redactor.bytes(Bytes::from(data));
-    sinks.model.write(&data);
-    sinks.logs.upstream.write(&data);
-    if sinks.upstream_to_stdout {
-        sinks.logs.combined.write(&data);
-        use std::io::Write;
-        let _ = std::io::stdout().write_all(&data);
     }
 }
 
