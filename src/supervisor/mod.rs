@@ -517,6 +517,21 @@ mod tests {
         );
     }
 
+    /// A process `m` running `argv`, served at `base`, with no health check.
+    fn spec(argv: &[&str], base: &str) -> ProcessSpec {
+        ProcessSpec {
+            id: "m".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            base: base.into(),
+            env: vec![],
+            cmd_stop: None,
+            health_url: None,
+            load_timeout: Duration::from_secs(1),
+            stall: Duration::from_secs(1),
+            extend_on_progress: true,
+        }
+    }
+
     /// What a child printed before now is in its log once the log has caught up, however late
     /// the pipe's reader would otherwise have run: here it has not run at all, the only thread
     /// having waited for the child without yielding.
@@ -529,17 +544,7 @@ mod tests {
             "echo 'the last loading line'; touch '{}'; sleep 30",
             printed.display()
         );
-        let spec = ProcessSpec {
-            id: "m".into(),
-            argv: ["sh", "-c", &script].map(String::from).to_vec(),
-            base: "http://127.0.0.1:9".into(),
-            env: vec![],
-            cmd_stop: None,
-            health_url: None,
-            load_timeout: Duration::from_secs(1),
-            stall: Duration::from_secs(1),
-            extend_on_progress: true,
-        };
+        let spec = spec(&["sh", "-c", &script], "http://127.0.0.1:9");
         let sinks = Sinks {
             model: Arc::new(LogRing::default()),
             logs: Arc::new(Logs::default()),
@@ -569,17 +574,6 @@ mod tests {
     fn only_ports_the_command_names_are_checked() {
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = held.local_addr().unwrap().port();
-        let spec = |argv: &[&str], base: &str| ProcessSpec {
-            id: "m".into(),
-            argv: argv.iter().map(|a| a.to_string()).collect(),
-            base: base.into(),
-            env: vec![],
-            cmd_stop: None,
-            health_url: None,
-            load_timeout: Duration::from_secs(1),
-            stall: Duration::from_secs(1),
-            extend_on_progress: true,
-        };
         let local = format!("http://127.0.0.1:{port}");
         for argv in [
             vec!["srv", "--port", &*port.to_string()],
