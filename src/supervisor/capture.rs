@@ -4,7 +4,8 @@
 //! health check) is in its log after it.
 
 use bytes::Bytes;
-use tokio::io::AsyncReadExt;
+use futures_util::FutureExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Sinks;
@@ -31,10 +32,8 @@ pub(super) async fn capture(
     sinks: Sinks,
     mut catch_up: mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 ) {
-    use futures_util::FutureExt;
-
     let mut buf = vec![0u8; 8192];
-    let mut reader: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match pipe {
+    let mut reader: Box<dyn AsyncRead + Unpin + Send> = match pipe {
         Pipe::Out(p) => Box::new(p),
         Pipe::Err(p) => Box::new(p),
     };
@@ -44,25 +43,12 @@ pub(super) async fn capture(
         let read = tokio::select! {
             read = reader.read(&mut buf) => read,
             Some(done) = catch_up.recv() => {
-                let (mut ended, mut budget) = (false, PIPE_MOST);
-                while budget > 0 {
-                    match reader.read(&mut buf).now_or_never() {
-                        None => break, // empty
-                        Some(Ok(n)) if n > 0 => {
-                            take(&mut pending, &buf[..n], &sinks);
-                            budget = budget.saturating_sub(n);
-                        }
-                        Some(_) => {
-                            ended = true;
-                            break;
-                        }
-                    }
-                }
+                let open = read_what_is_there(&mut *reader, &mut buf, &mut pending, &sinks);
                 let _ = done.send(());
-                if ended {
-                    break;
+                if open {
+                    continue;
                 }
-                continue;
+                break;
             }
         };
         match read {
@@ -73,6 +59,27 @@ pub(super) async fn capture(
     if !pending.is_empty() {
         emit(&sinks, pending);
     }
+}
+
+/// Reads what the pipe holds now, up to a full pipe, without waiting; false once it has ended.
+fn read_what_is_there(
+    reader: &mut (dyn AsyncRead + Unpin + Send),
+    buf: &mut [u8],
+    pending: &mut Vec<u8>,
+    sinks: &Sinks,
+) -> bool {
+    let mut budget = PIPE_MOST;
+    while budget > 0 {
+        match reader.read(buf).now_or_never() {
+            None => return true, // empty
+            Some(Ok(n)) if n > 0 => {
+                take(pending, &buf[..n], sinks);
+                budget = budget.saturating_sub(n);
+            }
+            Some(_) => return false,
+        }
+    }
+    true
 }
 
 /// Adds what a read gave to the partial line held, and passes on every line it completes.
