@@ -10,39 +10,47 @@
 //! kept.
 
 mod ring;
+mod spare;
 
 use std::sync::Mutex;
 
 use base64::Engine;
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName};
 use serde_json::{json, Map, Value};
 
-/// Headers whose values are replaced, as llama-swap does: names, not text, since a standard
-/// name compares by its tag (a name compared with text is spelled out first).
-static SENSITIVE: [HeaderName; 5] = [
-    header::AUTHORIZATION,
-    header::PROXY_AUTHORIZATION,
-    header::COOKIE,
-    header::SET_COOKIE,
-    HeaderName::from_static("x-api-key"),
-];
+/// Whether a header's value is replaced, as llama-swap does. Matched as text, which a name's
+/// `as_str` gives without work: a comparison of two names is one only for standard names, and
+/// spells a custom one such as `x-api-key` out against each.
+fn is_sensitive(name: &str) -> bool {
+    matches!(
+        name,
+        "authorization" | "proxy-authorization" | "cookie" | "set-cookie" | "x-api-key"
+    )
+}
 
-/// One request's capture, filled as the request goes: its path, request headers, response
-/// headers and response body one after another in one buffer, so a capture costs one allocation
-/// (and a few growths) rather than one per part. The request body is not copied: it is the buffer
-/// the request was read into (never a connection's), shared until the capture is kept.
+/// One request's capture, filled as the request goes: its path, request headers, request body,
+/// response headers and response body one after another in one buffer, taken from the thread's
+/// spares ([`spare`]), so a capture costs no allocation once its thread has served a few. A
+/// request body larger than [`COPY_AT_MOST`] is not copied: it is the buffer the request was read
+/// into (never a connection's), shared until the capture is kept.
 pub struct Capture {
     data: Vec<u8>,
-    /// Where the path, the request headers and the response headers end in `data`; the response
-    /// body runs on to its end.
-    ends: [usize; 3],
-    request_body: Bytes,
+    /// Where the path, the request headers, the request body (when copied) and the response
+    /// headers end in `data`; the response body runs on to its end.
+    ends: [usize; 4],
+    /// A request body too large to copy: shared, and between the request and response headers
+    /// when kept. Empty when the body is in `data`.
+    shared_body: Bytes,
     req_truncated: bool,
     resp_truncated: bool,
     /// The budget of all captures: no body keeps more.
     limit: usize,
 }
+
+/// The largest request body a capture copies rather than shares: a copy of a small body costs
+/// less than making the body's buffer shareable (an allocation) and freeing it later.
+const COPY_AT_MOST: usize = 4096;
 
 /// How a kept capture's bytes divide into its parts.
 #[derive(Clone, Copy, Default)]
@@ -86,21 +94,26 @@ impl Capture {
     /// The parts in the order they are kept: path, request headers, request body, response
     /// headers, response body.
     fn parts(&self) -> [&[u8]; 5] {
-        let [path, req_headers, resp_headers] = self.ends;
+        let [path, req_headers, req_body, resp_headers] = self.ends;
+        let body = if self.shared_body.is_empty() {
+            &self.data[req_headers..req_body]
+        } else {
+            &self.shared_body
+        };
         [
             &self.data[..path],
             &self.data[path..req_headers],
-            &self.request_body,
-            &self.data[req_headers..resp_headers],
+            body,
+            &self.data[req_body..resp_headers],
             &self.data[resp_headers..],
         ]
     }
 
-    /// The same bytes in as few pieces as they lie in: the path and request head, the request
-    /// body, the response head and body.
+    /// The same bytes in as few pieces as they lie in: the path and request head, a shared
+    /// request body, and the rest.
     fn pieces(&self) -> [&[u8]; 3] {
         let head = self.ends[1];
-        [&self.data[..head], &self.request_body, &self.data[head..]]
+        [&self.data[..head], &self.shared_body, &self.data[head..]]
     }
 
     #[cfg(test)]
@@ -123,32 +136,45 @@ impl Capture {
         }
     }
 
-    /// The request body as read, up to the budget (before the response is recorded).
-    /// Shared when the whole body is kept; a body larger than the budget is cut, and its kept part
-    /// copied, so the capture never holds more than the budget of it (a slice would hold it all).
+    /// The request body as read, up to the budget (before the response is recorded). A small
+    /// body is copied; a larger one shared when it is kept whole. A body larger than the budget
+    /// is cut and its kept part copied, so the capture never holds more than the budget of it
+    /// (a slice would hold it all).
     pub fn request_body(&mut self, body: &Bytes) {
+        debug_assert_eq!(
+            self.data.len(),
+            self.ends[1],
+            "the body follows the request head"
+        );
         self.req_truncated = body.len() > self.limit;
-        self.request_body = if self.req_truncated {
-            Bytes::copy_from_slice(&body[..self.limit])
+        if body.len() <= COPY_AT_MOST || self.req_truncated {
+            self.data
+                .extend_from_slice(&body[..body.len().min(self.limit)]);
         } else {
-            body.clone()
-        };
+            self.shared_body = body.clone();
+        }
+        self.ends[2] = self.data.len();
+        self.ends[3] = self.data.len();
+    }
+
+    fn request_body_len(&self) -> usize {
+        self.ends[2] - self.ends[1] + self.shared_body.len()
     }
 
     /// The path's and both heads' bytes.
     fn headers_len(&self) -> usize {
-        self.ends[2]
+        self.ends[1] + (self.ends[3] - self.ends[2])
     }
 
     fn response_body_len(&self) -> usize {
-        self.data.len() - self.ends[2]
+        self.data.len() - self.ends[3]
     }
 
     /// Cuts the bodies to fit `budget` bytes in all: each keeps at least half of what is left
     /// after the headers when both are large.
     fn fit(&mut self, budget: usize) {
         let room = budget.saturating_sub(self.headers_len());
-        let (req, resp) = (self.request_body.len(), self.response_body_len());
+        let (req, resp) = (self.request_body_len(), self.response_body_len());
         if req + resp <= room {
             return;
         }
@@ -156,8 +182,15 @@ impl Capture {
         let resp_keep = resp.min(room - req_keep);
         self.req_truncated |= req_keep < req;
         self.resp_truncated |= resp_keep < resp;
-        self.request_body.truncate(req_keep);
-        self.data.truncate(self.ends[2] + resp_keep);
+        self.data.truncate(self.ends[3] + resp_keep);
+        if self.shared_body.is_empty() {
+            let cut = req - req_keep;
+            self.data.drain(self.ends[1] + req_keep..self.ends[2]);
+            self.ends[2] -= cut;
+            self.ends[3] -= cut;
+        } else {
+            self.shared_body.truncate(req_keep);
+        }
     }
 
     #[cfg(test)]
@@ -187,32 +220,28 @@ impl Recording {
     }
 }
 
-/// The room a header map takes as text: every value counted, repeated names too (at most a little
-/// more than is kept).
-fn headers_size(map: &HeaderMap) -> usize {
-    map.iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 2)
-        .sum()
-}
-
 /// Appends a header map as it came, `name\nvalue\n` per name (HTTP allows no line break in
 /// either): the first value of each name, secrets masked. Capitals and the text of values that are
-/// not UTF-8 are left for when a capture is read, which is rare.
+/// not UTF-8 are left for when a capture is read, which is rare. The buffer grows as it must: a
+/// spare one has room already, and measuring the map first took as long as writing it.
 fn write_headers(out: &mut Vec<u8>, map: &HeaderMap) {
-    let mut last: Option<&http::HeaderName> = None;
+    // a name's values come one after another, each with the same name: only the first is kept
+    let mut last: *const HeaderName = std::ptr::null();
     for (name, value) in map {
-        // a name's values come one after another: only the first is kept
-        if last == Some(name) {
+        if std::ptr::eq(last, name) {
             continue;
         }
-        last = Some(name);
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.push(b'\n');
-        if SENSITIVE.contains(name) {
-            out.extend_from_slice(b"[REDACTED]");
+        last = name;
+        let name = name.as_str();
+        let value = if is_sensitive(name) {
+            b"[REDACTED]"
         } else {
-            out.extend_from_slice(value.as_bytes());
-        }
+            value.as_bytes()
+        };
+        out.reserve(name.len() + value.len() + 2);
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(value);
         out.push(b'\n');
     }
 }
@@ -273,15 +302,15 @@ impl Captures {
 
     /// Starts the capture of a request from its head.
     pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
-        let mut data = Vec::with_capacity(path.len() + headers_size(request_headers));
+        let mut data = spare::take();
         data.extend_from_slice(path.as_bytes());
         let path_end = data.len();
         write_headers(&mut data, request_headers);
         let end = data.len();
         Capture {
             data,
-            ends: [path_end, end, end],
-            request_body: Bytes::new(),
+            ends: [path_end, end, end, end],
+            shared_body: Bytes::new(),
             req_truncated: false,
             resp_truncated: false,
             limit: self.budget,
@@ -291,19 +320,20 @@ impl Captures {
     /// Follows the response: its headers now, its body as it passes (at most the whole budget).
     pub fn record(&self, mut capture: Capture, response_headers: &HeaderMap) -> Recording {
         // room for the body too when its length is declared, so it is copied without regrowing
-        let room = headers_size(response_headers) + self.declared(response_headers);
-        capture.data.reserve_exact(room);
         write_headers(&mut capture.data, response_headers);
-        capture.ends[2] = capture.data.len();
+        capture.data.reserve(self.declared(response_headers));
+        capture.ends[3] = capture.data.len();
         Recording { capture }
     }
 
     /// Keeps a copy of a finished capture under the activity id, dropping the oldest to make
     /// room; false when even a cut capture cannot fit (its headers alone exceed the budget). The
-    /// capture itself is freed here, by the thread that made it.
+    /// capture's buffer goes back to the spares of the thread that made it.
     pub fn put(&self, id: u64, mut capture: Capture) -> bool {
         capture.fit(self.budget);
-        self.ring().put(id, &capture.pieces(), capture.layout())
+        let kept = self.ring().put(id, &capture.pieces(), capture.layout());
+        spare::give(capture.data);
+        kept
     }
 
     /// `GET /api/captures/<id>`'s answer, when that capture is still kept.

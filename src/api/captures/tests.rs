@@ -31,16 +31,16 @@ fn captures_mask_secrets_cut_big_bodies_and_drop_the_oldest() {
 }
 
 /// A capture keeps copies of the frames that passed (slices of a connection's read buffer),
-/// not the frames, and a header map's first value per name. The request body, read into a
+/// not the frames, and a header map's first value per name. A large request body, read into a
 /// buffer of corral's own, is shared until the capture is kept, not copied.
 #[test]
-fn a_capture_holds_no_frame_it_saw_and_shares_the_request_body() {
+fn a_capture_holds_no_frame_it_saw_and_shares_a_large_request_body() {
     let c = Captures::new(1 << 20);
     let mut h = HeaderMap::new();
     h.append("x-a", "1".parse().unwrap());
     h.append("x-a", "2".parse().unwrap());
     let mut cap = c.begin("/p", &h);
-    let request = Bytes::from(b"question".to_vec());
+    let request = Bytes::from(vec![b'q'; COPY_AT_MOST + 1]);
     cap.request_body(&request);
     assert!(!request.is_unique(), "the request body is shared");
     let mut rec = c.record(cap, &HeaderMap::new());
@@ -55,8 +55,28 @@ fn a_capture_holds_no_frame_it_saw_and_shares_the_request_body() {
     );
     let json = c.get(1).unwrap();
     assert_eq!(json["req_headers"], json!({"X-A": "1"}));
-    assert_eq!(json["req_body"], "cXVlc3Rpb24=");
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    assert_eq!(json["req_body"], b64(&request));
     assert_eq!(json["resp_body"], "YW5zd2Vy");
+}
+
+/// A small request body is copied into the capture's own buffer (sharing it would allocate),
+/// and that buffer, once the capture is kept, is the next capture's on the same thread.
+#[test]
+fn a_small_body_is_copied_and_the_buffer_reused() {
+    let c = Captures::new(1 << 20);
+    let mut cap = c.begin("/p", &HeaderMap::new());
+    let request = Bytes::from(b"question".to_vec());
+    cap.request_body(&request);
+    assert!(request.is_unique(), "copied, not shared");
+    let mut rec = c.record(cap, &HeaderMap::new());
+    rec.push(&Bytes::from_static(b"answer"));
+    let kept = rec.finish();
+    let buffer = kept.data.as_ptr();
+    assert!(c.put(1, kept));
+    assert_eq!(c.get(1).unwrap()["req_body"], "cXVlc3Rpb24=");
+    let next = c.begin("/q", &HeaderMap::new());
+    assert_eq!(next.data.as_ptr(), buffer);
 }
 
 /// A request that failed before its answer keeps its path, head and body, and no response.
@@ -93,20 +113,26 @@ fn a_request_body_over_the_budget_is_not_held() {
 }
 
 /// When both bodies are too large, each keeps half of the room the headers leave, and the
-/// headers and path stay whole.
+/// headers and path stay whole: a request body copied into the capture (cut out of its middle)
+/// as well as a shared one.
 #[test]
 fn both_bodies_are_cut_to_share_the_room() {
     let c = Captures::new(1 << 20);
-    let mut cap = capture(&c, &[b'q'; 300], &[b'a'; 300]);
-    let headers = cap.headers_len();
-    cap.fit(headers + 100);
-    assert_eq!(cap.parts().concat().len(), headers + 100);
-    assert_eq!(cap.part(REQ_BODY), &[b'q'; 50][..]);
-    assert_eq!(cap.part(RESP_BODY), &[b'a'; 50][..]);
-    assert!(cap.req_truncated && cap.resp_truncated);
-    let json = cap.json(7);
-    assert_eq!(json["req_path"], "/p");
-    assert_eq!(json["req_headers"]["Content-Type"], "application/json");
+    for len in [300, COPY_AT_MOST + 300] {
+        let request: &'static [u8] = vec![b'q'; len].leak();
+        let response: &'static [u8] = vec![b'a'; len].leak();
+        let mut cap = capture(&c, request, response);
+        let headers = cap.headers_len();
+        cap.fit(headers + 100);
+        assert_eq!(cap.parts().concat().len(), headers + 100);
+        assert_eq!(cap.part(REQ_BODY), &[b'q'; 50][..]);
+        assert_eq!(cap.part(RESP_BODY), &[b'a'; 50][..]);
+        assert!(cap.req_truncated && cap.resp_truncated);
+        let json = cap.json(7);
+        assert_eq!(json["req_path"], "/p");
+        assert_eq!(json["req_headers"]["Content-Type"], "application/json");
+        assert_eq!(json["resp_headers"], json!({}));
+    }
 }
 
 /// Heads are kept as they came and shown as text when read: names in the usual capitals, bytes

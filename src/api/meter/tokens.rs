@@ -94,15 +94,18 @@ pub(super) static TIMINGS_KEY: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"timings\""));
 
 /// The text from the value after the last `quoted_key:` in `bytes` on (a string that reads like
-/// the key has no colon after it).
+/// the key has no colon after it). Searched with `find` from each match on, as `find_iter` does,
+/// without the copy of the searcher that `find_iter` makes first.
 fn value_of<'a>(bytes: &'a [u8], quoted_key: &Finder) -> Option<&'a [u8]> {
-    quoted_key
-        .find_iter(bytes)
-        .filter_map(|at| {
-            let after = bytes[at + quoted_key.needle().len()..].trim_ascii_start();
-            after.strip_prefix(b":")
-        })
-        .last()
+    let mut value = None;
+    let mut from = 0;
+    while let Some(at) = quoted_key.find(&bytes[from..]) {
+        from += at + quoted_key.needle().len();
+        if let Some(after) = bytes[from..].trim_ascii_start().strip_prefix(b":") {
+            value = Some(after);
+        }
+    }
+    value
 }
 
 /// Stores a member's value once: a second one makes the whole value unreadable.
