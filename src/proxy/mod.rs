@@ -29,7 +29,7 @@ use upstream::{Origin, Upstream};
 
 /// Names compared as header names, not as text: most are standard ones, which compare by tag
 /// (a name compared with a `&str` is spelled out first, for every header of every request).
-static HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -37,18 +37,26 @@ static HOP_BY_HOP: [HeaderName; 8] = [
     header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
-    header::HOST,
 ];
+
+/// Whether `Host` goes too: an answer loses it, while a request going upstream keeps its own
+/// until the origin's replaces it (an insert, which removes it too).
+#[derive(Clone, Copy)]
+enum Host {
+    Strip,
+    Keep,
+}
 
 /// Header names corral adds, made once (a name inserted as text is copied on every insert).
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.iter().any(|h| name == h)
+fn is_hop_by_hop(name: &HeaderName, host: Host) -> bool {
+    HOP_BY_HOP.iter().any(|h| name == h) || (matches!(host, Host::Strip) && name == header::HOST)
 }
 
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+/// Removes the hop-by-hop headers, and those its `Connection` names.
+fn strip_hop_by_hop(headers: &mut HeaderMap, host: Host) {
     let listed: Vec<String> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -60,7 +68,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name.as_str());
     }
     // one pass over the few headers present, rather than a lookup for every hop-by-hop name
-    while let Some(name) = headers.keys().find(|k| is_hop_by_hop(k)).cloned() {
+    while let Some(name) = headers.keys().find(|k| is_hop_by_hop(k, host)).cloned() {
         headers.remove(name);
     }
 }
@@ -183,7 +191,7 @@ fn upstream_request(
 ) -> Result<(Arc<Origin>, Request<Body>), Error> {
     let to = destination(upstream, &out.base, out.path_and_query)?;
     let mut parts = out.parts;
-    strip_hop_by_hop(&mut parts.headers);
+    strip_hop_by_hop(&mut parts.headers, Host::Keep);
     if let Some(ip) = out.client_addr {
         let value = match parts.headers.get(&X_FORWARDED_FOR) {
             Some(prior) => {
@@ -222,7 +230,7 @@ type Upstreamed = Response<upstream::UpstreamBody>;
 /// The upstream's answer as it goes to the client, with `guard` in its body.
 fn answer<G: Send + Sync + Unpin + 'static>(resp: Upstreamed, guard: G) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
+    strip_hop_by_hop(&mut parts.headers, Host::Strip);
     let is_sse = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -438,10 +446,17 @@ mod tests {
         ] {
             h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
         }
-        strip_hop_by_hop(&mut h);
+        let mut request = h.clone();
+        strip_hop_by_hop(&mut h, Host::Strip);
         assert_eq!(
             h.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
             ["authorization"]
+        );
+        strip_hop_by_hop(&mut request, Host::Keep);
+        assert_eq!(
+            request.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
+            ["host", "authorization"],
+            "a request's Host is left for the origin's to replace"
         );
     }
 }

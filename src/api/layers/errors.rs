@@ -91,9 +91,10 @@ where
             Ok(resp) => resp,
             Err(err) => render(&err.redacted(this.redactor), this.accept.as_ref()),
         };
-        // a 204 carries no body, so no length either
-        if !resp.headers().contains_key(header::CONTENT_TYPE)
-            && resp.status() == StatusCode::NO_CONTENT
+        // a 204 carries no body, so no length either (the status first: it is a field, the
+        // header a lookup)
+        if resp.status() == StatusCode::NO_CONTENT
+            && !resp.headers().contains_key(header::CONTENT_TYPE)
         {
             resp.headers_mut().remove(header::CONTENT_LENGTH);
         }
