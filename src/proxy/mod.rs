@@ -149,10 +149,9 @@ fn destination(
     let origin = upstream.origin(base)?;
     let bad = |line: &str, e| Error::Internal(format!("bad upstream path {line:?}: {e}"));
     let uri = match path_and_query {
-        // one of corral's own paths: shared, not copied
+        // one of corral's own paths: shared, not copied, and parsed once
         Cow::Borrowed(path) if origin.prefix.is_empty() => {
-            http::Uri::from_maybe_shared(Bytes::from_static(path.as_bytes()))
-                .map_err(|e| bad(path, e))?
+            own_path_uri(path).map_err(|e| bad(path, e))?
         }
         path => {
             let line = format!("{}{path}", origin.prefix);
@@ -160,6 +159,30 @@ fn destination(
         }
     };
     Ok(Destination { origin, uri })
+}
+
+/// How many of corral's own paths a thread keeps parsed: there are about twenty.
+const OWN_PATHS_KEPT: usize = 64;
+
+thread_local! {
+    /// This thread's parsed paths of corral's own, by address.
+    static PARSED: RefCell<Vec<(&'static str, http::Uri)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One of corral's own paths (the model routes' `&'static str`s) as a request line, parsed once
+/// per thread: it is the same text for every request it serves, and parsing it checks each byte.
+/// A parsed path is kept by its address; its clone shares the static text.
+fn own_path_uri(path: &'static str) -> Result<http::Uri, http::uri::InvalidUri> {
+    PARSED.with_borrow_mut(|parsed| {
+        if let Some((_, uri)) = parsed.iter().find(|(p, _)| std::ptr::eq(*p, path)) {
+            return Ok(uri.clone());
+        }
+        let uri = http::Uri::from_maybe_shared(Bytes::from_static(path.as_bytes()))?;
+        if parsed.len() < OWN_PATHS_KEPT {
+            parsed.push((path, uri.clone()));
+        }
+        Ok(uri)
+    })
 }
 
 /// Sends the request and returns the upstream's response with `guard` riding in its body.
@@ -372,6 +395,22 @@ mod tests {
         );
         assert_eq!(forwarded_for(b), "::1");
         assert_eq!(forwarded_for(a), "10.0.0.1");
+    }
+
+    #[test]
+    fn own_paths_are_parsed_once_per_thread_and_kept_apart() {
+        std::thread::spawn(|| {
+            for _ in 0..3 {
+                for path in ["/v1/chat/completions", "/v1/embeddings"] {
+                    assert_eq!(own_path_uri(path).unwrap(), path);
+                }
+            }
+            assert!(own_path_uri("/bad path").is_err());
+            let kept: Vec<_> = PARSED.with_borrow(|p| p.iter().map(|(p, _)| *p).collect());
+            assert_eq!(kept, ["/v1/chat/completions", "/v1/embeddings"]);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

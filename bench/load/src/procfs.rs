@@ -21,22 +21,71 @@ pub fn clk_tck() -> u64 {
     }
 }
 
-/// utime + stime of a whole process (all its threads), in clock ticks.
-pub fn cpu_ticks(pid: u32) -> Option<u64> {
+/// CPU time of a whole process (all its threads), in clock ticks: user and system apart. The
+/// kernel's share is the same syscalls for every proxy here, so the user share is where they
+/// differ.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Cpu {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl Cpu {
+    pub fn total(&self) -> f64 {
+        self.user + self.system
+    }
+}
+
+impl std::ops::AddAssign for Cpu {
+    fn add_assign(&mut self, more: Cpu) {
+        self.user += more.user;
+        self.system += more.system;
+    }
+}
+
+impl std::ops::Sub for Cpu {
+    type Output = Cpu;
+    fn sub(self, before: Cpu) -> Cpu {
+        Cpu {
+            user: self.user - before.user,
+            system: self.system - before.system,
+        }
+    }
+}
+
+/// utime and stime of a process, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_times(&stat)
+}
+
+/// utime and stime from the text of `/proc/PID/stat`.
+fn stat_times(stat: &str) -> Option<(u64, u64)> {
     // The command name may hold spaces and parentheses: fields start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest[0] is field 3 (state); utime is field 14, stime field 15.
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    Some((utime, stime))
 }
 
-/// Sum of cpu_ticks over pids, in microseconds.
+/// CPU time of pids together, in microseconds.
+pub fn cpu(pids: &[u32]) -> Cpu {
+    let us = 1e6 / clk_tck() as f64;
+    let mut sum = Cpu::default();
+    for (user, system) in pids.iter().filter_map(|p| cpu_ticks(*p)) {
+        sum += Cpu {
+            user: user as f64 * us,
+            system: system as f64 * us,
+        };
+    }
+    sum
+}
+
+/// CPU time of pids together, user and system, in microseconds.
 pub fn cpu_us(pids: &[u32]) -> f64 {
-    let ticks: u64 = pids.iter().filter_map(|p| cpu_ticks(*p)).sum();
-    ticks as f64 * 1e6 / clk_tck() as f64
+    cpu(pids).total()
 }
 
 /// Busy clock ticks of the whole machine since boot (every state but idle and iowait; steal
@@ -323,11 +372,20 @@ mod tests {
     fn reads_this_process() {
         let me = std::process::id();
         assert!(cpu_ticks(me).is_some());
+        assert!(cpu(&[me]).total() >= 0.0);
         assert!(rss_kib(me).unwrap() > 0);
         assert!(!cmdline(me).is_empty());
         assert!(threads(me).unwrap() >= 1);
         // stdin, stdout, stderr and the directory being read, at least.
         assert!(fd_count(me).unwrap() >= 4);
+    }
+
+    #[test]
+    fn user_and_system_time_are_read_apart() {
+        // a command name with spaces and a parenthesis, as a process may take
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 17 5 0 0 20 0 1 0 9 0 0";
+        assert_eq!(stat_times(stat), Some((17, 5)));
+        assert_eq!(stat_times("42 (x) S 1"), None);
     }
 
     #[test]

@@ -655,6 +655,8 @@ async fn scenario_c1(
 struct C64 {
     rps: f64,
     proxy_cpu_us_per_req: f64,
+    proxy_user_us_per_req: f64,
+    proxy_system_us_per_req: f64,
     engine_cpu_us_per_req: f64,
     p50: f64,
     p99: f64,
@@ -672,11 +674,11 @@ async fn scenario_c64(
     let secs = scaled(1.25, scale, 0.5);
     // per target: requests, seconds, proxy CPU µs, engine CPU µs, errors, latencies, and the
     // proxy's CPU per request of each round
-    type Acc = (u64, f64, f64, f64, u64, Vec<f64>, Vec<f64>);
+    type Acc = (u64, f64, procfs::Cpu, f64, u64, Vec<f64>, Vec<f64>);
     let mut acc: BTreeMap<&str, Acc> = BTreeMap::new();
     for round in 0..rounds {
         for t in rotate(targets, round) {
-            let cpu0 = procfs::cpu_us(&t.pids);
+            let cpu0 = procfs::cpu(&t.pids);
             let eng0 = procfs::cpu_us(&[engine_pid]);
             let out = http::run(&chat_load(
                 t.fast,
@@ -685,7 +687,7 @@ async fn scenario_c64(
                 Limit::Duration(Duration::from_secs_f64(secs)),
             ))
             .await?;
-            let cpu = procfs::cpu_us(&t.pids) - cpu0;
+            let cpu = procfs::cpu(&t.pids) - cpu0;
             let eng = procfs::cpu_us(&[engine_pid]) - eng0;
             let e = acc.entry(t.name).or_default();
             e.0 += out.ok;
@@ -694,7 +696,7 @@ async fn scenario_c64(
             e.3 += eng;
             e.4 += out.errors;
             e.5.extend(out.latency_us);
-            e.6.push(cpu / out.ok.max(1) as f64);
+            e.6.push(cpu.total() / out.ok.max(1) as f64);
             if let Some(err) = out.first_error {
                 eprintln!(
                     "bench: c=64 through {}: {} errors, first: {err}",
@@ -712,7 +714,9 @@ async fn scenario_c64(
             cpu_round_min: rounds_cpu.min,
             cpu_round_max: rounds_cpu.max,
             rps: *ok as f64 / secs,
-            proxy_cpu_us_per_req: cpu / *ok as f64,
+            proxy_cpu_us_per_req: cpu.total() / *ok as f64,
+            proxy_user_us_per_req: cpu.user / *ok as f64,
+            proxy_system_us_per_req: cpu.system / *ok as f64,
             engine_cpu_us_per_req: eng / *ok as f64,
             p50: s.p50,
             p99: s.p99,
@@ -720,6 +724,8 @@ async fn scenario_c64(
         report.c64.insert(t.name, r);
         report.errors += errors;
         v[t.name] = json!({"requests": ok, "seconds": secs, "rps": r.rps, "proxy_cpu_us_per_request": r.proxy_cpu_us_per_req,
+                           "proxy_user_us_per_request": r.proxy_user_us_per_req,
+                           "proxy_system_us_per_request": r.proxy_system_us_per_req,
                            "proxy_cpu_us_per_request_by_round": per_round,
                            "engine_cpu_us_per_request": r.engine_cpu_us_per_req, "latency_us": s.to_json(), "errors": errors});
     }
@@ -1339,6 +1345,25 @@ impl Report {
             },
             "corral < nginx",
             ok,
+        );
+        self.row(
+            &mut rows,
+            "",
+            "proxy CPU per request, user / system (µs)",
+            |n| {
+                if n == "direct" {
+                    "–".into()
+                } else {
+                    let r = c64(n);
+                    format!(
+                        "{} / {}",
+                        f1(r.proxy_user_us_per_req),
+                        f1(r.proxy_system_us_per_req)
+                    )
+                }
+            },
+            "",
+            None,
         );
         targets.push((
             format!(

@@ -12,8 +12,9 @@ use std::cell::RefCell;
 const SPARES: usize = 16;
 /// The largest buffer kept: a small chat's capture takes about 1 KiB.
 const LARGEST: usize = 16 << 10;
-/// A new buffer's room: a small chat's capture, without regrowing.
-const FIRST: usize = 1 << 10;
+/// A new buffer's room: a request's path and head. Not more: while a thread's streams are open,
+/// each holds a new buffer, and a spare grows once to what its thread's captures take.
+const FIRST: usize = 256;
 
 thread_local! {
     static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
