@@ -21,9 +21,9 @@ pub fn clk_tck() -> u64 {
     }
 }
 
-/// CPU time of a whole process (all its threads), in clock ticks: user and system apart. The
-/// kernel's share is the same syscalls for every proxy here, so the user share is where they
-/// differ.
+/// CPU time of a whole process (all its threads), in microseconds: user and system apart. The
+/// kernel's share is much the same syscalls for every proxy here (how many wake-ups a batch
+/// takes moves it a little), so the user share is where they differ most.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Cpu {
     pub user: f64,

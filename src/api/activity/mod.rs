@@ -91,6 +91,15 @@ struct Rows {
 const SHARED_NAMES: usize = 512;
 
 impl Rows {
+    /// A name that is already shared (a model id, shared with the config) is kept as it is; one
+    /// made for this row alone (a peer's `peer/model`) is swapped for the shared copy.
+    fn shared_arc(&mut self, name: Arc<str>) -> Arc<str> {
+        if Arc::strong_count(&name) > 1 {
+            return name;
+        }
+        self.shared(&name)
+    }
+
     fn shared(&mut self, name: &str) -> Arc<str> {
         if let Some(shared) = self.names.get(name) {
             return shared.clone();
@@ -176,7 +185,7 @@ impl Activity {
             let row = Row {
                 id,
                 time,
-                model: rows.shared(&e.model),
+                model: rows.shared_arc(e.model),
                 req_path: rows.shared(&e.req_path),
                 status: e.status,
                 content_type: e.content_type,
@@ -332,6 +341,22 @@ mod tests {
             error: (status >= 400).then(|| "boom".to_string()),
             capture: None,
         }
+    }
+
+    /// A model id shared with the config is kept as it is (no lookup); one made for its row
+    /// alone is swapped for the copy the log shares.
+    #[test]
+    fn rows_share_model_names() {
+        let log = Activity::new(10);
+        let config_id: Arc<str> = "m".into();
+        let mut shared = entry("m", 200, 1, 1.0);
+        shared.model = config_id.clone();
+        log.record(shared);
+        log.record(entry("peer/m", 200, 1, 1.0));
+        log.record(entry("peer/m", 200, 1, 1.0));
+        let rows = log.rows();
+        assert!(Arc::ptr_eq(&rows[0].model, &config_id));
+        assert!(Arc::ptr_eq(&rows[1].model, &rows[2].model));
     }
 
     #[test]
