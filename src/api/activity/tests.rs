@@ -1,0 +1,83 @@
+use super::*;
+
+fn entry(model: &str, status: u16, prompt: u64, speed: f64) -> Entry {
+    Entry {
+        model: model.into(),
+        req_path: "/v1/chat/completions".into(),
+        status,
+        content_type: "application/json".into(),
+        tokens: Some(Tokens {
+            prompt,
+            completion: 2,
+            tokens_per_second: Some(speed),
+            ..Default::default()
+        }),
+        duration_ms: 5,
+        ttft_ms: Some(1),
+        error: (status >= 400).then(|| "boom".to_string()),
+        capture: None,
+    }
+}
+
+/// A model id shared with the config is kept as it is (no lookup); one made for its row
+/// alone is swapped for the copy the log shares.
+#[test]
+fn rows_share_model_names() {
+    let log = Activity::new(10);
+    let config_id: Arc<str> = "m".into();
+    let mut shared = entry("m", 200, 1, 1.0);
+    shared.model = config_id.clone();
+    log.record(shared);
+    log.record(entry("peer/m", 200, 1, 1.0));
+    log.record(entry("peer/m", 200, 1, 1.0));
+    let rows = log.rows();
+    assert!(Arc::ptr_eq(&rows[0].model, &config_id));
+    assert!(Arc::ptr_eq(&rows[1].model, &rows[2].model));
+}
+
+#[test]
+fn rows_are_filtered_sorted_paged_and_bounded() {
+    let a = Activity::new(3);
+    for (i, m) in ["x", "y", "x", "x"].iter().enumerate() {
+        a.record(entry(
+            m,
+            if i == 1 { 500 } else { 200 },
+            i as u64 * 10,
+            i as f64,
+        ));
+    }
+    let all = a.query("").unwrap();
+    assert_eq!(all["total"], 3, "the oldest row went");
+    assert_eq!(all["data"][0]["id"], 4, "newest first");
+    let x = a
+        .query("model=x&sort=prompt&order=asc&limit=1&page=2")
+        .unwrap();
+    assert_eq!(
+        (x["total"].clone(), x["total_pages"].clone()),
+        (json!(2), json!(2))
+    );
+    assert_eq!(x["data"][0]["tokens"]["input_tokens"], 30);
+    assert_eq!(x["data"][0]["tokens"]["cache_tokens"], -1);
+    let y = a.query("model=y").unwrap();
+    assert_eq!(y["data"][0]["error_msg"], "boom");
+    for bad in [
+        "limit=0",
+        "limit=1000",
+        "page=0",
+        "sort=nope",
+        "order=up",
+        "start=today",
+        "min_id=0",
+        "what=1",
+    ] {
+        assert!(a.query(bad).is_err(), "{bad}");
+    }
+    // rows share their names: no allocation of their own outlives a burst of requests
+    let rows = a.rows();
+    assert!(Arc::ptr_eq(&rows[0].req_path, &rows[1].req_path));
+    assert!(Arc::ptr_eq(&rows[0].model, &rows[2].model) || rows[0].model != rows[2].model);
+    let stats = a.stats("model=x").unwrap();
+    assert_eq!(stats["total_requests"], 2);
+    assert_eq!(stats["total_input_tokens"], 20 + 30);
+    assert_eq!(stats["gen_histogram"]["max"], 3.0);
+}
