@@ -91,8 +91,9 @@ struct Rows {
 const SHARED_NAMES: usize = 512;
 
 impl Rows {
-    /// A name that is already shared (a model id, shared with the config) is kept as it is; one
-    /// made for this row alone (a peer's `peer/model`) is swapped for the shared copy.
+    /// A name that is already shared (a model id, shared with the config) is kept as it is, with
+    /// no lookup; one that nothing else holds (made for this row alone) is swapped for the log's
+    /// shared copy, so that rows do not each keep their own.
     fn shared_arc(&mut self, name: Arc<str>) -> Arc<str> {
         if Arc::strong_count(&name) > 1 {
             return name;
