@@ -253,8 +253,8 @@ fn slots_busy(port: u16) -> Vec<bool> {
 
 #[test]
 fn lifecycle_chat_stream_slots_events_multipart_sigterm() {
-    let dir = tempdir();
-    let events = dir.join("events.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
     let t0 = Instant::now();
     let mut srv = Server::start(&[
         "--loading-ms",
@@ -701,17 +701,4 @@ fn completion_status_flag_and_ignore_sigterm() {
         "SIGTERM was not ignored"
     );
     assert_eq!(http(srv.port, "GET", "/health", &[], b"").status, 200);
-}
-
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "fakellm-smoke-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
