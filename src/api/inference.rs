@@ -80,6 +80,8 @@ struct Incoming {
     get: bool,
     /// The model the client named, before profiles and selectors.
     sent: Option<String>,
+    /// The body's length as the request's `content-length` says.
+    declared: Option<u64>,
     bytes: Bytes,
     kind: BodyKind,
     streaming: bool,
@@ -106,6 +108,7 @@ impl Incoming {
             query,
             get,
             sent: None,
+            declared: None,
             bytes: Bytes::new(),
             kind: BodyKind::Other,
             streaming: false,
@@ -118,7 +121,8 @@ impl Incoming {
                 .and_then(|q| extract::query_param(q, "model"));
             return Either::Left(ready(Ok(incoming)));
         }
-        let declared = extract::declared_length(&incoming.parts.headers);
+        incoming.declared = extract::declared_length(&incoming.parts.headers);
+        let declared = incoming.declared;
         let read = extract::read_body(declared, body, app.limits.body_bytes, &app.budget);
         Either::Right(read.map_ok(move |(bytes, held)| {
             incoming.kind = extract::classify(&incoming.parts.headers, &bytes);
@@ -264,6 +268,7 @@ fn dispatch_local<'a>(
     let Incoming {
         mut parts,
         get,
+        declared,
         bytes,
         kind,
         streaming,
@@ -276,7 +281,7 @@ fn dispatch_local<'a>(
         Err(e) => return Either::Right(ready(Err(e))),
     };
     if !get {
-        declare_length(&mut parts.headers, bytes.len());
+        declare_length(&mut parts.headers, declared, bytes.len());
     }
     let path_and_query = to.path_and_query;
     let loading_state =
@@ -311,11 +316,10 @@ fn dispatch_local<'a>(
     }))
 }
 
-/// Sets `content-length` to the body's length, unless it already says so (a body sent as it came):
-/// a new value is an allocation.
-fn declare_length(headers: &mut http::HeaderMap, len: usize) {
-    let declared = headers.get(header::CONTENT_LENGTH);
-    if declared.and_then(|v| v.to_str().ok()?.parse::<usize>().ok()) != Some(len) {
+/// Sets `content-length` to the body's length, unless it already says so (`declared`, read from
+/// these headers as the body came; a body sent as it came): a new value is an allocation.
+fn declare_length(headers: &mut http::HeaderMap, declared: Option<u64>, len: usize) {
+    if declared != Some(len as u64) {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     }
 }
@@ -358,12 +362,20 @@ mod tests {
     fn the_length_is_declared_as_the_body_goes() {
         let length = |h: &http::HeaderMap| h[header::CONTENT_LENGTH].to_str().unwrap().to_string();
         let mut headers = http::HeaderMap::new();
-        declare_length(&mut headers, 12);
+        declare_length(&mut headers, None, 12);
         assert_eq!(length(&headers), "12", "added when missing");
-        declare_length(&mut headers, 7);
+        declare_length(&mut headers, Some(12), 7);
         assert_eq!(length(&headers), "7", "replaced when the body changed");
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static(" 7"));
-        declare_length(&mut headers, 7);
+        let unreadable = extract::declared_length(&headers);
+        declare_length(&mut headers, unreadable, 7);
         assert_eq!(length(&headers), "7", "an unreadable value is replaced");
+        let kept = HeaderValue::from_static("7");
+        headers.insert(header::CONTENT_LENGTH, kept.clone());
+        declare_length(&mut headers, Some(7), 7);
+        assert!(
+            std::ptr::eq(headers[header::CONTENT_LENGTH].as_bytes(), kept.as_bytes()),
+            "a length already right is kept as it came"
+        );
     }
 }

@@ -150,10 +150,12 @@ fn answered(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let idle_limit = stream_idle_limit(&app.config, &labels.model);
-    let length_framed = parts.headers.contains_key(header::CONTENT_LENGTH);
+    let length = parts.headers.get(header::CONTENT_LENGTH);
+    let length_framed = length.is_some();
+    let declared = length.and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     let recording = capture
         .zip(app.activity.captures.as_ref())
-        .map(|(c, captures)| captures.record(c, &parts.headers));
+        .map(|(c, captures)| captures.record(c, &parts.headers, declared));
     // set in place: the body is moved once, into its box
     let mut body = meter::Metered::new(body, &app.metrics, labels, started, content_type);
     body.with_inflight(guard, cancel)

@@ -292,14 +292,6 @@ impl Captures {
         self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A body's declared length, as much of it as a capture keeps.
-    fn declared(&self, headers: &HeaderMap) -> usize {
-        headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            .map_or(0, |n| n.min(self.budget))
-    }
-
     /// Starts the capture of a request from its head.
     pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
         let mut data = spare::take();
@@ -318,10 +310,18 @@ impl Captures {
     }
 
     /// Follows the response: its headers now, its body as it passes (at most the whole budget).
-    pub fn record(&self, mut capture: Capture, response_headers: &HeaderMap) -> Recording {
+    /// `declared` is the body's length as its `content-length` says, read once by the caller.
+    pub fn record(
+        &self,
+        mut capture: Capture,
+        response_headers: &HeaderMap,
+        declared: Option<usize>,
+    ) -> Recording {
         // room for the body too when its length is declared, so it is copied without regrowing
         write_headers(&mut capture.data, response_headers);
-        capture.data.reserve(self.declared(response_headers));
+        capture
+            .data
+            .reserve(declared.map_or(0, |n| n.min(self.budget)));
         capture.ends[3] = capture.data.len();
         Recording { capture }
     }

@@ -6,7 +6,7 @@ fn capture(c: &Captures, req: &'static [u8], resp: &'static [u8]) -> Capture {
     h.insert("content-type", "application/json".parse().unwrap());
     let mut cap = c.begin("/p", &h);
     cap.request_body(&Bytes::from_static(req));
-    let mut rec = c.record(cap, &HeaderMap::new());
+    let mut rec = c.record(cap, &HeaderMap::new(), None);
     rec.push(&Bytes::from_static(resp));
     rec.finish()
 }
@@ -43,7 +43,7 @@ fn a_capture_holds_no_frame_it_saw_and_shares_a_large_request_body() {
     let request = Bytes::from(vec![b'q'; COPY_AT_MOST + 1]);
     cap.request_body(&request);
     assert!(!request.is_unique(), "the request body is shared");
-    let mut rec = c.record(cap, &HeaderMap::new());
+    let mut rec = c.record(cap, &HeaderMap::new(), None);
     let frame = Bytes::from(b"answer".to_vec());
     rec.push(&frame);
     assert!(frame.is_unique(), "the frame is copied");
@@ -69,7 +69,7 @@ fn a_small_body_is_copied_and_the_buffer_reused() {
     let request = Bytes::from(b"question".to_vec());
     cap.request_body(&request);
     assert!(request.is_unique(), "copied, not shared");
-    let mut rec = c.record(cap, &HeaderMap::new());
+    let mut rec = c.record(cap, &HeaderMap::new(), None);
     rec.push(&Bytes::from_static(b"answer"));
     let kept = rec.finish();
     let buffer = kept.data.as_ptr();
@@ -147,7 +147,7 @@ fn heads_are_shown_with_capitals_and_as_text() {
     );
     h.insert("cookie", "secret=1".parse().unwrap());
     let cap = c.begin("/p", &h);
-    assert!(c.put(1, c.record(cap, &HeaderMap::new()).finish()));
+    assert!(c.put(1, c.record(cap, &HeaderMap::new(), None).finish()));
     let json = c.get(1).unwrap();
     assert_eq!(
         json["req_headers"],

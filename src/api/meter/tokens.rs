@@ -56,7 +56,8 @@ impl Tokens {
     pub fn from_slice(bytes: &[u8]) -> Option<Tokens> {
         let mut t = Tokens::default();
         let mut found = false;
-        if let Some(u) = value_of(bytes, &USAGE_KEY).and_then(read_usage) {
+        let (usage, timings) = values(bytes);
+        if let Some(u) = usage.and_then(read_usage) {
             let prompt = u.prompt_tokens.or(u.input_tokens);
             let completion = u.completion_tokens.or(u.output_tokens);
             if prompt.is_some() || completion.is_some() {
@@ -69,7 +70,7 @@ impl Tokens {
                 .or(u.prompt_cached)
                 .or(u.input_cached);
         }
-        if let Some(tm) = value_of(bytes, &TIMINGS_KEY).and_then(read_timings) {
+        if let Some(tm) = timings.and_then(read_timings) {
             if !found {
                 t.prompt = tm.prompt_n.unwrap_or(0);
                 t.completion = tm.predicted_n.unwrap_or(0);
@@ -93,16 +94,40 @@ pub(super) static USAGE_KEY: LazyLock<Finder<'static>> =
 pub(super) static TIMINGS_KEY: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"timings\""));
 
-/// The text from the value after the last `quoted_key:` in `bytes` on (a string that reads like
-/// the key has no colon after it). Searched with `find` from each match on, as `find_iter` does,
-/// without the copy of the searcher that `find_iter` makes first.
-fn value_of<'a>(bytes: &'a [u8], quoted_key: &Finder) -> Option<&'a [u8]> {
+/// The text from the `usage` value on and from the `timings` value on: each the value after the
+/// last `"key":` in `bytes` (a string that reads like a key has no colon after it). An engine
+/// writes `timings` after `usage`, past the answer's text, so that is searched first; the text
+/// before `usage` only when nothing follows it.
+fn values(bytes: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    let end = bytes.len();
+    let Some((key, usage)) = last_value(bytes, &USAGE_KEY, 0, end) else {
+        return (
+            None,
+            last_value(bytes, &TIMINGS_KEY, 0, end).map(|(_, v)| v),
+        );
+    };
+    let after = key + USAGE_KEY.needle().len();
+    let timings = last_value(bytes, &TIMINGS_KEY, after, end)
+        .or_else(|| last_value(bytes, &TIMINGS_KEY, 0, key));
+    (Some(usage), timings.map(|(_, v)| v))
+}
+
+/// Where the last `quoted_key:` within `bytes[from..to]` starts, and the text from its value on
+/// (to the end of `bytes`). Searched with `find` from each match on, as `find_iter` does, without
+/// the copy of the searcher that `find_iter` makes first.
+fn last_value<'a>(
+    bytes: &'a [u8],
+    quoted_key: &Finder,
+    from: usize,
+    to: usize,
+) -> Option<(usize, &'a [u8])> {
     let mut value = None;
-    let mut from = 0;
-    while let Some(at) = quoted_key.find(&bytes[from..]) {
-        from += at + quoted_key.needle().len();
-        if let Some(after) = bytes[from..].trim_ascii_start().strip_prefix(b":") {
-            value = Some(after);
+    let mut at = from;
+    while let Some(found) = quoted_key.find(&bytes[at..to]) {
+        let key = at + found;
+        at = key + quoted_key.needle().len();
+        if let Some(after) = bytes[at..].trim_ascii_start().strip_prefix(b":") {
+            value = Some((key, after));
         }
     }
     value

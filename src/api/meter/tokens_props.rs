@@ -64,6 +64,19 @@ fn by_serde(bytes: &[u8]) -> Option<Tokens> {
     found.then_some(t)
 }
 
+/// The text from the value after the last `quoted_key:` in `bytes` on: every match looked at, from
+/// the start.
+fn value_of<'a>(bytes: &'a [u8], quoted_key: &Finder) -> Option<&'a [u8]> {
+    let mut value = None;
+    for at in quoted_key.find_iter(bytes) {
+        let rest = &bytes[at + quoted_key.needle().len()..];
+        if let Some(after) = rest.trim_ascii_start().strip_prefix(b":") {
+            value = Some(after);
+        }
+    }
+    value
+}
+
 /// A JSON value of any type; objects may hold `cached_tokens`.
 fn value() -> impl Strategy<Value = String> {
     let leaf = prop_oneof![
@@ -153,6 +166,36 @@ proptest! {
         let parts = [usage.map(|u| ("usage", u)), timings.map(|t| ("timings", t))];
         let parts = if timings_first { [parts[1].clone(), parts[0].clone()] } else { parts };
         members.extend(parts.into_iter().flatten());
+        let doc = object(&members);
+        prop_assert_eq!(Tokens::from_slice(doc.as_bytes()), by_serde(doc.as_bytes()), "{}", doc);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// Several `usage` and `timings` keys, at the top or nested, in any order: the last of each
+    /// is read, whether it comes before or after the other's.
+    #[test]
+    fn the_last_key_of_each_is_read_wherever_it_is(
+        keys in prop::collection::vec(
+            (any::<bool>(), any::<bool>(), 0u64..1000),
+            0..6,
+        ),
+    ) {
+        let members: Vec<(&str, String)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &(timings, nested, n))| {
+                let (key, count) = match timings {
+                    true => ("timings", "cache_n"),
+                    false => ("usage", "completion_tokens"),
+                };
+                let value = format!("{{\"{count}\": {n}}}");
+                let member = if nested { object(&[(key, value)]) } else { value };
+                (if nested { ["a", "b", "c", "d", "e", "f"][i] } else { key }, member)
+            })
+            .collect();
         let doc = object(&members);
         prop_assert_eq!(Tokens::from_slice(doc.as_bytes()), by_serde(doc.as_bytes()), "{}", doc);
     }
