@@ -133,3 +133,95 @@ async fn watch_config_follows_a_swapped_symlink() {
     signal(&p.child, Signal::SIGTERM);
     wait_exit(&mut p.child, Duration::from_secs(20)).await;
 }
+
+/// What a request that waits out a reload gets, within `limit`; fails the test if it is still
+/// waiting then.
+async fn answered_within(limit: Duration, waiting: tokio::task::JoinHandle<Resp>) -> Resp {
+    tokio::time::timeout(limit, waiting)
+        .await
+        .expect("the request was still waiting")
+        .unwrap()
+}
+
+fn panicked(p: &Proc) -> bool {
+    std::fs::read_to_string(p.dir.path().join("corral.stderr"))
+        .unwrap_or_default()
+        .contains("panicked")
+}
+
+/// A request for a model a reload changed, arriving while the old process still streams, waits
+/// for that stream to end and is then served by the new process; its place is kept through the
+/// replacement, so the requests after it are served as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_a_changed_busy_model_is_served_by_its_new_process() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_range(8);
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, config(port, "", "")).unwrap();
+    let mut p = spawn_corral_with(dir, &path, state.path(), &[]);
+    let url = format!("{}/v1/chat/completions", p.url);
+    let long = json!({"model": "b", "stream": true, "messages": [], "fakellm": {"chunks": 10, "interval_ms": 100}});
+    let stream = tokio::spawn({
+        let url = url.clone();
+        async move { stream_frames(&url, &long).await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    std::fs::write(&path, config(port, "--alias changed", "")).unwrap();
+    signal(&p.child, Signal::SIGHUP);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let waiting = tokio::spawn({
+        let url = url.clone();
+        async move { post_json(&url, &chat("b")).await }
+    });
+    let resp = answered_within(Duration::from_secs(15), waiting).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let (streamed, frames) = stream.await.unwrap();
+    assert_eq!(streamed.status, 200);
+    assert_eq!(
+        frames_text(&frames).matches(r#""content":"tok"#).count(),
+        10
+    );
+    assert_eq!(
+        spawned(p.dir.path(), "b"),
+        2,
+        "b restarted with its new command"
+    );
+    for _ in 0..3 {
+        assert_eq!(post_json(&url, &chat("b")).await.status, 200);
+    }
+    assert!(!panicked(&p));
+    signal(&p.child, Signal::SIGTERM);
+    wait_exit(&mut p.child, Duration::from_secs(20)).await;
+    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+}
+
+/// A request waiting for a model that is still loading when a reload removes it gets an answer
+/// once the model is stopped, rather than waiting on a model nothing will ever serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_a_removed_model_is_answered() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_range(8);
+    let path = dir.path().join("config.yaml");
+    let models = |b: &str| format!("startPort: {port}\nmodels:\n{}{b}", fake_model("a", "", ""));
+    std::fs::write(&path, models(&fake_model("b", "--loading-ms 1500", ""))).unwrap();
+    let mut p = spawn_corral_with(dir, &path, state.path(), &[]);
+    let url = format!("{}/v1/chat/completions", p.url);
+    let waiting = tokio::spawn({
+        let url = url.clone();
+        async move { post_json(&url, &chat("b")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    std::fs::write(&path, models("")).unwrap();
+    signal(&p.child, Signal::SIGHUP);
+
+    let resp = answered_within(Duration::from_secs(10), waiting).await;
+    assert!(resp.status >= 400, "{} {}", resp.status, resp.text());
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    assert!(!panicked(&p));
+    signal(&p.child, Signal::SIGTERM);
+    wait_exit(&mut p.child, Duration::from_secs(20)).await;
+    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::instance::Instance;
 use super::lease::{Lease, Reservation, Turn};
 use super::prepare::Prepared;
-use super::{oom, prefix, Fleet};
+use super::{oom, prefix, Fleet, Retire};
 use crate::catalog::Target;
 use crate::error::Error;
 use crate::supervisor::StartError;
@@ -78,6 +78,12 @@ impl Fleet {
     fn try_direct(&self, id: &str, direct: &mut Direct) -> Result<Option<Arc<str>>, Error> {
         let mut st = self.inner.lock();
         self.check_open(id)?;
+        let replaced = |i: &Instance| i.retire != Retire::No && i.phase.is_stopped();
+        if st.instances.get(id).is_some_and(replaced) {
+            // its successor (if a reload kept it) is this request's now, not the start it awaited
+            Self::retire_idle(&mut st);
+            direct.awaited = None;
+        }
         let Some(inst) = st.instances.get(id) else {
             return Err(Error::UnknownModel); // removed by a reload while waiting
         };
@@ -101,6 +107,7 @@ impl Fleet {
                 direct.awaited = Some(generation)
             }
             Prepared::NeverFits(why) => return Err(Error::InsufficientMemory(why)),
+            Prepared::Removed => return Err(Error::UnknownModel),
             Prepared::NoRoom(why) => {
                 let limit = st.instances[id].model.pool.queue_timeout;
                 let since = direct

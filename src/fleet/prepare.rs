@@ -18,6 +18,8 @@ pub(super) enum Prepared {
     NoRoom(String),
     /// The model can never fit on the devices.
     NeverFits(String),
+    /// A reload removed the instance, which has now stopped.
+    Removed,
 }
 
 impl Fleet {
@@ -25,8 +27,10 @@ impl Fleet {
     pub(super) fn prepare(&self, st: &mut State, id: &str, turn: Option<u64>) -> Prepared {
         if st.instances[id].retire != Retire::No {
             Self::retire_idle(st);
-            if st.instances[id].retire != Retire::No {
-                return Prepared::Waiting;
+            match st.instances.get(id) {
+                None => return Prepared::Removed,
+                Some(i) if i.retire != Retire::No => return Prepared::Waiting,
+                Some(_) => {}
             }
         }
         let phase = st.instances[id].phase.name();

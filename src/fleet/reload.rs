@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::build::{build_instances, build_pools, same_process};
-use super::prepare::busy;
+use super::instance::Instance;
 use super::{weights, Fleet, Retire, State, StopReason};
 use crate::catalog::Catalog;
 use crate::config::Config;
@@ -33,7 +33,7 @@ impl Fleet {
                     old.retire = Retire::No;
                     kept += 1;
                 }
-                Some(old) if old.phase.is_stopped() => *old = new,
+                Some(old) if old.phase.is_stopped() => succeed(old, new),
                 Some(old) => old.retire = Retire::Replace(Box::new(new)),
                 None => {
                     st.instances.insert(id, new);
@@ -58,7 +58,9 @@ impl Fleet {
         self.inner.touch();
     }
 
-    /// Stops retired instances once idle, and swaps in their successors once stopped.
+    /// Stops retired instances once no request is in flight there, and swaps in their successors
+    /// once stopped. Requests that wait for a retired instance (a reservation, a place in its
+    /// pool's queue) do not hold it: they want its successor, or, when it was removed, an answer.
     pub(super) fn retire_idle(st: &mut State) {
         let ids: Vec<String> = st
             .instances
@@ -67,20 +69,30 @@ impl Fleet {
             .map(|(k, _)| k.clone())
             .collect();
         for id in ids {
-            let idle = !busy(st, &id);
             let inst = st.instances.get_mut(&id).expect("listed");
             if inst.phase.is_stopped() {
                 match std::mem::replace(&mut inst.retire, Retire::No) {
-                    Retire::Replace(next) => *inst = *next,
+                    Retire::Replace(next) => succeed(inst, *next),
                     Retire::Remove => {
                         st.instances.remove(&id);
                     }
                     Retire::No => {}
                 }
-            } else if idle {
+            } else if inst.in_flight == 0 {
                 let grace = inst.model.unload_timeout;
                 inst.order_stop(grace, StopReason::Reload);
             }
         }
     }
+}
+
+/// Puts `next` in the place of a stopped instance. The holds that live requests have on the place
+/// go with it: a waiting request's reservation, and the leases of answers still being sent (the
+/// process can stop under them), each given back once when it ends. Its generations go on from
+/// the old ones, so a request that waited on an old start cannot take a new one for it.
+fn succeed(old: &mut Instance, mut next: Instance) {
+    next.reserved = old.reserved;
+    next.in_flight = old.in_flight;
+    next.generation = old.generation;
+    *old = next;
 }
