@@ -280,7 +280,10 @@ fn dispatch_local<'a>(
         Ok(bytes) => bytes,
         Err(e) => return Either::Right(ready(Err(e))),
     };
-    if !get {
+    if get {
+        // its body, if it had one, was not read and does not go on
+        parts.headers.remove(header::CONTENT_LENGTH);
+    } else {
         declare_length(&mut parts.headers, declared, bytes.len());
     }
     let path_and_query = to.path_and_query;

@@ -21,7 +21,10 @@ pub async fn forward(
     path_and_query: String,
     remote: SocketAddr,
 ) -> Result<http::Response<Body>, Error> {
-    if parts.method != http::Method::GET && parts.method != http::Method::HEAD {
+    if parts.method == http::Method::GET || parts.method == http::Method::HEAD {
+        // its body, if it had one, was not read and does not go on
+        parts.headers.remove(header::CONTENT_LENGTH);
+    } else {
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));

@@ -35,8 +35,9 @@ fn is_hop_by_hop(name: &HeaderName, host: Host) -> bool {
     HOP_BY_HOP.iter().any(|h| name == h) || (matches!(host, Host::Strip) && name == header::HOST)
 }
 
-/// Removes the hop-by-hop headers, and those its `Connection` names.
-pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, host: Host) {
+/// Removes the hop-by-hop headers, and those its `Connection` names; true when a
+/// `Transfer-Encoding` was among them.
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, host: Host) -> bool {
     let listed: Vec<String> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -48,9 +49,12 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, host: Host) {
         headers.remove(name.as_str());
     }
     // one pass over the few headers present, rather than a lookup for every hop-by-hop name
+    let mut encoded = false;
     while let Some(name) = headers.keys().find(|k| is_hop_by_hop(k, host)).cloned() {
+        encoded |= name == header::TRANSFER_ENCODING;
         headers.remove(name);
     }
+    encoded
 }
 
 /// The longest text of an IP address (IPv6 with an IPv4 tail).
@@ -86,13 +90,20 @@ fn write_ip(buf: &mut [u8; IP_TEXT_MAX], ip: IpAddr) -> &[u8] {
     &buf[..len]
 }
 
-/// Adds the client's address to `X-Forwarded-For`, after those the request came with.
+/// Adds the client's address to `X-Forwarded-For`, after those the request came with (every
+/// line of it, joined as one list, as nginx and Go's proxy join them).
 pub(super) fn add_forwarded_for(headers: &mut HeaderMap, ip: IpAddr) {
-    let value = match headers.get(&X_FORWARDED_FOR) {
-        Some(prior) => {
+    let mut prior = headers.get_all(&X_FORWARDED_FOR).iter().peekable();
+    let value = match prior.peek() {
+        Some(_) => {
+            let mut text = Vec::new();
+            for value in prior {
+                text.extend_from_slice(value.as_bytes());
+                text.extend_from_slice(b", ");
+            }
             let mut buf = [0; IP_TEXT_MAX];
-            let ip = write_ip(&mut buf, ip);
-            HeaderValue::from_bytes(&[prior.as_bytes(), b", ", ip].concat()).ok()
+            text.extend_from_slice(write_ip(&mut buf, ip));
+            HeaderValue::from_bytes(&text).ok()
         }
         None => Some(forwarded_for(ip)),
     };
@@ -179,5 +190,35 @@ mod tests {
             ["host", "authorization"],
             "a request's Host is left for the origin's to replace"
         );
+    }
+
+    #[test]
+    fn a_transfer_encoding_removed_is_told() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        assert!(!strip_hop_by_hop(&mut h.clone(), Host::Strip));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        assert!(strip_hop_by_hop(&mut h, Host::Strip));
+        assert!(!h.contains_key(header::TRANSFER_ENCODING));
+    }
+
+    #[test]
+    fn every_forwarded_for_line_is_kept() {
+        let client: IpAddr = "10.0.0.1".parse().unwrap();
+        let mut h = HeaderMap::new();
+        add_forwarded_for(&mut h, client);
+        assert_eq!(h[&X_FORWARDED_FOR], "10.0.0.1");
+        let mut h = HeaderMap::new();
+        h.append(&X_FORWARDED_FOR, HeaderValue::from_static("1.1.1.1"));
+        h.append(
+            &X_FORWARDED_FOR,
+            HeaderValue::from_static("2.2.2.2, 3.3.3.3"),
+        );
+        add_forwarded_for(&mut h, client);
+        let lines: Vec<_> = h.get_all(&X_FORWARDED_FOR).iter().collect();
+        assert_eq!(lines, ["1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.1"]);
     }
 }

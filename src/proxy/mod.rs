@@ -148,7 +148,14 @@ type Upstreamed = Response<upstream::UpstreamBody>;
 /// The upstream's answer as it goes to the client, with `guard` in its body.
 fn answer<G: Send + Sync + Unpin + 'static>(resp: Upstreamed, guard: G) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers, Host::Strip);
+    if strip_hop_by_hop(&mut parts.headers, Host::Strip) {
+        // framed by its encoding, which is undone here: a length beside it is not the body's
+        // (RFC 9112 §6.3), and the answer is framed anew for the client
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    // corral's own version to its client (hyper answers a 1.0 client in 1.0): an engine that
+    // answers in 1.0 would otherwise close every client's connection after its answer
+    parts.version = http::Version::HTTP_11;
     let is_sse = parts
         .headers
         .get(header::CONTENT_TYPE)
