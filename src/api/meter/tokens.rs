@@ -86,6 +86,24 @@ impl Tokens {
     }
 }
 
+impl Tokens {
+    /// The counts of a stream with `later`, read from one of its later events, added. A stream's
+    /// counts only grow, and an event may give some of them alone: Anthropic's `message_start`
+    /// gives the input's, its `message_delta` the output's. So each count is the most any event
+    /// gave, and the rest is the latest given.
+    pub fn then(self, later: Tokens) -> Tokens {
+        Tokens {
+            prompt: self.prompt.max(later.prompt),
+            completion: self.completion.max(later.completion),
+            cache: later.cache.or(self.cache),
+            draft: later.draft.or(self.draft),
+            draft_accepted: later.draft_accepted.or(self.draft_accepted),
+            prompt_per_second: later.prompt_per_second.or(self.prompt_per_second),
+            tokens_per_second: later.tokens_per_second.or(self.tokens_per_second),
+        }
+    }
+}
+
 /// The searchers for the two keys, built once: building one costs more than a search of a small
 /// answer, and every JSON answer and event is searched. Forward searches, since only they are
 /// vectorized.

@@ -96,7 +96,7 @@ impl UsageTap {
             return;
         }
         if let Some(t) = Tokens::from_slice(data) {
-            self.tokens = Some(t);
+            self.tokens = Some(self.tokens.map_or(t, |earlier| earlier.then(t)));
         }
     }
 
@@ -279,6 +279,20 @@ mod tests {
         let long = format!("data: {}", "x".repeat(2 * KEPT_LINE_CAPACITY));
         let t = tap("text/event-stream", &[&long[..10], &long[10..], "\n"]);
         assert_eq!(t.line.capacity(), 0, "a long line's buffer is not kept");
+    }
+
+    /// Anthropic's stream gives the input's counts when it starts and the output's at its end:
+    /// both are kept.
+    #[test]
+    fn counts_given_apart_in_a_stream_are_kept_together() {
+        let start = r#"data: {"type":"message_start","message":{"id":"m","usage":{"input_tokens":12,"cache_read_input_tokens":4,"output_tokens":0}}}"#;
+        let delta = r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#;
+        let stream = format!("event: message_start\n{start}\n\nevent: message_delta\n{delta}\n\n");
+        let t = tap("text/event-stream", &[&stream])
+            .finish(false)
+            .0
+            .unwrap();
+        assert_eq!((t.prompt, t.completion, t.cache), (12, 5, Some(4)));
     }
 
     #[test]
