@@ -198,3 +198,71 @@ pub(super) fn failed_start(inst: &Instance, awaited: Option<u64>) -> Option<Erro
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fleet::phase::{Phase, Spawned};
+    use crate::fleet::StopReason;
+
+    fn fleet(yaml: &str) -> Fleet {
+        let config = crate::config::load_str("t.yaml", yaml, &|_| None)
+            .unwrap()
+            .config;
+        let spawner = crate::supervisor::Spawner::start(tokio::runtime::Handle::current()).unwrap();
+        Fleet::new(
+            Arc::new(config),
+            spawner,
+            Arc::new(crate::logs::Logs::default()),
+            crate::metrics::Metrics::new().fleet.clone(),
+            crate::supervisor::sweep::StateFile::new(None, "t"),
+            crate::sources::Fetcher::from_env(&|_| None),
+        )
+    }
+
+    /// A ready instance told to stop (its idle time ran out, a swap needs its memory) takes no
+    /// new request: one that comes before the stop is carried out waits for what comes next,
+    /// where it used to be sent to a process about to be stopped under it.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_waits_for_an_instance_told_to_stop() {
+        let fleet = fleet("models:\n  m:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n");
+        /// A process for the instance's pid, killed however the test ends.
+        struct Engine(std::process::Child);
+        impl Drop for Engine {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let engine = Engine(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap(),
+        );
+        let (stop, _orders) = tokio::sync::watch::channel(None);
+        fleet.inner.lock().instances.get_mut("m").unwrap().phase = Phase::Ready {
+            stop,
+            process: Spawned {
+                pid: engine.0.id(),
+                argv: vec!["sleep".into()],
+            },
+        };
+        let target = Target::Instance("m".into());
+        drop(
+            fleet
+                .acquire(&target, None)
+                .await
+                .expect("a ready instance serves"),
+        );
+
+        fleet.inner.lock().instances["m"].order_stop(Duration::ZERO, StopReason::Ttl);
+        let waited = tokio::time::timeout(Duration::from_secs(5), fleet.acquire(&target, None));
+        assert!(
+            waited.await.is_err(),
+            "no lease on an instance told to stop"
+        );
+    }
+}

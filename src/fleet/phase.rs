@@ -75,10 +75,13 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// A ready instance told to stop is stopping from the order on, before its task has taken
+    /// it: a request sent there then would be cut off by the stop.
     pub fn name(&self) -> PhaseName {
         match self {
             Phase::Stopped => PhaseName::Stopped,
             Phase::Starting { .. } => PhaseName::Starting,
+            Phase::Ready { stop, .. } if stop.borrow().is_some() => PhaseName::Stopping,
             Phase::Ready { .. } => PhaseName::Ready,
             Phase::Stopping { .. } => PhaseName::Stopping,
         }
@@ -88,8 +91,9 @@ impl Phase {
         matches!(self, Phase::Stopped)
     }
 
+    /// Ready to take requests: loaded, and not told to stop.
     pub fn is_ready(&self) -> bool {
-        matches!(self, Phase::Ready { .. })
+        self.name() == PhaseName::Ready
     }
 
     /// The engine process, once spawned and until it has exited.
@@ -218,6 +222,12 @@ mod tests {
         phase.order_stop(order(StopReason::Ttl));
         phase.order_stop(order(StopReason::Swap));
         assert!(phase.is_stopping());
+        assert_eq!(
+            phase.name(),
+            PhaseName::Stopping,
+            "stopping from the order on"
+        );
+        assert!(!phase.is_ready(), "it takes no more requests");
         let sent = orders.borrow().expect("ordered");
         assert_eq!(sent.reason, StopReason::Ttl, "the first order stands");
         phase.stopping();
