@@ -225,3 +225,62 @@ async fn a_request_waiting_for_a_removed_model_is_answered() {
     wait_exit(&mut p.child, Duration::from_secs(20)).await;
     assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
 }
+
+/// A pool kept busy while a reload changes its command is replaced member by member: one at a
+/// time takes no new requests, finishes its own and restarts while the other serves, so the
+/// change takes effect though the pool is never idle, and no request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_pool_is_replaced_member_by_member() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_range(8);
+    let path = dir.path().join("config.yaml");
+    let pool = |flag: &str| {
+        let extra = "replicas: 2\nstartReplicas: all";
+        format!(
+            "startPort: {port}\nmodels:\n{}",
+            fake_model("p", &format!("-np 2 {flag}"), extra)
+        )
+    };
+    std::fs::write(&path, pool("")).unwrap();
+    let mut p = spawn_corral_with(dir, &path, state.path(), &[]);
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("p")).await.status, 200);
+    let events = p.dir.path().to_path_buf();
+    eventually(Duration::from_secs(15), "both replicas up", || {
+        spawned(&events, "p") == 2
+    })
+    .await;
+
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let busy = json!({"model": "p", "stream": true, "messages": [], "fakellm": {"chunks": 4, "interval_ms": 50}});
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            let (url, busy, stop) = (url.clone(), busy.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    statuses.push(stream_frames(&url, &busy).await.0.status);
+                }
+                statuses
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    std::fs::write(&path, pool("--alias changed")).unwrap();
+    signal(&p.child, Signal::SIGHUP);
+    eventually(Duration::from_secs(30), "both replicas restarted", || {
+        spawned(&events, "p") == 4
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        let statuses = client.await.unwrap();
+        assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    }
+    assert!(!panicked(&p));
+    signal(&p.child, Signal::SIGTERM);
+    wait_exit(&mut p.child, Duration::from_secs(20)).await;
+    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+}

@@ -11,7 +11,7 @@ use super::instance::Instance;
 use super::lease::{Lease, Ticket};
 use super::prefix::{Holder, Prefix};
 use super::prepare::Prepared;
-use super::{pick, Fleet, State};
+use super::{pick, Fleet, Retire, State};
 use crate::config::Balance;
 use crate::error::Error;
 
@@ -133,10 +133,12 @@ impl Fleet {
         let prompt = prompt.filter(|_| p.settings.balance == Balance::Prefix);
         let holder = prompt.and_then(|pr| p.prefixes.longest(pr));
         let members: Vec<&Instance> = p.members.iter().map(|m| &st.instances[m]).collect();
+        let draining = draining(&members);
         let candidates: Vec<pick::Candidate> = members
             .iter()
             .enumerate()
             .filter(|(_, i)| i.phase.is_ready() && Some(&*i.id) != avoid)
+            .filter(|(_, i)| Some(&*i.id) != draining)
             .filter(|(_, i)| self.conflict_free(st, &i.id))
             .map(|(index, i)| pick::Candidate {
                 index,
@@ -254,6 +256,8 @@ fn member_view(
     avoid: Option<&str>,
     failed: &[(String, Error)],
 ) -> Vec<Member> {
+    let instances: Vec<&Instance> = members.iter().map(|m| &st.instances[m]).collect();
+    let draining = draining(&instances);
     members
         .iter()
         .map(|m| {
@@ -261,13 +265,33 @@ fn member_view(
             Member {
                 id: m.clone(),
                 phase: i.phase.name(),
-                free: i.free_slots(),
+                // a draining member's free slots are not the queue's
+                free: if Some(m.as_str()) == draining {
+                    0
+                } else {
+                    i.free_slots()
+                },
                 slots: i.slots,
                 backing_off: i.in_backoff(),
                 usable: Some(m.as_str()) != avoid && !failed.iter().any(|(f, _)| f == m),
             }
         })
         .collect()
+}
+
+/// The member a reload retired that takes no new requests, so that it can finish its own, stop
+/// and make way for its successor: one at a time (the first in the pool's order) and only while
+/// another member is ready to serve in its place, so that a busy pool is replaced member by
+/// member without a pause (an instance retires once no request is in flight there).
+fn draining<'a>(members: &[&'a Instance]) -> Option<&'a str> {
+    let ready = members.iter().filter(|i| i.phase.is_ready()).count();
+    if ready < 2 {
+        return None;
+    }
+    members
+        .iter()
+        .find(|i| i.phase.is_ready() && i.retire != Retire::No)
+        .map(|i| &*i.id)
 }
 
 /// Why no member of the pool can serve: a failed start this request saw, else a member's backoff.
