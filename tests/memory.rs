@@ -177,6 +177,33 @@ async fn the_engines_report_replaces_the_estimate() {
     assert!(metrics.contains(&format!(
         "corral_device_memory_charged_bytes{{device=\"gpu0\"}} {reported}"
     )));
+
+    // started again, it reports again: its own report counts, not the sum of both in its log
+    assert_eq!(
+        post(&format!("{}/api/models/unload/a", h.url)).await.status,
+        200
+    );
+    for _ in 0..200 {
+        if h.running().await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(h.running().await.is_empty(), "a stopped");
+    assert_eq!(
+        post_json(&format!("{}/v1/chat/completions", h.url), &chat("a"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(h.count_events("a", "spawned"), 2);
+    let metrics = get(&format!("{}/metrics", h.url)).await.text();
+    assert!(
+        metrics.contains(&format!(
+            "corral_instance_memory_measured_bytes{{instance=\"a\",model=\"a\"}} {reported}"
+        )),
+        "{metrics}"
+    );
     h.stop().await;
 }
 

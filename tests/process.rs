@@ -55,6 +55,36 @@ async fn crash_before_ready_fails_fast_with_the_stderr_tail() {
     h.stop().await;
 }
 
+/// A failed start's error gives that start's own last lines, not those an earlier start of the
+/// same model left in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_tells_its_own_output_only() {
+    let script = ": ${PORT}; if [ -e ${env.DIR}/ran ]; then echo second-run >&2; exit 4; fi; \
+                  touch ${env.DIR}/ran; echo first-run >&2; exit 3";
+    let yaml =
+        format!("models:\n  a:\n    cmd: 'sh -c \"{script}\"'\n    env: [\"${{env.MARKER}}\"]\n");
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let message = |resp: Resp| {
+        resp.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let first = message(post_json(&url, &chat("a")).await);
+    assert!(
+        first.contains("exit status 3") && first.contains("first-run"),
+        "{first}"
+    );
+    let second = message(post_json(&url, &chat("a")).await);
+    assert!(
+        second.contains("exit status 4") && second.contains("second-run"),
+        "{second}"
+    );
+    assert!(!second.contains("first-run"), "{second}");
+    h.stop().await;
+}
+
 /// A command that cannot be executed is reported with the command and the OS error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_binary_is_reported() {

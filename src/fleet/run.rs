@@ -52,7 +52,6 @@ pub(crate) async fn run(
     if generation > 1 {
         run.count_restart();
     }
-    let log = sinks.model.clone();
     let spec = tokio::select! {
         prepared = super::weights::prepare(&run.inner, &run.id, engine, spec) => match prepared {
             Ok(spec) => spec,
@@ -66,7 +65,7 @@ pub(crate) async fn run(
     if !run.wait_ready(&process, &spec, &mut stop).await {
         return;
     }
-    run.mark_ready(&process, &spec, &log).await;
+    run.mark_ready(&process, &spec).await;
     let poller = slots_poll.map(|every| {
         let (inner, id) = (run.inner.clone(), run.id.clone());
         tokio::spawn(poll_slots(inner, id, spec.clone(), run.kind, every))
@@ -161,7 +160,7 @@ impl Run {
     }
 
     /// Counts the start, learns the slots and the memory the engine reports, and marks it ready.
-    async fn mark_ready(&self, process: &Process, spec: &ProcessSpec, log: &crate::logs::LogRing) {
+    async fn mark_ready(&self, process: &Process, spec: &ProcessSpec) {
         let took = self.started.elapsed().as_secs_f64();
         tracing::info!(instance = %self.id, "ready in {took:.2}s");
         self.count_start("ready");
@@ -175,7 +174,8 @@ impl Run {
             _ => None,
         };
         process.log_caught_up().await;
-        let history = String::from_utf8_lossy(&log.history()).into_owned();
+        // this start's output alone: an earlier start's report is in the same log
+        let history = String::from_utf8_lossy(&process.output()).into_owned();
         let measured = super::ledger::measured_from_log(&history);
         self.inner.update(&self.id, |i| {
             i.phase.ready(spawned(process, spec));

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use capture::{capture, Pipe};
 pub use spawner::Spawner;
 
-use crate::logs::{LogRing, Logs};
+use crate::logs::{LogMark, LogRing, Logs};
 
 /// Runs a short query (nvidia-smi) through the spawner and returns its output, or an error when it
 /// fails to start or outlasts `limit`. Forked there, it counts as one of corral's own children, so
@@ -156,6 +156,9 @@ pub struct Process {
     pub pid: u32,
     exit: watch::Receiver<Option<String>>,
     sinks: Sinks,
+    /// Where this process's output begins in its instance's log, which keeps the output of the
+    /// instance's earlier starts too.
+    output_from: LogMark,
     /// To each pipe's reader: take in all the pipe holds now, then answer.
     catch_up: Vec<mpsc::UnboundedSender<oneshot::Sender<()>>>,
 }
@@ -170,6 +173,7 @@ impl Process {
         if let Some(taken) = port_taken(spec) {
             return Err(taken);
         }
+        let output_from = sinks.model.mark();
         let mut cmd = tokio::process::Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..])
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -206,6 +210,7 @@ impl Process {
             pid,
             exit,
             sinks,
+            output_from,
             catch_up,
         })
     }
@@ -242,7 +247,12 @@ impl Process {
 
     /// The last lines the child printed.
     pub fn tail(&self) -> String {
-        self.sinks.model.tail_lines(20)
+        self.sinks.model.tail_lines(self.output_from, 20)
+    }
+
+    /// What the child has printed so far (as much as its log still holds).
+    pub fn output(&self) -> Vec<u8> {
+        self.sinks.model.since(self.output_from)
     }
 
     /// Polls the health URL until it answers 200: quickly at first (a small model is ready in
