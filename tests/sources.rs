@@ -321,6 +321,49 @@ async fn a_whole_snapshot_for_a_directory_engine() {
     );
 }
 
+/// A listing whose names would become paths outside the cache (a file `../../../../escape`, as
+/// an endpoint that is not the Hub could answer) is refused before anything is written.
+#[tokio::test]
+async fn a_file_name_that_leaves_the_cache_is_refused() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let file = |path: &str| RepoFile {
+        path: path.into(),
+        data: "{}".into(),
+        lfs: false,
+    };
+    hub.add_repo(
+        "org/evil",
+        vec![file("config.json"), file("../../../../escape")],
+    );
+    let err = local(&hub, dir.path())
+        .fetch(&src("hf://org/evil"), &DIR)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a path in the repo"), "{err}");
+    assert!(std::fs::symlink_metadata(dir.path().join("escape")).is_err());
+}
+
+/// Requests that waited on one download finish it together, each from a thread of its own: none
+/// fails on another's link or manifest being written at the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fetches_that_finish_together_all_succeed() {
+    let hub = Hub::start().await;
+    gguf_repo(&hub);
+    let source = src("hf://org/tiny-GGUF:Q8_0");
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let f = local(&hub, dir.path());
+        let burst = (0..8).map(|_| {
+            let (f, source) = (f.clone(), source.clone());
+            tokio::spawn(async move { f.fetch(&source, &FILE).await })
+        });
+        for result in futures_util::future::join_all(burst).await {
+            result.unwrap().unwrap();
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_dropped_connection_resumes_with_a_range_request() {
     let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());

@@ -42,10 +42,20 @@ pub(crate) fn partial(dest: &Path) -> PathBuf {
 
 /// Writes a small file whole or not at all (a reader never sees half a manifest or ref).
 pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_os_string();
-    tmp.push(".corral-tmp");
+    let tmp = unique_beside(path);
     std::fs::write(&tmp, data)?;
     std::fs::rename(&tmp, path)
+}
+
+/// A name beside `path` no other writer uses, for a file that is then renamed over `path`: the
+/// requests that waited on one download all write its manifests and links at once, from threads
+/// of their own (and another corral, or `corral pull`, may write the same cache).
+pub(crate) fn unique_beside(path: &Path) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".corral-tmp.{}.{n}", std::process::id()));
+    tmp.into()
 }
 
 /// Bytes of `dest` already held in its partial file.

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::download::Job;
 use super::fetcher::{ensure_all, missing_bytes};
 use super::gguf_pick::{self, Pick, PickError};
-use super::hf_cache::{cached_pick, within, RepoCache};
+use super::hf_cache::{cached_pick, is_commit, within, RepoCache};
 use super::transport::{error_chain, http_failure, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, HfRef, Source, Want};
@@ -110,6 +110,7 @@ pub(crate) async fn fetch(
         .collect();
     let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
     let mut need = 0;
+    check_names(&src, &listing.sha, &files)?;
     for s in &files {
         let etag = s.etag().ok_or_else(|| {
             FetchError::invalid(
@@ -139,6 +140,37 @@ pub(crate) async fn fetch(
         &pick,
         sizes.iter().sum(),
     ))
+}
+
+/// The names the Hub gave that become paths in the cache: the commit, each file's path in the
+/// snapshot and its blob id. Anything else than a commit id, a relative path of plain names and a
+/// hex digest would put a file or a link outside the cache (an endpoint that is not the Hub, or
+/// one that misbehaves), so the download is refused.
+fn check_names(src: &str, commit: &str, files: &[Sibling]) -> Result<(), FetchError> {
+    let plain = |seg: &str| !seg.is_empty() && seg != "." && seg != ".." && !seg.contains('\\');
+    let digest =
+        |id: &str| matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit());
+    if !is_commit(commit) {
+        let detail = format!("the Hub answered {commit:?} for the revision's commit id");
+        return Err(FetchError::invalid(src, detail));
+    }
+    for s in files {
+        if !s.rfilename.split('/').all(plain) {
+            let detail = format!(
+                "the Hub lists a file named {:?}, not a path in the repo",
+                s.rfilename
+            );
+            return Err(FetchError::invalid(src, detail));
+        }
+        if let Some(id) = s.etag().filter(|id| !digest(id)) {
+            let detail = format!(
+                "the Hub lists {} with the blob id {id:?}, not a digest",
+                s.rfilename
+            );
+            return Err(FetchError::invalid(src, detail));
+        }
+    }
+    Ok(())
 }
 
 fn job(f: &Fetcher, src: &str, hf: &HfRef, commit: &str, cache: &RepoCache, s: &Sibling) -> Job {

@@ -65,11 +65,16 @@ impl RepoCache {
         let target = format!("{}blobs/{etag}", "../".repeat(ups));
         match std::fs::read_link(&link) {
             Ok(t) if t == Path::new(&target) => return Ok(()),
-            Ok(_) => std::fs::remove_file(&link)?,
             Err(_) if link.exists() => return Ok(()),
-            Err(_) => {}
+            _ => {}
         }
-        std::os::unix::fs::symlink(target, &link)
+        // made aside and renamed over: a link another caller is making at once, or an old one,
+        // is replaced whole, never found half made
+        let tmp = super::download::unique_beside(&link);
+        std::os::unix::fs::symlink(target, &tmp)?;
+        std::fs::rename(&tmp, &link).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
     }
 }
 
