@@ -631,6 +631,22 @@ async fn the_ollama_registry_fills_the_store_as_ollama_lays_it_out() {
     );
 }
 
+/// A key is asked for as the bucket stores it, whatever characters it has.
+#[tokio::test]
+async fn an_s3_key_is_fetched_as_written() {
+    let data = bytes(22, 10_000);
+    let Some(server) = s3::S3::start("models", "tiny/m~v2.gguf", &data) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = s3_fetcher(dir.path(), &server, &server.key, &server.secret);
+    let got = f
+        .fetch(&src("s3://models/tiny/m~v2.gguf"), &FILE)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
+}
+
 fn s3_fetcher(dir: &Path, s3: &s3::S3, key: &str, secret: &str) -> Fetcher {
     fetcher(&[
         ("CORRAL_CACHE", dir.join("corral").display().to_string()),

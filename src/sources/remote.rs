@@ -217,6 +217,18 @@ pub(crate) async fn fetch_s3(
 }
 
 /// The download of an S3 object, with its size and checksum from the object's metadata.
+/// The key as the bucket stores it. `Path::from` would escape the characters it deems unsafe
+/// (`~`, `%`, `[`, ...) and so ask for another key; a key with an empty, `.` or `..` segment cannot
+/// be asked for at all.
+fn object_key(src: &str, key: &str) -> Result<object_store::path::Path, FetchError> {
+    object_store::path::Path::parse(key).map_err(|e| {
+        FetchError::invalid(
+            src,
+            format!("the key {key:?} cannot be fetched from S3 ({e})"),
+        )
+    })
+}
+
 pub(crate) async fn s3_job(
     f: &Fetcher,
     source: &Source,
@@ -227,7 +239,7 @@ pub(crate) async fn s3_job(
     let src = source.to_string();
     one_file(&src, want, "an S3 object is one file")?;
     let store = s3_store(f, &src, bucket)?;
-    let path = object_store::path::Path::from(key);
+    let path = object_key(&src, key)?;
     let meta = match store.head(&path).await {
         Ok(m) => m,
         Err(e) => match s3_failure(e, &src, key) {
