@@ -560,6 +560,53 @@ async fn urls_are_checked_against_their_sha256_and_resumed() {
     assert!(matches!(e, FetchError::NotFound { .. }), "{e}");
 }
 
+/// A part an interrupted run left is resumed only while the source still serves the version it
+/// came from: a file changed since comes whole, never as the old part and the new rest. A part
+/// whose version is not known (nor checkable by a digest) is fetched again whole too.
+#[tokio::test]
+async fn a_part_of_a_file_changed_since_is_not_resumed() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let serve = |data: &bytes::Bytes| {
+        let mut s = hub.state.lock().unwrap();
+        s.files.insert("w.gguf".into(), data.clone());
+    };
+    let (old, new) = (bytes(31, 90_000), bytes(32, 90_000));
+    serve(&old);
+    let source = src(&format!("{}/files/w.gguf", hub.url));
+    let dest = local(&hub, dir.path())
+        .fetch(&source, &FILE)
+        .await
+        .unwrap()
+        .model;
+    let part = dest.with_file_name("w.gguf.incomplete");
+    let version = dest.with_file_name("w.gguf.incomplete.version");
+    let left = |data: &bytes::Bytes, from: Option<&bytes::Bytes>| {
+        let _ = std::fs::remove_file(&dest);
+        std::fs::write(&part, &data[..50_000]).unwrap();
+        match from {
+            Some(v) => std::fs::write(&version, format!("\"{}\"", sha256(v))).unwrap(),
+            None => assert!(!version.exists()),
+        }
+    };
+    let fetched = || async {
+        let got = local(&hub, dir.path()).fetch(&source, &FILE).await.unwrap();
+        std::fs::read(got.model).unwrap()
+    };
+
+    left(&old, Some(&old));
+    serve(&new);
+    assert_eq!(fetched().await, new, "the new version whole");
+    let ranges = || hub.resumed_at("/files/w.gguf");
+    let asked = ranges().len();
+    left(&old, None);
+    assert_eq!(fetched().await, new, "an unknown version is not resumed");
+    assert_eq!(ranges().len(), asked, "nor asked for a range");
+    left(&new, Some(&new));
+    assert_eq!(fetched().await, new);
+    assert_eq!(ranges()[asked..], [50_000], "the same version is resumed");
+    assert!(!version.exists() && leftovers(dir.path()).is_empty());
+}
+
 const MODEL: &str = "application/vnd.ollama.image.model";
 const PROJECTOR: &str = "application/vnd.ollama.image.projector";
 

@@ -75,9 +75,10 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
         hasher: Hasher::new(&job.verify, job.size),
         at: 0,
     };
+    let mut version = None;
     loop {
         retries.pause(job).await?;
-        match attempt(job, &part, dir, &mut state, report).await? {
+        match attempt(job, &part, dir, &mut state, &mut version, report).await? {
             Attempt::Whole => return finish(job, &part, state, report).await,
             Attempt::Failed(why) => retries.failed(why),
             Attempt::Again => {}
@@ -101,23 +102,42 @@ async fn attempt(
     part: &Path,
     dir: &Path,
     state: &mut Digest,
+    version: &mut Option<String>,
     report: &mut Reporter,
 ) -> Result<Attempt, FetchError> {
-    let have = std::fs::metadata(part).map_or(0, |m| m.len());
+    let mut have = std::fs::metadata(part).map_or(0, |m| m.len());
     if job.size.is_some_and(|s| have > s) {
-        remove(part);
+        remove_partial(part);
         return Ok(Attempt::Again);
     }
-    let opened = match job.transport.open(&job.src, &job.file, have).await {
+    if have > 0 && version.is_none() {
+        *version = std::fs::read_to_string(version_file(part)).ok();
+        if version.is_none() && !job.verify.is_digest() {
+            // which version of the file it holds is not known, and no digest would tell a
+            // part of one version followed by the rest of another: it cannot be resumed
+            remove_partial(part);
+            have = 0;
+        }
+    }
+    let opened = match job
+        .transport
+        .open(&job.src, &job.file, have, version.as_deref())
+        .await
+    {
         Ok(o) => o,
         Err(Failure::Fatal(e)) => return Err(e),
         Err(Failure::Restart) => {
-            remove(part);
-            let why = "the server refused the range of the partial file";
+            remove_partial(part);
+            *version = None;
+            let why = "the server refused the range of the partial file, or the file changed";
             return Ok(Attempt::Failed(why.into()));
         }
         Err(Failure::Retry(why)) => return Ok(Attempt::Failed(why)),
     };
+    if opened.start == 0 {
+        *version = opened.version.clone();
+        record_version(part, version.as_deref());
+    }
     let total = opened.total.or(job.size);
     if let (Some(expected), Some(got)) = (job.size, opened.total) {
         if expected != got {
@@ -269,7 +289,7 @@ async fn finish(
     report: &mut Reporter,
 ) -> Result<u64, FetchError> {
     if let Err((expected, got)) = state.hasher.check(&job.verify) {
-        remove(part);
+        remove_partial(part);
         return Err(FetchError::Checksum {
             src: job.src.clone(),
             file: job.file.clone(),
@@ -280,10 +300,30 @@ async fn finish(
     tokio::fs::rename(part, &job.dest)
         .await
         .map_err(|e| FetchError::io(&job.src, &job.dest, e))?;
+    let _ = std::fs::remove_file(version_file(part));
     report.finish();
     Ok(state.at)
 }
 
-fn remove(path: &Path) {
-    let _ = std::fs::remove_file(path);
+/// Removes a partial file and the version it was recorded to hold.
+fn remove_partial(part: &Path) {
+    let _ = std::fs::remove_file(part);
+    let _ = std::fs::remove_file(version_file(part));
+}
+
+/// Where the version of the file a partial file holds is kept (`<dest>.incomplete.version`), so
+/// that a later run resumes it only while the source still serves that version.
+fn version_file(part: &Path) -> PathBuf {
+    let mut name = part.as_os_str().to_os_string();
+    name.push(".version");
+    name.into()
+}
+
+/// Records (or, when the source names none, forgets) the version a partial file holds.
+fn record_version(part: &Path, version: Option<&str>) {
+    let file = version_file(part);
+    let _ = match version {
+        Some(v) => write_atomic(&file, v.as_bytes()),
+        None => std::fs::remove_file(&file),
+    };
 }

@@ -152,7 +152,7 @@ fn dtype_size(dtype: &str) -> Option<u64> {
 
 /// Opens the file at its start.
 async fn open(job: &Job) -> Result<super::transport::Opened, FetchError> {
-    match job.transport.open(&job.src, &job.file, 0).await {
+    match job.transport.open(&job.src, &job.file, 0, None).await {
         Ok(o) => Ok(o),
         Err(Failure::Fatal(e)) => Err(e),
         Err(Failure::Retry(why)) => Err(FetchError::invalid(&job.src, why)),
@@ -165,7 +165,7 @@ async fn open(job: &Job) -> Result<super::transport::Opened, FetchError> {
 
 /// Reads the file from its start until a whole GGUF header has come; with the file's length.
 async fn read_header_bytes(job: &Job) -> Result<(Vec<u8>, u64), FetchError> {
-    let opened = match job.transport.open(&job.src, &job.file, 0).await {
+    let opened = match job.transport.open(&job.src, &job.file, 0, None).await {
         Ok(o) => o,
         Err(Failure::Fatal(e)) => return Err(e),
         Err(Failure::Retry(why)) => return Err(FetchError::invalid(&job.src, why)),

@@ -27,10 +27,14 @@ pub(crate) enum Transport {
     },
 }
 
-/// A response under way: its bytes start at `start` (0 when a server ignored the range).
+/// A response under way: its bytes start at `start` (0 when a server ignored the range, or the
+/// file changed since the part held was fetched).
 pub(crate) struct Opened {
     pub start: u64,
     pub total: Option<u64>,
+    /// What names this version of the file (a strong ETag, else its Last-Modified): a resume asks
+    /// for the rest of this version only.
+    pub version: Option<String>,
     pub stream: BoxStream<'static, Result<Bytes, String>>,
 }
 
@@ -45,31 +49,61 @@ pub(crate) enum Failure {
 }
 
 impl Transport {
-    pub(crate) async fn open(&self, src: &str, file: &str, offset: u64) -> Result<Opened, Failure> {
+    /// Opens the file at `offset`: from there when it is still the `version` the part held
+    /// was fetched from, else from its start.
+    pub(crate) async fn open(
+        &self,
+        src: &str,
+        file: &str,
+        offset: u64,
+        version: Option<&str>,
+    ) -> Result<Opened, Failure> {
+        let from = From { offset, version };
         match self {
             Transport::Http {
                 client,
                 url,
                 headers,
                 auth_fix,
-            } => open_http(client, url, headers, offset, src, file, auth_fix).await,
-            Transport::S3 { store, path } => open_s3(store.as_ref(), path, offset, src, file).await,
+            } => open_http(client, url, headers, from, src, file, auth_fix).await,
+            Transport::S3 { store, path } => open_s3(store.as_ref(), path, from, src, file).await,
         }
     }
+}
+
+/// Where a download goes on from: an offset into one version of the file.
+#[derive(Clone, Copy)]
+struct From<'a> {
+    offset: u64,
+    version: Option<&'a str>,
+}
+
+/// A strong ETag names one version of the content (a weak one cannot ask for a range of it);
+/// else the time it was last modified does.
+fn version_of(headers: &HeaderMap) -> Option<String> {
+    let text = |name| headers.get(name)?.to_str().ok().map(str::to_string);
+    text(http::header::ETAG)
+        .filter(|etag| !etag.starts_with("W/"))
+        .or_else(|| text(http::header::LAST_MODIFIED))
 }
 
 async fn open_http(
     client: &reqwest::Client,
     url: &str,
     headers: &HeaderMap,
-    offset: u64,
+    from: From<'_>,
     src: &str,
     file: &str,
     auth_fix: &str,
 ) -> Result<Opened, Failure> {
+    let offset = from.offset;
     let mut req = client.get(url).headers(headers.clone());
     if offset > 0 {
         req = req.header(http::header::RANGE, format!("bytes={offset}-"));
+        // a file changed since comes whole (200), not as the rest of another version
+        if let Some(version) = from.version {
+            req = req.header(http::header::IF_RANGE, version);
+        }
     }
     let resp = req
         .send()
@@ -86,10 +120,12 @@ async fn open_http(
         StatusCode::PARTIAL_CONTENT => content_range_total(resp.headers()),
         _ => resp.content_length(),
     };
+    let version = version_of(resp.headers());
     let stream = resp.bytes_stream().map_err(|e| error_chain(&e)).boxed();
     Ok(Opened {
         start,
         total,
+        version,
         stream,
     })
 }
@@ -135,25 +171,31 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 async fn open_s3(
     store: &dyn ObjectStore,
     path: &object_store::path::Path,
-    offset: u64,
+    from: From<'_>,
     src: &str,
     file: &str,
 ) -> Result<Opened, Failure> {
+    let resuming = from.offset > 0;
     let options = GetOptions {
-        range: (offset > 0).then_some(GetRange::Offset(offset)),
+        range: resuming.then_some(GetRange::Offset(from.offset)),
+        // an object replaced since is refused (412), and fetched again whole
+        if_match: from.version.filter(|_| resuming).map(str::to_string),
         ..Default::default()
     };
     match store.get_opts(path, options).await {
         Ok(got) => {
             let total = Some(got.meta.size);
             let start = got.range.start;
+            let version = got.meta.e_tag.clone();
             let stream = got.into_stream().map_err(|e| error_chain(&e)).boxed();
             Ok(Opened {
                 start,
                 total,
+                version,
                 stream,
             })
         }
+        Err(object_store::Error::Precondition { .. }) if resuming => Err(Failure::Restart),
         Err(e) => Err(s3_failure(e, src, file)),
     }
 }

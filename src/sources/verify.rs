@@ -16,6 +16,14 @@ pub(crate) enum Verify {
     Md5(String),
 }
 
+impl Verify {
+    /// Whether the content is checked against a digest, which a file mixed from two versions
+    /// fails (a size alone does not).
+    pub(crate) fn is_digest(&self) -> bool {
+        !matches!(self, Verify::Size)
+    }
+}
+
 pub(crate) enum Hasher {
     None,
     Sha256(sha2::Sha256),

@@ -198,6 +198,19 @@ fn serve(state: &Mutex<State>, req: Request<Incoming>) -> Response<Body> {
     if let Some(r) = &range {
         s.ranges.entry(path.clone()).or_default().push(r.clone());
     }
+    // a range of another version than the one asked for is not sent: the whole file is
+    let if_range = req.headers().get("if-range").and_then(|v| v.to_str().ok());
+    let range = range.filter(|_| {
+        let current = |data: &Bytes| format!("\"{}\"", sha256(data));
+        let served = path
+            .strip_prefix("/files/")
+            .and_then(|name| s.files.get(name))
+            .or_else(|| {
+                path.strip_prefix("/cdn/")
+                    .and_then(|name| s.blobs.get(name))
+            });
+        if_range.is_none_or(|v| served.is_some_and(|data| current(data) == v))
+    });
     let authorized = match &s.token {
         None => true,
         Some(t) => {
@@ -328,6 +341,7 @@ fn content(
     let Some(mut data) = data else {
         return reply(StatusCode::NOT_FOUND, "not found");
     };
+    let etag = format!("\"{}\"", sha256(&data));
     if s.corrupt.contains(path) {
         let mut v = data.to_vec();
         *v.last_mut().unwrap() ^= 0xff;
@@ -351,7 +365,8 @@ fn content(
     let mut r = Response::builder()
         .status(status)
         .header("content-length", len)
-        .header("accept-ranges", "bytes");
+        .header("accept-ranges", "bytes")
+        .header("etag", etag);
     if let Some(n) = start {
         r = r.header("content-range", format!("bytes {n}-{}/{total}", total - 1));
     }
