@@ -729,6 +729,17 @@ async fn s3_objects_download_resume_and_refuse_wrong_keys() {
         "only the rest came"
     );
 
+    // a part left whole (a run ended before its rename) is checked and kept, not fetched again
+    std::fs::remove_file(&dest).unwrap();
+    std::fs::write(dest.with_file_name("m.gguf.incomplete"), &data).unwrap();
+    let again = s3_fetcher(dir.path(), &server, &server.key, &server.secret);
+    let got = again
+        .fetch(&src("s3://models/tiny/m.gguf"), &FILE)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
+    assert_eq!(again.download_bytes().with_label_values(&["s3"]).get(), 0);
+
     let e = f
         .fetch(&src("s3://models/tiny/absent.gguf"), &FILE)
         .await

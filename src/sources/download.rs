@@ -119,6 +119,12 @@ async fn attempt(
             have = 0;
         }
     }
+    if have > 0 && job.size == Some(have) {
+        // every byte came before a run ended short of the rename: only the check is left
+        // (asked for, the rest is an empty range, which S3 refuses)
+        state.rewind(job, part, have)?;
+        return Ok(Attempt::Whole);
+    }
     let opened = match job
         .transport
         .open(&job.src, &job.file, have, version.as_deref())
