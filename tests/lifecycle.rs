@@ -49,6 +49,17 @@ async fn events_until(
     }
 }
 
+/// The body of `/api/events`, as it streams.
+async fn events(h: &Harness) -> hyper::body::Incoming {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let events = client
+        .get(format!("{}/api/events", h.url).parse().unwrap())
+        .await
+        .unwrap();
+    events.into_body()
+}
+
 fn moves(seen: &[Value], model: &str) -> Vec<(String, String)> {
     seen.iter()
         .filter(|e| e["frame"] == "status_changed" && e["model"] == model)
@@ -76,13 +87,7 @@ async fn statuses_move_with_the_instances_and_each_move_is_an_event() {
     let h = Harness::start(&config()).await;
     let detail = get(&format!("{}/api/models/a", h.url)).await.json();
     assert_eq!(detail["status"], "inactive", "{detail}");
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<bytes::Bytes>>();
-    let events = client
-        .get(format!("{}/api/events", h.url).parse().unwrap())
-        .await
-        .unwrap();
-    let mut body = events.into_body();
+    let mut body = events(&h).await;
     let mut seen = Vec::new();
 
     let answer = post_json(&format!("{}/v1/chat/completions", h.url), &chat("a")).await;
@@ -153,5 +158,35 @@ async fn statuses_move_with_the_instances_and_each_move_is_an_event() {
         get(&format!("{}/api/models/nothing", h.url)).await.status,
         404
     );
+    h.stop().await;
+}
+
+/// An engine launched and then stopped before it was ready (unloaded while it loads) is told of
+/// as destroyed, with the reason, as one stopped after it served is: every `launched` has its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_stopped_while_it_loads_is_destroyed() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("slow", "--loading-ms 5000", "")
+    ))
+    .await;
+    let mut body = events(&h).await;
+    let mut seen = Vec::new();
+    let url = format!("{}/v1/chat/completions", h.url);
+    let waiting = tokio::spawn(async move { post_json(&url, &chat("slow")).await });
+    events_until(&mut body, &mut seen, |s| has(s, "launched", "slow")).await;
+    assert_eq!(
+        post(&format!("{}/api/models/unload/slow", h.url))
+            .await
+            .status,
+        200
+    );
+    events_until(&mut body, &mut seen, |s| has(s, "destroyed", "slow")).await;
+    let destroyed = seen
+        .iter()
+        .find(|e| e["frame"] == "destroyed" && e["model"] == "slow")
+        .unwrap();
+    assert_eq!(destroyed["reason"], "unload", "{destroyed}");
+    assert!(waiting.await.unwrap().status >= 400);
     h.stop().await;
 }

@@ -138,11 +138,11 @@ impl Run {
         spec: &ProcessSpec,
         stop: &mut watch::Receiver<Option<StopOrder>>,
     ) -> bool {
-        let ready = tokio::select! {
-            r = process.wait_ready(spec, &self.inner.health) => r,
+        let (ready, ordered) = tokio::select! {
+            r = process.wait_ready(spec, &self.inner.health) => (r, None),
             order = next_order(stop) => {
                 process.stop(spec, order.grace, &self.inner.spawner).await;
-                Err(StartError::Aborted)
+                (Err(StartError::Aborted), Some(order.reason))
             }
         };
         let Err(e) = ready else { return true };
@@ -150,6 +150,12 @@ impl Run {
         let counts = !matches!(e, StartError::Aborted);
         let spawner = &self.inner.spawner;
         process.stop(spec, Duration::from_secs(5), spawner).await;
+        // launched, so its end is told too: why it was stopped, or that its start failed
+        let reason = ordered.map_or("failed", StopReason::label);
+        let destroyed = json!({"instance": self.id, "reason": reason});
+        self.inner
+            .lifecycle
+            .publish("destroyed", &self.model, destroyed);
         if self.inner.retry_after_out_of_memory(&self.id, &e) {
             tracing::warn!(instance = %self.id, "{e}; starting again with the larger charge");
             self.count_start("failed");
