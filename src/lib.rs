@@ -8,6 +8,7 @@ mod api;
 mod body;
 mod catalog;
 pub mod config;
+mod deadline;
 mod engines;
 mod error;
 pub mod fdlimit;

@@ -138,6 +138,31 @@ async fn never_healthy_times_out_and_is_killed() {
     h.stop().await;
 }
 
+/// Limits set past any clock (i64::MAX seconds) are limits that never come, not a panic in the
+/// task that waits on them: a crashing engine still fails its request at once, and a healthy one
+/// serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_past_the_clock_never_come() {
+    let never = i64::MAX;
+    let yaml = format!(
+        "healthCheckTimeout: {never}\nclientTimeouts: {{idle: {never}, requestHeader: {never}, requestBody: {never}}}\nmodels:\n{}{}",
+        fake_model("a", "--loading-ms 5000 --exit-after-ms 300 --exit-code 3", ""),
+        fake_model("b", "", &format!("replicas: 2\nqueueTimeout: {never}"))
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let crashed = tokio::time::timeout(Duration::from_secs(10), post_json(&url, &chat("a")))
+        .await
+        .expect("answered once the engine exited");
+    assert!(
+        crashed.text().contains("exit status 3"),
+        "{}",
+        crashed.text()
+    );
+    assert_eq!(post_json(&url, &chat("b")).await.status, 200);
+    h.stop().await;
+}
+
 /// An engine that ignores SIGTERM is SIGKILLed after unloadTimeout; a forked grandchild holding the
 /// pipes open neither blocks the stop nor survives it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

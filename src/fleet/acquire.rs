@@ -62,7 +62,7 @@ impl Fleet {
             }
             match &direct.no_room {
                 Some((since, _)) => {
-                    let deadline = *since + self.no_room_limit(id);
+                    let deadline = crate::deadline::after(*since, self.no_room_limit(id));
                     tokio::select! {
                         _ = notified => {}
                         _ = tokio::time::sleep_until(deadline) => {}

@@ -41,9 +41,9 @@ impl Fleet {
         let ticket = self.enqueue(pool)?;
         let (timeout, prefix_wait) = self.queue_timeouts(pool);
         let now = tokio::time::Instant::now();
-        let deadline = now + timeout;
+        let deadline = crate::deadline::after(now, timeout);
         // until then, a request waits for the replica holding its prefix rather than go elsewhere
-        let prefer_until = now + prefix_wait;
+        let prefer_until = crate::deadline::after(now, prefix_wait);
         let mut awaited: HashMap<String, u64> = HashMap::new();
         loop {
             let waiter = self.inner.changed.waiter();

@@ -266,7 +266,7 @@ impl Process {
             return Ok(());
         };
         let started = Instant::now();
-        let mut deadline = tokio::time::Instant::now() + spec.load_timeout;
+        let mut deadline = crate::deadline::after(tokio::time::Instant::now(), spec.load_timeout);
         let mut last_answer: Option<u64> = None;
         let mut answer_changed = Instant::now();
         loop {
@@ -294,7 +294,8 @@ impl Process {
                         tail: self.tail(),
                     });
                 };
-                deadline = tokio::time::Instant::from_std(progress + spec.stall);
+                deadline =
+                    crate::deadline::after(tokio::time::Instant::from_std(progress), spec.stall);
             }
             tokio::select! {
                 _ = tokio::time::sleep(poll_interval(started.elapsed())) => {}
