@@ -165,6 +165,8 @@ fn every_scheme_parses_and_bad_ones_name_the_fix() {
         ("hf://org/repo@", "empty revision"),
         ("s3://bucket", "s3://bucket/models/m.gguf"),
         ("ollama://a/b/c/d", "ollama://name[:tag]"),
+        ("ollama://../../x:y", "ollama://name[:tag]"),
+        ("ollama://x:..", "ollama://name[:tag]"),
         ("https://", "URL"),
         ("", "use hf://"),
     ] {
@@ -477,6 +479,28 @@ async fn hub_errors_say_what_is_missing_and_what_to_do() {
         .fetch(&src("hf://org/tiny-GGUF:Q4_K_M"), &FILE)
         .await
         .unwrap();
+}
+
+/// A part that cannot be of the file (longer than it) and cannot be removed (here a directory) is
+/// an error naming it, not a loop of tries that keeps a thread busy for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_that_cannot_be_removed_is_an_error() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let config = RepoFile {
+        path: "config.json".into(),
+        data: "{\"model_type\":\"llama\"}".into(),
+        lfs: false,
+    };
+    hub.add_repo("org/stuck", vec![config.clone()]);
+    let blobs = dir.path().join("hf/models--org--stuck/blobs");
+    std::fs::create_dir_all(blobs.join(format!("{}.incomplete", config.etag()))).unwrap();
+    let (f, source) = (local(&hub, dir.path()), src("hf://org/stuck"));
+    let fetch = f.fetch(&source, &DIR);
+    let e = tokio::time::timeout(std::time::Duration::from_secs(10), fetch)
+        .await
+        .expect("an answer, not endless tries")
+        .unwrap_err();
+    assert!(e.to_string().contains(".incomplete"), "{e}");
 }
 
 #[tokio::test]

@@ -107,6 +107,9 @@ async fn attempt(
 ) -> Result<Attempt, FetchError> {
     let mut have = std::fs::metadata(part).map_or(0, |m| m.len());
     if job.size.is_some_and(|s| have > s) {
+        // longer than the file: not a part of it; tried again once it is gone (and an error,
+        // not another try at once, when it cannot go)
+        std::fs::remove_file(part).map_err(|e| FetchError::io(&job.src, part, e))?;
         remove_partial(part);
         return Ok(Attempt::Again);
     }

@@ -138,8 +138,11 @@ fn parse_ollama(rest: &str) -> Result<Source, String> {
         Some((n, t)) if !t.contains('/') => (n, t),
         _ => (rest, "latest"),
     };
+    // a name or tag becomes a path in Ollama's store: `.` and `..` would leave it
     let ok = |s: &str| {
         !s.is_empty()
+            && s != "."
+            && s != ".."
             && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     };
