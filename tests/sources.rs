@@ -503,6 +503,30 @@ async fn a_part_that_cannot_be_removed_is_an_error() {
     assert!(e.to_string().contains(".incomplete"), "{e}");
 }
 
+/// A refusal's error carries what the server said of it (an expired link, a bad request), on one
+/// line: often the only hint of what to fix.
+#[tokio::test]
+async fn a_refusal_says_what_the_server_said() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let f = local(&hub, dir.path());
+    for (status, said) in [
+        (403, "Request has expired\n(X-Amz-Expires: 3600)"),
+        (400, "Invalid range for this object"),
+    ] {
+        let name = format!("refused-{status}.gguf");
+        let refusal = (status, said.to_string());
+        hub.state
+            .lock()
+            .unwrap()
+            .refuse
+            .insert(format!("/files/{name}"), refusal);
+        let url = src(&format!("{}/files/{name}", hub.url));
+        let e = f.fetch(&url, &FILE).await.unwrap_err().to_string();
+        let one_line = said.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(e.contains(&format!("the server said: {one_line}")), "{e}");
+    }
+}
+
 #[tokio::test]
 async fn paths_are_used_where_they_lie() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@ use super::download::Job;
 use super::fetcher::{ensure_all, missing_bytes};
 use super::gguf_pick::{self, Pick, PickError};
 use super::hf_cache::{cached_pick, is_commit, within, RepoCache};
-use super::transport::{error_chain, http_failure, Failure, Transport};
+use super::transport::{error_chain, http_failure, server_said, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, HfRef, Source, Want};
 
@@ -306,7 +306,7 @@ async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchE
             "RevisionNotFound" => format!("revision {} of {}", hf.revision, hf.repo),
             _ => format!("repository {} (or its revision {})", hf.repo, hf.revision),
         };
-        match http_failure(status, src, &what, TOKEN_FIX) {
+        match http_failure(status, src, &what, TOKEN_FIX, &server_said(resp).await) {
             Failure::Fatal(e) => return Err(e),
             Failure::Retry(why) => last = why,
             Failure::Restart => {}

@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::download::Job;
 use super::fetcher::{ensure_all, missing_bytes};
-use super::transport::{error_chain, http_failure, Failure, Transport};
+use super::transport::{error_chain, http_failure, server_said, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, Source, Want};
 
@@ -238,7 +238,8 @@ async fn manifest(
                 .map_err(|e| FetchError::invalid(src, error_chain(&e)));
         }
         let what = format!("model {name}:{tag} in the registry");
-        match http_failure(status, src, &what, "check the model's name and tag") {
+        let said = server_said(resp).await;
+        match http_failure(status, src, &what, "check the model's name and tag", &said) {
             Failure::Fatal(e) => return Err(e),
             Failure::Retry(why) => last = why,
             Failure::Restart => {}

@@ -114,7 +114,15 @@ async fn open_http(
         StatusCode::OK => 0,
         StatusCode::PARTIAL_CONTENT => offset,
         StatusCode::RANGE_NOT_SATISFIABLE => return Err(Failure::Restart),
-        s => return Err(http_failure(s, src, file, auth_fix)),
+        s => {
+            return Err(http_failure(
+                s,
+                src,
+                file,
+                auth_fix,
+                &server_said(resp).await,
+            ))
+        }
     };
     let total = match status {
         StatusCode::PARTIAL_CONTENT => content_range_total(resp.headers()),
@@ -130,22 +138,47 @@ async fn open_http(
     })
 }
 
+/// The most of an error answer's body shown: what a server says of a refusal (an expired
+/// link, a gated repository, a registry's `errors`) fits in it.
+const SAID_AT_MOST: usize = 300;
+
+/// What an error answer's body says, on one line and cut to [`SAID_AT_MOST`] characters.
+pub(crate) async fn server_said(resp: reqwest::Response) -> String {
+    let text = resp.text().await.unwrap_or_default();
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(SAID_AT_MOST) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
+}
+
 /// Sorts an HTTP error status: 401/403 name the credentials, 404 the file, 5xx and 429 retry.
-pub(crate) fn http_failure(status: StatusCode, src: &str, file: &str, auth_fix: &str) -> Failure {
+/// What the server `said` of it goes with the error.
+pub(crate) fn http_failure(
+    status: StatusCode,
+    src: &str,
+    file: &str,
+    auth_fix: &str,
+    said: &str,
+) -> Failure {
+    let with_said = |text: String| match said {
+        "" => text,
+        said => format!("{text} (the server said: {said})"),
+    };
     match status.as_u16() {
         401 | 403 => Failure::Fatal(FetchError::Credentials {
             src: src.to_string(),
             status: status.as_u16(),
-            fix: auth_fix.to_string(),
+            fix: with_said(auth_fix.to_string()),
         }),
         404 => Failure::Fatal(FetchError::NotFound {
             src: src.to_string(),
             what: file.to_string(),
         }),
-        429 | 500..=599 => Failure::Retry(format!("HTTP {status}")),
+        429 | 500..=599 => Failure::Retry(with_said(format!("HTTP {status}"))),
         _ => Failure::Fatal(FetchError::invalid(
             src,
-            format!("{file}: unexpected HTTP {status}"),
+            with_said(format!("{file}: unexpected HTTP {status}")),
         )),
     }
 }

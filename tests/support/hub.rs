@@ -81,6 +81,8 @@ pub struct State {
     pub corrupt: HashSet<String>,
     /// A bearer token the Hub API and resolve insist on.
     pub token: Option<String>,
+    /// Paths answered with this status and body instead.
+    pub refuse: HashMap<String, (u16, String)>,
 }
 
 #[derive(Clone)]
@@ -197,6 +199,17 @@ fn serve(state: &Mutex<State>, req: Request<Incoming>) -> Response<Body> {
         .map(str::to_string);
     if let Some(r) = &range {
         s.ranges.entry(path.clone()).or_default().push(r.clone());
+    }
+    if let Some((status, body)) = s.refuse.get(&path) {
+        let status = StatusCode::from_u16(*status).unwrap();
+        return Response::builder()
+            .status(status)
+            .body(
+                Full::new(Bytes::from(body.clone()))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .unwrap();
     }
     // a range of another version than the one asked for is not sent: the whole file is
     let if_range = req.headers().get("if-range").and_then(|v| v.to_str().ok());
