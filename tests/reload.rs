@@ -143,10 +143,45 @@ async fn answered_within(limit: Duration, waiting: tokio::task::JoinHandle<Resp>
         .unwrap()
 }
 
-fn panicked(p: &Proc) -> bool {
-    std::fs::read_to_string(p.dir.path().join("corral.stderr"))
-        .unwrap_or_default()
-        .contains("panicked")
+/// corral serving a config file that a test rewrites and reloads with SIGHUP.
+struct Reloaded {
+    p: Proc,
+    path: std::path::PathBuf,
+    url: String,
+    _state: tempfile::TempDir,
+}
+
+impl Reloaded {
+    /// corral on the config `yaml`.
+    fn start(yaml: &str) -> Reloaded {
+        let state = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let p = spawn_corral_with(dir, &path, state.path(), &[]);
+        let url = format!("{}/v1/chat/completions", p.url);
+        Reloaded {
+            p,
+            path,
+            url,
+            _state: state,
+        }
+    }
+
+    /// The config rewritten and reloaded.
+    fn reload(&self, yaml: &str) {
+        std::fs::write(&self.path, yaml).unwrap();
+        signal(&self.p.child, Signal::SIGHUP);
+    }
+
+    /// Stops corral, which must not have panicked, and checks that nothing it ran is left.
+    async fn stop(mut self) {
+        let log = std::fs::read_to_string(self.p.dir.path().join("corral.stderr"));
+        assert!(!log.unwrap_or_default().contains("panicked"));
+        signal(&self.p.child, Signal::SIGTERM);
+        wait_exit(&mut self.p.child, Duration::from_secs(20)).await;
+        assert_no_survivors(&self.p.marker, Duration::from_secs(2)).await;
+    }
 }
 
 /// A request for a model a reload changed, arriving while the old process still streams, waits
@@ -154,21 +189,16 @@ fn panicked(p: &Proc) -> bool {
 /// replacement, so the requests after it are served as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_for_a_changed_busy_model_is_served_by_its_new_process() {
-    let state = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let port = free_port_range(8);
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, config(port, "", "")).unwrap();
-    let mut p = spawn_corral_with(dir, &path, state.path(), &[]);
-    let url = format!("{}/v1/chat/completions", p.url);
+    let r = Reloaded::start(&config(port, "", ""));
+    let url = r.url.clone();
     let long = json!({"model": "b", "stream": true, "messages": [], "fakellm": {"chunks": 10, "interval_ms": 100}});
     let stream = tokio::spawn({
         let url = url.clone();
         async move { stream_frames(&url, &long).await }
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    std::fs::write(&path, config(port, "--alias changed", "")).unwrap();
-    signal(&p.child, Signal::SIGHUP);
+    r.reload(&config(port, "--alias changed", ""));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let waiting = tokio::spawn({
@@ -184,46 +214,36 @@ async fn a_request_for_a_changed_busy_model_is_served_by_its_new_process() {
         10
     );
     assert_eq!(
-        spawned(p.dir.path(), "b"),
+        spawned(r.p.dir.path(), "b"),
         2,
         "b restarted with its new command"
     );
     for _ in 0..3 {
         assert_eq!(post_json(&url, &chat("b")).await.status, 200);
     }
-    assert!(!panicked(&p));
-    signal(&p.child, Signal::SIGTERM);
-    wait_exit(&mut p.child, Duration::from_secs(20)).await;
-    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+    r.stop().await;
 }
 
 /// A request waiting for a model that is still loading when a reload removes it gets an answer
 /// once the model is stopped, rather than waiting on a model nothing will ever serve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_waiting_for_a_removed_model_is_answered() {
-    let state = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let models =
+        |port: u16, b: &str| format!("startPort: {port}\nmodels:\n{}{b}", fake_model("a", "", ""));
     let port = free_port_range(8);
-    let path = dir.path().join("config.yaml");
-    let models = |b: &str| format!("startPort: {port}\nmodels:\n{}{b}", fake_model("a", "", ""));
-    std::fs::write(&path, models(&fake_model("b", "--loading-ms 1500", ""))).unwrap();
-    let mut p = spawn_corral_with(dir, &path, state.path(), &[]);
-    let url = format!("{}/v1/chat/completions", p.url);
+    let r = Reloaded::start(&models(port, &fake_model("b", "--loading-ms 1500", "")));
+    let url = r.url.clone();
     let waiting = tokio::spawn({
         let url = url.clone();
         async move { post_json(&url, &chat("b")).await }
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    std::fs::write(&path, models("")).unwrap();
-    signal(&p.child, Signal::SIGHUP);
+    r.reload(&models(port, ""));
 
     let resp = answered_within(Duration::from_secs(10), waiting).await;
     assert!(resp.status >= 400, "{} {}", resp.status, resp.text());
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
-    assert!(!panicked(&p));
-    signal(&p.child, Signal::SIGTERM);
-    wait_exit(&mut p.child, Duration::from_secs(20)).await;
-    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+    r.stop().await;
 }
 
 /// A pool kept busy while a reload changes its command is replaced member by member: one at a
@@ -232,22 +252,18 @@ async fn a_request_waiting_for_a_removed_model_is_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_pool_is_replaced_member_by_member() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let state = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port_range(8);
-    let path = dir.path().join("config.yaml");
-    let pool = |flag: &str| {
+    let pool = |port: u16, flag: &str| {
         let extra = "replicas: 2\nstartReplicas: all";
         format!(
             "startPort: {port}\nmodels:\n{}",
             fake_model("p", &format!("-np 2 {flag}"), extra)
         )
     };
-    std::fs::write(&path, pool("")).unwrap();
-    let mut p = spawn_corral_with(dir, &path, state.path(), &[]);
-    let url = format!("{}/v1/chat/completions", p.url);
+    let port = free_port_range(8);
+    let r = Reloaded::start(&pool(port, ""));
+    let url = r.url.clone();
     assert_eq!(post_json(&url, &chat("p")).await.status, 200);
-    let events = p.dir.path().to_path_buf();
+    let events = r.p.dir.path().to_path_buf();
     eventually(Duration::from_secs(15), "both replicas up", || {
         spawned(&events, "p") == 2
     })
@@ -268,8 +284,7 @@ async fn a_busy_pool_is_replaced_member_by_member() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    std::fs::write(&path, pool("--alias changed")).unwrap();
-    signal(&p.child, Signal::SIGHUP);
+    r.reload(&pool(port, "--alias changed"));
     eventually(Duration::from_secs(30), "both replicas restarted", || {
         spawned(&events, "p") == 4
     })
@@ -279,8 +294,5 @@ async fn a_busy_pool_is_replaced_member_by_member() {
         let statuses = client.await.unwrap();
         assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     }
-    assert!(!panicked(&p));
-    signal(&p.child, Signal::SIGTERM);
-    wait_exit(&mut p.child, Duration::from_secs(20)).await;
-    assert_no_survivors(&p.marker, Duration::from_secs(2)).await;
+    r.stop().await;
 }
