@@ -296,3 +296,25 @@ async fn a_busy_pool_is_replaced_member_by_member() {
     }
     r.stop().await;
 }
+
+/// A request waiting for a pool whose replicas still load when a reload changes them is served by
+/// their successors: the starts the reload called off are not the replicas failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_a_loading_pool_outlives_its_reload() {
+    let pool = |port: u16, flag: &str| {
+        let extra = "replicas: 2\nstartReplicas: all";
+        format!(
+            "startPort: {port}\nmodels:\n{}",
+            fake_model("p", &format!("--loading-ms 1000 {flag}"), extra)
+        )
+    };
+    let port = free_port_range(8);
+    let r = Reloaded::start(&pool(port, ""));
+    let url = r.url.clone();
+    let waiting = tokio::spawn(async move { post_json(&url, &chat("p")).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    r.reload(&pool(port, "--alias changed"));
+    let resp = answered_within(Duration::from_secs(15), waiting).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    r.stop().await;
+}

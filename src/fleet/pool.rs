@@ -241,9 +241,14 @@ fn failed_members(
     members
         .iter()
         .filter_map(|m| {
+            let member = &st.instances[m];
+            // a start a reload called off was not the member's failure: its successor serves
+            if member.retire != Retire::No {
+                return None;
+            }
             let err = awaited
                 .get(m)
-                .and_then(|g| failed_start(&st.instances[m], Some(*g)))?;
+                .and_then(|g| failed_start(member, Some(*g)))?;
             Some((m.clone(), err))
         })
         .collect()
