@@ -493,7 +493,12 @@ async fn a_part_that_cannot_be_removed_is_an_error() {
     };
     hub.add_repo("org/stuck", vec![config.clone()]);
     let blobs = dir.path().join("hf/models--org--stuck/blobs");
-    std::fs::create_dir_all(blobs.join(format!("{}.incomplete", config.etag()))).unwrap();
+    // a directory whose size (as the file system counts it) is past the file's 22 bytes
+    let stuck = blobs.join(format!("{}.incomplete", config.etag()));
+    for n in 0..64 {
+        std::fs::create_dir_all(stuck.join(format!("entry-with-a-long-name-{n:03}"))).unwrap();
+    }
+    assert!(std::fs::metadata(&stuck).unwrap().len() > 22);
     let (f, source) = (local(&hub, dir.path()), src("hf://org/stuck"));
     let fetch = f.fetch(&source, &DIR);
     let e = tokio::time::timeout(std::time::Duration::from_secs(10), fetch)
@@ -787,6 +792,14 @@ async fn s3_objects_download_resume_and_refuse_wrong_keys() {
         .unwrap();
     assert_eq!(std::fs::read(&got.model).unwrap(), data);
     assert_eq!(again.download_bytes().with_label_values(&["s3"]).get(), 0);
+    // and one whole but wrong (another tool's) is fetched again, not an error
+    std::fs::remove_file(&dest).unwrap();
+    std::fs::write(dest.with_file_name("m.gguf.incomplete"), vec![0u8; 90_000]).unwrap();
+    let got = again
+        .fetch(&src("s3://models/tiny/m.gguf"), &FILE)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
 
     let e = f
         .fetch(&src("s3://models/tiny/absent.gguf"), &FILE)

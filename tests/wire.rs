@@ -116,7 +116,7 @@ fn chat_request(host: &str) -> String {
 }
 
 /// An engine that answers in HTTP/1.0 (its body ending with its connection) is answered on to an
-/// HTTP/1.1 client in HTTP/1.1, with a length, and the client's connection stays open.
+/// HTTP/1.1 client in HTTP/1.1, framed (chunked), and the client's connection stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_1_0_answer_goes_on_in_http_1_1() {
     let engine =

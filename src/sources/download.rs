@@ -71,15 +71,17 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
         .await
         .map_err(|e| FetchError::io(&job.src, dir, e))?;
     let mut retries = Retries::default();
-    let mut state = Digest {
-        hasher: Hasher::new(&job.verify, job.size),
-        at: 0,
-    };
+    let mut state = Digest::new(job);
     let mut version = None;
     loop {
         retries.pause(job).await?;
         match attempt(job, &part, dir, &mut state, &mut version, report).await? {
             Attempt::Whole => return finish(job, &part, state, report).await,
+            Attempt::Held => match finish(job, &part, state, report).await {
+                // not the file after all (another tool's part, say): it is gone, fetch it whole
+                Err(FetchError::Checksum { .. }) => state = Digest::new(job),
+                done => return done,
+            },
             Attempt::Failed(why) => retries.failed(why),
             Attempt::Again => {}
         }
@@ -90,6 +92,9 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
 enum Attempt {
     /// Every byte is in the partial file, to be verified.
     Whole,
+    /// Every byte was in the partial file already, left by an earlier run: verified, and
+    /// fetched again whole if it fails.
+    Held,
     /// A failure that counts against the tries, and why.
     Failed(String),
     /// The partial file was dropped; try again at once without counting a failure.
@@ -126,7 +131,7 @@ async fn attempt(
         // every byte came before a run ended short of the rename: only the check is left
         // (asked for, the rest is an empty range, which S3 refuses)
         state.rewind(job, part, have)?;
-        return Ok(Attempt::Whole);
+        return Ok(Attempt::Held);
     }
     let opened = match job
         .transport
@@ -143,10 +148,6 @@ async fn attempt(
         }
         Err(Failure::Retry(why)) => return Ok(Attempt::Failed(why)),
     };
-    if opened.start == 0 {
-        *version = opened.version.clone();
-        record_version(part, version.as_deref());
-    }
     let total = opened.total.or(job.size);
     if let (Some(expected), Some(got)) = (job.size, opened.total) {
         if expected != got {
@@ -161,6 +162,13 @@ async fn attempt(
     }
     if let Some(t) = total {
         disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
+    }
+    if opened.start == 0 {
+        // the part held (if any) goes before the version of what comes is recorded, so the
+        // two never disagree, however this run ends
+        remove_partial(part);
+        *version = opened.version.clone();
+        record_version(part, version.as_deref());
     }
     state.rewind(job, part, opened.start)?;
     report.restart(opened.start, total);
@@ -217,6 +225,14 @@ struct Digest {
 }
 
 impl Digest {
+    /// The digest of nothing yet.
+    fn new(job: &Job) -> Digest {
+        Digest {
+            hasher: Hasher::new(&job.verify, job.size),
+            at: 0,
+        }
+    }
+
     /// Brings the digest to `start`: kept when it is already there (a resume within this run),
     /// else computed again from the bytes on disk (a part left by an earlier run).
     fn rewind(&mut self, job: &Job, part: &Path, start: u64) -> Result<(), FetchError> {

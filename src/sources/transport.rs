@@ -78,13 +78,15 @@ struct From<'a> {
     version: Option<&'a str>,
 }
 
-/// A strong ETag names one version of the content (a weak one cannot ask for a range of it);
-/// else the time it was last modified does.
+/// A strong ETag names one version of the content; with no ETag at all, the time it was last
+/// modified does. A weak ETag names none: a range cannot be asked of it, nor by a date instead
+/// (RFC 9110 §13.1.5).
 fn version_of(headers: &HeaderMap) -> Option<String> {
     let text = |name| headers.get(name)?.to_str().ok().map(str::to_string);
-    text(http::header::ETAG)
-        .filter(|etag| !etag.starts_with("W/"))
-        .or_else(|| text(http::header::LAST_MODIFIED))
+    match text(http::header::ETAG) {
+        Some(etag) => Some(etag).filter(|etag| !etag.starts_with("W/")),
+        None => text(http::header::LAST_MODIFIED),
+    }
 }
 
 async fn open_http(
@@ -142,9 +144,18 @@ async fn open_http(
 /// link, a gated repository, a registry's `errors`) fits in it.
 const SAID_AT_MOST: usize = 300;
 
-/// What an error answer's body says, on one line and cut to [`SAID_AT_MOST`] characters.
-pub(crate) async fn server_said(resp: reqwest::Response) -> String {
-    let text = resp.text().await.unwrap_or_default();
+/// What an error answer's body says, on one line and cut to [`SAID_AT_MOST`] characters (of at
+/// most the body's first 4 KiB, however long it is).
+pub(crate) async fn server_said(mut resp: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < 4096 {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(4096);
+    let text = String::from_utf8_lossy(&body);
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match line.char_indices().nth(SAID_AT_MOST) {
         Some((cut, _)) => format!("{}...", &line[..cut]),
@@ -253,5 +264,31 @@ pub(crate) fn s3_failure(e: object_store::Error, src: &str, file: &str) -> Failu
         }
         E::Generic { .. } => Failure::Retry(error_chain(&e)),
         other => Failure::Fatal(FetchError::invalid(src, error_chain(&other))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A resume asks for the rest of a version named by a strong ETag, else by the date when there
+    /// is no ETag; a weak ETag names none, and no date stands in for it.
+    #[test]
+    fn a_version_is_a_strong_etag_or_else_a_date() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, http::HeaderValue::from_static(v));
+            }
+            h
+        };
+        let date = ("last-modified", "Tue, 01 Dec 2026 10:00:00 GMT");
+        assert_eq!(
+            version_of(&headers(&[("etag", "\"abc\""), date])).as_deref(),
+            Some("\"abc\"")
+        );
+        assert_eq!(version_of(&headers(&[("etag", "W/\"abc\""), date])), None);
+        assert_eq!(version_of(&headers(&[date])).as_deref(), Some(date.1));
+        assert_eq!(version_of(&headers(&[])), None);
     }
 }
