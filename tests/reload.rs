@@ -143,6 +143,15 @@ async fn answered_within(limit: Duration, waiting: tokio::task::JoinHandle<Resp>
         .unwrap()
 }
 
+/// The pool `p` of two replicas on the fake engine with `flags`, both started at once.
+fn pool(port: u16, flags: &str) -> String {
+    let extra = "replicas: 2\nstartReplicas: all";
+    format!(
+        "startPort: {port}\nmodels:\n{}",
+        fake_model("p", flags, extra)
+    )
+}
+
 /// corral serving a config file that a test rewrites and reloads with SIGHUP.
 struct Reloaded {
     p: Proc,
@@ -252,15 +261,8 @@ async fn a_request_waiting_for_a_removed_model_is_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_pool_is_replaced_member_by_member() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let pool = |port: u16, flag: &str| {
-        let extra = "replicas: 2\nstartReplicas: all";
-        format!(
-            "startPort: {port}\nmodels:\n{}",
-            fake_model("p", &format!("-np 2 {flag}"), extra)
-        )
-    };
     let port = free_port_range(8);
-    let r = Reloaded::start(&pool(port, ""));
+    let r = Reloaded::start(&pool(port, "-np 2"));
     let url = r.url.clone();
     assert_eq!(post_json(&url, &chat("p")).await.status, 200);
     let events = r.p.dir.path().to_path_buf();
@@ -284,7 +286,7 @@ async fn a_busy_pool_is_replaced_member_by_member() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    r.reload(&pool(port, "--alias changed"));
+    r.reload(&pool(port, "-np 2 --alias changed"));
     eventually(Duration::from_secs(30), "both replicas restarted", || {
         spawned(&events, "p") == 4
     })
@@ -301,19 +303,12 @@ async fn a_busy_pool_is_replaced_member_by_member() {
 /// their successors: the starts the reload called off are not the replicas failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_waiting_for_a_loading_pool_outlives_its_reload() {
-    let pool = |port: u16, flag: &str| {
-        let extra = "replicas: 2\nstartReplicas: all";
-        format!(
-            "startPort: {port}\nmodels:\n{}",
-            fake_model("p", &format!("--loading-ms 1000 {flag}"), extra)
-        )
-    };
     let port = free_port_range(8);
-    let r = Reloaded::start(&pool(port, ""));
+    let r = Reloaded::start(&pool(port, "--loading-ms 1000"));
     let url = r.url.clone();
     let waiting = tokio::spawn(async move { post_json(&url, &chat("p")).await });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    r.reload(&pool(port, "--alias changed"));
+    r.reload(&pool(port, "--loading-ms 1000 --alias changed"));
     let resp = answered_within(Duration::from_secs(15), waiting).await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     r.stop().await;
