@@ -287,7 +287,7 @@ fn member_view(
 /// The member a reload retired that takes no new requests, so that it can finish its own, stop
 /// and make way for its successor: one at a time (the first in the pool's order) and only while
 /// another member is ready to serve in its place, so that a busy pool is replaced member by
-/// member without a pause (an instance retires once no request is in flight there).
+/// member (an instance retires once no request is in flight there).
 fn draining<'a>(members: &[&'a Instance]) -> Option<&'a str> {
     let ready = members.iter().filter(|i| i.phase.is_ready()).count();
     if ready < 2 {

@@ -115,7 +115,7 @@ async fn attempt(
         // longer than the file: not a part of it; tried again once it is gone (and an error,
         // not another try at once, when it cannot go)
         std::fs::remove_file(part).map_err(|e| FetchError::io(&job.src, part, e))?;
-        remove_partial(part);
+        let _ = std::fs::remove_file(version_file(part));
         return Ok(Attempt::Again);
     }
     if have > 0 && version.is_none() {

@@ -216,7 +216,6 @@ pub(crate) async fn fetch_s3(
     fetch_one(f, s3_job(f, source, bucket, key, want).await?).await
 }
 
-/// The download of an S3 object, with its size and checksum from the object's metadata.
 /// The key as the bucket stores it. `Path::from` would escape the characters it deems unsafe
 /// (`~`, `%`, `[`, ...) and so ask for another key; a key with an empty, `.` or `..` segment cannot
 /// be asked for at all.
@@ -229,6 +228,7 @@ fn object_key(src: &str, key: &str) -> Result<object_store::path::Path, FetchErr
     })
 }
 
+/// The download of an S3 object, with its size and checksum from the object's metadata.
 pub(crate) async fn s3_job(
     f: &Fetcher,
     source: &Source,

@@ -5,9 +5,9 @@
 //! would pin the connections' whole read buffers (kilobytes each, for a few hundred bytes of
 //! answer) and make every next read allocate a new one; that buffer is one its thread reuses
 //! ([`spare`]). A request body over 4 KiB, read into a buffer of its own, is shared instead when
-//! it is kept whole: a long conversation is copied once, when the capture is kept. A capture larger than the whole budget is cut and marked `*_truncated`; the
-//! oldest captures go when new ones need the room (see [`ring`]). Secrets in headers are never
-//! kept.
+//! it is kept whole: a long conversation is copied once, when the capture is kept. A capture
+//! larger than the whole budget is cut and marked `*_truncated`; the oldest captures go when new
+//! ones need the room (see [`ring`]). Secrets in headers are never kept.
 
 mod ring;
 mod spare;
