@@ -204,23 +204,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::fleet::phase::{Phase, Spawned};
+    use crate::fleet::testing::{fleet, make_ready};
     use crate::fleet::StopReason;
-
-    fn fleet(yaml: &str) -> Fleet {
-        let config = crate::config::load_str("t.yaml", yaml, &|_| None)
-            .unwrap()
-            .config;
-        let spawner = crate::supervisor::Spawner::start(tokio::runtime::Handle::current()).unwrap();
-        Fleet::new(
-            Arc::new(config),
-            spawner,
-            Arc::new(crate::logs::Logs::default()),
-            crate::metrics::Metrics::new().fleet.clone(),
-            crate::supervisor::sweep::StateFile::new(None, "t"),
-            crate::sources::Fetcher::from_env(&|_| None),
-        )
-    }
 
     /// A ready instance told to stop (its idle time ran out, a swap needs its memory) takes no
     /// new request: one that comes before the stop is carried out waits for what comes next,
@@ -228,28 +213,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_request_waits_for_an_instance_told_to_stop() {
         let fleet = fleet("models:\n  m:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n");
-        /// A process for the instance's pid, killed however the test ends.
-        struct Engine(std::process::Child);
-        impl Drop for Engine {
-            fn drop(&mut self) {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-            }
-        }
-        let engine = Engine(
-            std::process::Command::new("sleep")
-                .arg("30")
-                .spawn()
-                .unwrap(),
-        );
-        let (stop, _orders) = tokio::sync::watch::channel(None);
-        fleet.inner.lock().instances.get_mut("m").unwrap().phase = Phase::Ready {
-            stop,
-            process: Spawned {
-                pid: engine.0.id(),
-                argv: vec!["sleep".into()],
-            },
-        };
+        let _engine = make_ready(&fleet, "m");
         let target = Target::Instance("m".into());
         drop(
             fleet

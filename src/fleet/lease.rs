@@ -11,7 +11,7 @@ use super::Inner;
 /// A direct request admitted for an instance that has no lease yet.
 pub(super) struct Reservation {
     pub(super) inner: Arc<Inner>,
-    /// Shared with the instance: a lease is taken for every request.
+    /// The instance's own `Arc` of its id, which also names it as the one held (`holder`).
     pub(super) id: Arc<str>,
     pub(super) done: bool,
 }
@@ -31,7 +31,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.done {
-            self.inner.update(&self.id, |i| i.reserved -= 1);
+            self.inner.unreserve(&self.id);
         }
     }
 }
@@ -71,6 +71,7 @@ impl Drop for Ticket {
 /// busy until the last byte is sent or the client goes away.
 pub struct Lease {
     pub(super) inner: Arc<Inner>,
+    /// As in `Reservation`: the instance's own `Arc`.
     pub(super) id: Arc<str>,
     pub(super) proxy: Arc<str>,
     pub(super) direct: bool,

@@ -50,6 +50,8 @@ mod start;
 mod stop;
 pub mod swap;
 mod swap_plan;
+#[cfg(test)]
+mod testing;
 mod weights;
 
 use std::collections::BTreeMap;
@@ -178,11 +180,19 @@ impl Inner {
 
     /// Gives back a request's hold on an instance: wakes waiters for capacity, but tells no
     /// watcher, since no state they show has changed (this runs once per request).
-    fn release(&self, id: &str, f: impl FnOnce(&mut Instance)) {
-        if let Some(inst) = self.lock().instances.get_mut(id) {
+    fn release(&self, id: &Arc<str>, f: impl FnOnce(&mut Instance)) {
+        if let Some(inst) = holder(&mut self.lock(), id) {
             f(inst);
         }
         self.changed.notify_waiters_if_any();
+    }
+
+    /// Gives back a reservation (see `release`), and tells watchers: its count is shown.
+    fn unreserve(&self, id: &Arc<str>) {
+        if let Some(inst) = holder(&mut self.lock(), id) {
+            inst.reserved -= 1;
+        }
+        self.touch();
     }
 
     /// Wakes waiters and tells watchers (events, metrics) that something changed.
@@ -190,4 +200,14 @@ impl Inner {
         self.changed.notify_waiters();
         self.generation.send_modify(|g| *g += 1);
     }
+}
+
+/// The instance a hold was taken on, if it is still in the fleet. A hold names its instance by
+/// the very `Arc` of its id: a successor a reload put in its place keeps that `Arc` (and the
+/// holds' counts), while a model removed and later added back under the same id gets a new one,
+/// so a hold on the removed instance is never given back to the new.
+fn holder<'a>(st: &'a mut State, id: &Arc<str>) -> Option<&'a mut Instance> {
+    st.instances
+        .get_mut(&**id)
+        .filter(|inst| Arc::ptr_eq(&inst.id, id))
 }

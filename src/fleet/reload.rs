@@ -89,10 +89,73 @@ impl Fleet {
 /// Puts `next` in the place of a stopped instance. The holds that live requests have on the place
 /// go with it: a waiting request's reservation, and the leases of answers still being sent (the
 /// process can stop under them), each given back once when it ends. Its generations go on from
-/// the old ones, so a request that waited on an old start cannot take a new one for it.
+/// the old ones, so a request that waited on an old start cannot take a new one for it. It keeps
+/// the old id's `Arc`, by which those holds name the instance they are on.
 fn succeed(old: &mut Instance, mut next: Instance) {
+    next.id = old.id.clone();
     next.reserved = old.reserved;
     next.in_flight = old.in_flight;
     next.generation = old.generation;
     *old = next;
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::catalog::Target;
+    use crate::fleet::phase::Phase;
+    use crate::fleet::testing::{config, fleet, make_ready};
+
+    const WITH_M: &str = "models:\n  m:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n";
+    const WITHOUT_M: &str = "models:\n  n:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n";
+
+    /// An answer still being sent when its engine stopped (it crashed, or was unloaded), its model
+    /// then removed by one reload and added back by another: the answer's end gives its hold back
+    /// to nothing, where it used to take it from the new instance (an underflow: a panic here, a
+    /// count of `usize::MAX` requests in flight in a release build, and the model never idle).
+    #[tokio::test]
+    async fn a_hold_on_a_removed_model_is_not_given_back_to_its_return() {
+        let fleet = fleet(WITH_M);
+        let engine = make_ready(&fleet, "m");
+        let lease = fleet
+            .acquire(&Target::Instance("m".into()), None)
+            .await
+            .expect("a ready instance serves");
+        fleet.inner.lock().instances.get_mut("m").unwrap().phase = Phase::Stopped;
+        drop(engine);
+
+        fleet.reconfigure(config(WITHOUT_M));
+        assert!(!fleet.inner.lock().instances.contains_key("m"));
+        fleet.reconfigure(config(WITH_M));
+        drop(lease);
+
+        let st = fleet.inner.lock();
+        assert_eq!(
+            (st.instances["m"].in_flight, st.instances["m"].reserved),
+            (0, 0)
+        );
+    }
+
+    /// The successor of a stopped instance takes over the holds of the answers still being sent,
+    /// and their ends give them back to it.
+    #[tokio::test]
+    async fn a_hold_on_a_changed_model_is_given_back_to_its_successor() {
+        let fleet = fleet(WITH_M);
+        let engine = make_ready(&fleet, "m");
+        let lease = fleet
+            .acquire(&Target::Instance("m".into()), None)
+            .await
+            .expect("a ready instance serves");
+        fleet.inner.lock().instances.get_mut("m").unwrap().phase = Phase::Stopped;
+        drop(engine);
+
+        fleet.reconfigure(config(&WITH_M.replace("/bin/false", "/bin/true")));
+        assert_eq!(fleet.inner.lock().instances["m"].in_flight, 1);
+        drop(lease);
+
+        let st = fleet.inner.lock();
+        assert_eq!(
+            (st.instances["m"].in_flight, st.instances["m"].reserved),
+            (0, 0)
+        );
+    }
 }
