@@ -613,6 +613,28 @@ async fn urls_are_checked_against_their_sha256_and_resumed() {
     assert!(matches!(e, FetchError::NotFound { .. }), "{e}");
 }
 
+/// A 206 whose bytes start elsewhere than the end of the part (here: at the file's first byte)
+/// is not appended to the part: the file is fetched again whole, where the part and the answer
+/// used to be joined into a file of the wrong bytes.
+#[tokio::test]
+async fn a_range_answered_from_elsewhere_is_not_appended() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let data = bytes(9, 120_000);
+    let path = "/files/r.gguf";
+    {
+        let mut s = hub.state.lock().unwrap();
+        s.files.insert("r.gguf".into(), data.clone());
+        s.drop_after.insert(path.into(), 50_000);
+        s.range_from_start.insert(path.into());
+    }
+    let source = src(&format!("{}{path}", hub.url));
+    let got = local(&hub, dir.path()).fetch(&source, &FILE).await.unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
+    assert_eq!(hub.resumed_at(path).len(), 1, "a range was asked for");
+    assert_eq!(hub.hits(path), 3, "cut, answered from elsewhere, whole");
+    assert!(leftovers(dir.path()).is_empty());
+}
+
 /// A part an interrupted run left is resumed only while the source still serves the version it
 /// came from: a file changed since comes whole, never as the old part and the new rest. A part
 /// whose version is not known (nor checkable by a digest) is fetched again whole too.

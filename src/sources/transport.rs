@@ -112,9 +112,13 @@ async fn open_http(
         .await
         .map_err(|e| Failure::Retry(error_chain(&e)))?;
     let status = resp.status();
-    let start = match status {
-        StatusCode::OK => 0,
-        StatusCode::PARTIAL_CONTENT => offset,
+    let (start, total) = match status {
+        StatusCode::OK => (0, resp.content_length()),
+        StatusCode::PARTIAL_CONTENT => match content_range(resp.headers()) {
+            Some((first, total)) if first == offset => (offset, total),
+            // bytes from elsewhere than the end of the part, or from where it does not say
+            _ => return Err(Failure::Restart),
+        },
         StatusCode::RANGE_NOT_SATISFIABLE => return Err(Failure::Restart),
         s => {
             return Err(http_failure(
@@ -125,10 +129,6 @@ async fn open_http(
                 &server_said(resp).await,
             ))
         }
-    };
-    let total = match status {
-        StatusCode::PARTIAL_CONTENT => content_range_total(resp.headers()),
-        _ => resp.content_length(),
     };
     let version = version_of(resp.headers());
     let stream = resp.bytes_stream().map_err(|e| error_chain(&e)).boxed();
@@ -194,10 +194,13 @@ pub(crate) fn http_failure(
     }
 }
 
-/// `Content-Range: bytes 100-199/200` → 200.
-fn content_range_total(headers: &HeaderMap) -> Option<u64> {
+/// `Content-Range: bytes 100-199/200` → where the bytes start (100) and, when known, the whole
+/// length (200; `*` says it is unknown).
+fn content_range(headers: &HeaderMap) -> Option<(u64, Option<u64>)> {
     let value = headers.get(http::header::CONTENT_RANGE)?.to_str().ok()?;
-    value.rsplit_once('/')?.1.trim().parse().ok()
+    let (range, total) = value.trim().strip_prefix("bytes ")?.split_once('/')?;
+    let first = range.split_once('-')?.0.trim().parse().ok()?;
+    Some((first, total.trim().parse().ok()))
 }
 
 /// The error with its causes, which is where reqwest keeps the useful part.
@@ -290,5 +293,23 @@ mod tests {
         assert_eq!(version_of(&headers(&[("etag", "W/\"abc\""), date])), None);
         assert_eq!(version_of(&headers(&[date])).as_deref(), Some(date.1));
         assert_eq!(version_of(&headers(&[])), None);
+    }
+
+    #[test]
+    fn a_content_range_says_where_its_bytes_start() {
+        let range = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert("content-range", http::HeaderValue::from_static(v));
+            content_range(&h)
+        };
+        assert_eq!(range("bytes 100-199/200"), Some((100, Some(200))));
+        assert_eq!(range("bytes 0-99/*"), Some((0, None)));
+        assert_eq!(
+            range("bytes */200"),
+            None,
+            "a refusal's form names no bytes"
+        );
+        assert_eq!(range("items 1-2/3"), None);
+        assert_eq!(content_range(&HeaderMap::new()), None);
     }
 }

@@ -83,6 +83,9 @@ pub struct State {
     pub token: Option<String>,
     /// Paths answered with this status and body instead.
     pub refuse: HashMap<String, (u16, String)>,
+    /// Paths whose range requests get all of the file from its first byte, in a 206 that says so,
+    /// as from a server that reads the range wrong.
+    pub range_from_start: HashSet<String>,
 }
 
 #[derive(Clone)]
@@ -365,6 +368,10 @@ fn content(
         .as_deref()
         .and_then(|r| r.strip_prefix("bytes="))
         .and_then(|r| r.trim_end_matches('-').parse::<usize>().ok());
+    let start = match start {
+        Some(_) if s.range_from_start.contains(path) => Some(0),
+        start => start,
+    };
     let (status, body) = match start {
         Some(n) if n >= total => return reply(StatusCode::RANGE_NOT_SATISFIABLE, ""),
         Some(n) => (StatusCode::PARTIAL_CONTENT, data.slice(n..)),
