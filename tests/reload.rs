@@ -313,3 +313,68 @@ async fn a_request_waiting_for_a_loading_pool_outlives_its_reload() {
     assert_eq!(resp.status, 200, "{}", resp.text());
     r.stop().await;
 }
+
+/// The pool `p`'s ready replicas as its `nodes_scaled` events told them, `(from, to)`, once
+/// `settled` says they are all there, or when one leaves it with none, or after 15 s.
+async fn ready_replicas(r: &Reloaded, settled: impl Fn(&[(u64, u64)]) -> bool) -> Vec<(u64, u64)> {
+    let lifecycle = format!("{}/api/lifecycle", r.p.url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let scaled: Vec<(u64, u64)> = get(&lifecycle).await.json()["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "nodes_scaled" && e["model"] == "p")
+            .map(|e| (e["from"].as_u64().unwrap(), e["to"].as_u64().unwrap()))
+            .collect();
+        let none = scaled.iter().skip(1).any(|&(_, to)| to == 0);
+        if settled(&scaled) || none || std::time::Instant::now() > deadline {
+            return scaled;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A lightly used pool that a reload changes starts another replica before its one ready replica
+/// stops for the change: the pool is never without a ready replica, though no request asks for
+/// one, where its replica used to stop at its first idle moment and the next request waited for
+/// a load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_light_pool_keeps_a_ready_replica_through_its_reload() {
+    let port = free_port_range(8);
+    let light = |flags: &str| {
+        format!(
+            "startPort: {port}\nmodels:\n{}",
+            fake_model("p", flags, "replicas: 2")
+        )
+    };
+    let r = Reloaded::start(&light("-np 2"));
+    assert_eq!(post_json(&r.url, &chat("p")).await.status, 200);
+    assert_eq!(spawned(r.p.dir.path(), "p"), 1, "one replica serves");
+    r.reload(&light("-np 2 --loading-ms 500 --alias changed"));
+
+    let scaled = ready_replicas(&r, |s| s.len() >= 3).await;
+    assert_eq!(scaled, [(0, 1), (1, 2), (2, 1)], "ready replicas");
+    assert_eq!(spawned(r.p.dir.path(), "p"), 2, "the other replica started");
+    assert_eq!(post_json(&r.url, &chat("p")).await.status, 200);
+    r.stop().await;
+}
+
+/// An idle pool of two ready replicas that a reload changes restarts them one after the other:
+/// the second serves until the first is back, where both used to stop at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_pool_is_restarted_one_replica_at_a_time() {
+    let port = free_port_range(8);
+    let r = Reloaded::start(&pool(port, "-np 2"));
+    assert_eq!(post_json(&r.url, &chat("p")).await.status, 200);
+    let started = ready_replicas(&r, |s| s.last() == Some(&(1, 2)) || s == [(0, 2)]).await;
+    assert_eq!(started.last().map(|s| s.1), Some(2), "{started:?}");
+    r.reload(&pool(port, "-np 2 --loading-ms 500 --alias changed"));
+
+    let restarted = |s: &[(u64, u64)]| s.ends_with(&[(2, 1), (1, 2), (2, 1)]);
+    let scaled = ready_replicas(&r, restarted).await;
+    assert!(restarted(&scaled), "ready replicas: {scaled:?}");
+    assert_eq!(spawned(r.p.dir.path(), "p"), 3, "one replica restarted");
+    assert_eq!(post_json(&r.url, &chat("p")).await.status, 200);
+    r.stop().await;
+}

@@ -81,7 +81,7 @@ impl Fleet {
         let replaced = |i: &Instance| i.retire != Retire::No && i.phase.is_stopped();
         if st.instances.get(id).is_some_and(replaced) {
             // its successor (if a reload kept it) is this request's now, not the start it awaited
-            Self::retire_idle(&mut st);
+            self.retire_idle(&mut st);
             direct.awaited = None;
         }
         let Some(inst) = st.instances.get(id) else {

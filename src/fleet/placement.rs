@@ -9,15 +9,7 @@ impl Fleet {
     /// With devices configured, finds room for `id` or says why not; `None` means it may start
     /// (placed, or with nothing to place).
     pub(super) fn make_room(&self, st: &mut State, id: &str) -> Option<Prepared> {
-        let inst = &st.instances[id];
-        let ask = Ask {
-            id,
-            need: &inst.need,
-            pinned: &inst.model.memory.devices,
-            pack: inst.model.memory.pack,
-        };
-        let occupants = occupants(st, Some(id));
-        match plan_room(&st.config.devices, &st.used_by_others, &ask, &occupants) {
+        match room_for(st, id) {
             RoomPlan::Unplaced => None,
             RoomPlan::Place(on) => {
                 st.instances.get_mut(id).expect("known").placed = on;
@@ -38,6 +30,19 @@ impl Fleet {
         }
     }
 
+    /// Places `id` where it fits beside what runs now, stopping nothing; false when it does not
+    /// fit so (or must wait for memory on its way back).
+    pub(super) fn place_beside(&self, st: &mut State, id: &str) -> bool {
+        match room_for(st, id) {
+            RoomPlan::Unplaced => true,
+            RoomPlan::Place(on) => {
+                st.instances.get_mut(id).expect("known").placed = on;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// What every instance but `except` holds now, for the ledger.
     pub(super) fn holders(st: &State, except: Option<&str>) -> Vec<ledger::Holder> {
         holders_of(&occupants(st, except))
@@ -52,6 +57,23 @@ impl Fleet {
             .map(|(k, _)| k.as_str());
         swap::conflicts(&st.config, &st.catalog, id, running).is_empty()
     }
+}
+
+/// The make-room decision for `id` as the fleet stands.
+fn room_for(st: &State, id: &str) -> RoomPlan {
+    let inst = &st.instances[id];
+    let ask = Ask {
+        id,
+        need: &inst.need,
+        pinned: &inst.model.memory.devices,
+        pack: inst.model.memory.pack,
+    };
+    plan_room(
+        &st.config.devices,
+        &st.used_by_others,
+        &ask,
+        &occupants(st, Some(id)),
+    )
 }
 
 /// Every instance but `except`, as the make-room decision sees it.

@@ -26,7 +26,7 @@ impl Fleet {
     /// Under the lock: is `id` ready with nothing to evict, or what must happen first.
     pub(super) fn prepare(&self, st: &mut State, id: &str, turn: Option<u64>) -> Prepared {
         if st.instances[id].retire != Retire::No {
-            Self::retire_idle(st);
+            self.retire_idle(st);
             match st.instances.get(id) {
                 None => return Prepared::Removed,
                 Some(i) if i.retire != Retire::No => return Prepared::Waiting,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::build::{build_instances, build_pools, same_process};
 use super::instance::Instance;
-use super::{weights, Fleet, Retire, State, StopReason};
+use super::{weights, Fleet, PhaseName, Retire, State, StopReason};
 use crate::catalog::Catalog;
 use crate::config::Config;
 
@@ -61,29 +61,92 @@ impl Fleet {
     /// Stops retired instances once no request is in flight there, and swaps in their successors
     /// once stopped. Requests that wait for a retired instance (a reservation, a place in its
     /// pool's queue) do not hold it: they want its successor, or, when it was removed, an answer.
-    pub(super) fn retire_idle(st: &mut State) {
-        let ids: Vec<String> = st
-            .instances
-            .iter()
-            .filter(|(_, i)| i.retire != Retire::No)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for id in ids {
+    /// A changed pool keeps a ready replica throughout (`start_successors`, `stands_in`).
+    pub(super) fn retire_idle(&self, st: &mut State) {
+        let retired = |st: &State| -> Vec<String> {
+            let ids = st.instances.iter().filter(|(_, i)| i.retire != Retire::No);
+            ids.map(|(k, _)| k.clone()).collect()
+        };
+        for id in retired(st) {
             let inst = st.instances.get_mut(&id).expect("listed");
-            if inst.phase.is_stopped() {
-                match std::mem::replace(&mut inst.retire, Retire::No) {
-                    Retire::Replace(next) => succeed(inst, *next),
-                    Retire::Remove => {
-                        st.instances.remove(&id);
-                    }
-                    Retire::No => {}
+            if !inst.phase.is_stopped() {
+                continue;
+            }
+            match std::mem::replace(&mut inst.retire, Retire::No) {
+                Retire::Replace(next) => succeed(inst, *next),
+                Retire::Remove => {
+                    st.instances.remove(&id);
                 }
-            } else if inst.in_flight == 0 {
+                Retire::No => {}
+            }
+        }
+        self.start_successors(st);
+        for id in retired(st) {
+            let stands_in = stands_in(st, &id);
+            let inst = st.instances.get_mut(&id).expect("listed");
+            if inst.in_flight == 0 && !stands_in && !inst.phase.is_stopped() {
                 let grace = inst.model.unload_timeout;
                 inst.order_stop(grace, StopReason::Reload);
             }
         }
     }
+
+    /// Starts a stopped member of each pool whose one ready member a reload retired, where it fits
+    /// beside what runs (no swap, no eviction): the retired member serves until it is ready, then
+    /// makes way (`stands_in`, `pool::draining`). A pool with one member, or no room for two,
+    /// restarts it in place.
+    fn start_successors(&self, st: &mut State) {
+        let pools: Vec<String> = st.pools.keys().cloned().collect();
+        for pool in pools {
+            let members = st.pools[&pool].members.clone();
+            let ready: Vec<&Instance> = members
+                .iter()
+                .map(|m| &st.instances[m])
+                .filter(|i| i.phase.is_ready())
+                .collect();
+            let retiring = matches!(ready[..], [only] if only.retire != Retire::No);
+            if !retiring || successor_on_its_way(st, &members) {
+                continue;
+            }
+            let next = members.iter().find(|m| {
+                let i = &st.instances[*m];
+                i.retire == Retire::No
+                    && i.phase.is_stopped()
+                    && !i.in_backoff()
+                    && self.conflict_free(st, m)
+            });
+            if let Some(next) = next.cloned() {
+                if self.place_beside(st, &next) {
+                    tracing::info!(instance = %next, "starting in place of a replica a reload changed");
+                    self.start(st, &next);
+                }
+            }
+        }
+    }
+}
+
+/// True for a changed pool member that is its pool's last ready one while a successor is on its
+/// way: it serves on until one is ready, rather than leave the pool with none.
+fn stands_in(st: &State, id: &str) -> bool {
+    let inst = &st.instances[id];
+    let Some(pool) = inst.pool.as_ref().and_then(|p| st.pools.get(p)) else {
+        return false;
+    };
+    let member = pool.members.iter().any(|m| m == id);
+    let another_ready = (pool.members.iter()).any(|m| m != id && st.instances[m].phase.is_ready());
+    member && inst.phase.is_ready() && !another_ready && successor_on_its_way(st, &pool.members)
+}
+
+/// True when a member that no reload retired is starting, or a retired one is stopping (its
+/// successor takes its place once it has stopped, and `start_successors` starts it).
+fn successor_on_its_way(st: &State, members: &[String]) -> bool {
+    members.iter().any(|m| {
+        let i = &st.instances[m];
+        matches!(
+            (i.retire == Retire::No, i.phase.name()),
+            (true, PhaseName::Starting) | (false, PhaseName::Stopping)
+        )
+    })
 }
 
 /// Puts `next` in the place of a stopped instance. The holds that live requests have on the place

@@ -77,7 +77,8 @@ impl Fleet {
         }
     }
 
-    /// Unloads ready instances idle for longer than their TTL. Runs until aborted.
+    /// Unloads ready instances idle for longer than their TTL, and carries a reload's changes out
+    /// (`reload.rs`). Runs until aborted.
     pub async fn run_ttl(self) {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -87,7 +88,7 @@ impl Fleet {
             let st = &mut *st;
             let retiring = st.instances.values().any(|i| i.retire != Retire::No);
             if retiring {
-                Self::retire_idle(st);
+                self.retire_idle(st);
             }
             for inst in st.instances.values_mut() {
                 let Some(ttl) = inst.model.ttl else { continue };
