@@ -269,7 +269,7 @@ async fn secrets_are_masked_in_running_logs_and_events() {
 }
 
 /// A command that cannot start fails the request with the command line in the message, secrets
-/// masked.
+/// masked; so do the model's status (which an inference key reads), its detail and its events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_start_does_not_show_the_secret() {
     let h = Harness::start(&format!(
@@ -294,6 +294,17 @@ async fn a_failed_start_does_not_show_the_secret() {
     let activity = send("GET", &url, ADMIN, &[], "").await.text();
     assert!(activity.contains("--api-key ***"), "{activity}");
     assert!(!activity.contains(ENGINE_SECRET), "{activity}");
+    for (path, key) in [
+        ("/v1/models", INFERENCE),
+        ("/api/models/m", ADMIN),
+        ("/api/lifecycle", ADMIN),
+        ("/api/state", ADMIN),
+    ] {
+        let shown = send("GET", &format!("{}{path}", h.url), key, &[], "").await;
+        let shown = shown.text();
+        assert!(shown.contains("--api-key ***"), "{path}: {shown}");
+        assert!(!shown.contains(ENGINE_SECRET), "{path}: {shown}");
+    }
     h.stop().await;
 }
 

@@ -95,6 +95,7 @@ impl Run {
 
     /// A start that failed: counted (unless aborted), published, and left for the waiters to see.
     fn fail(&self, err: StartError, counts: bool) {
+        let err = err.redacted(&self.inner.lock().config.redactor);
         tracing::warn!(instance = %self.id, "start failed: {err}");
         self.count_start(if counts { "failed" } else { "aborted" });
         if counts {

@@ -99,6 +99,40 @@ pub enum StartError {
     },
 }
 
+impl StartError {
+    /// The error with the secrets it may carry masked: the command line, and the engine's last
+    /// words (an engine may print its own arguments, keys among them). It is shown to clients, in
+    /// events and in model status, where only masked text may go.
+    pub fn redacted(self, redactor: &crate::config::Redactor) -> StartError {
+        let mask = |text: String| redactor.text(&text).into_owned();
+        match self {
+            StartError::Spawn { cmd, error } => StartError::Spawn {
+                cmd: mask(cmd),
+                error: mask(error),
+            },
+            StartError::Exited { status, tail } => StartError::Exited {
+                status,
+                tail: mask(tail),
+            },
+            StartError::Timeout { after, tail } => StartError::Timeout {
+                after,
+                tail: mask(tail),
+            },
+            StartError::Fetch { error } => StartError::Fetch { error: mask(error) },
+            StartError::Diagnosed {
+                diagnosis,
+                cause,
+                out_of_memory,
+            } => StartError::Diagnosed {
+                diagnosis: mask(diagnosis),
+                cause: Box::new(cause.redacted(redactor)),
+                out_of_memory,
+            },
+            e @ (StartError::PortInUse { .. } | StartError::Aborted) => e,
+        }
+    }
+}
+
 /// A loopback port the command is told to serve on that something else already listens on.
 /// Checked before spawning, so a squatter fails the start at once instead of answering the health
 /// checks in the engine's place. Commands that do not name the port (wrappers around a server
