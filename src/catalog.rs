@@ -139,6 +139,11 @@ impl Catalog {
         self.names.get(name).map(|(t, m)| (t, m))
     }
 
+    /// The length of the longest name that resolves, in bytes.
+    pub fn longest_name(&self) -> usize {
+        self.names.keys().map(String::len).max().unwrap_or(0)
+    }
+
     /// The model an instance belongs to.
     pub fn model_of(&self, instance: &str) -> Option<&str> {
         self.instances.get(instance).map(|r| r.model.as_str())

@@ -105,7 +105,8 @@ where
 /// profile's pins, and how many segments it took.
 fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(routing::Route, usize)> {
     let catalog = app.fleet.catalog();
-    (1..=segments.len()).rev().find_map(|n| {
+    let reach = within_reach(segments, routing::longest_name(&app.config, &catalog));
+    (1..=reach).rev().find_map(|n| {
         let raw = segments[..n].join("/");
         let decoded = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy();
         let name = routing::apply_profile(&app.config, &app.profiles, &decoded)?;
@@ -113,6 +114,18 @@ fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(routing::Route,
             .ok()
             .map(|route| (route, n))
     })
+}
+
+/// How many leading segments a name of at most `longest` bytes could span: those whose joined
+/// text is at most three times as long (`%XX` decodes to one byte). Trying every prefix of a path
+/// of a few thousand segments would cost its length squared, from a request that needs no key.
+fn within_reach(segments: &[&str], longest: usize) -> usize {
+    let mut joined = 0;
+    let fits = |s: &&&str| {
+        joined += s.len() + 1;
+        joined <= 3 * longest + 1
+    };
+    segments.iter().take_while(fits).count()
 }
 
 /// Passes the request to the peer that serves the model, the path after the model as sent.
@@ -203,4 +216,24 @@ fn slash_redirect(method: &Method, rest: &str, query: &str) -> Response<Body> {
         StatusCode::PERMANENT_REDIRECT
     };
     redirect(status, &format!("/upstream/{rest}/{query}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_reach;
+
+    #[test]
+    fn only_prefixes_a_name_could_span_are_tried() {
+        let path = ["org", "model", "v1", "chat", "completions"];
+        assert_eq!(
+            within_reach(&path, 3),
+            2,
+            "'org/model': 9 bytes, 3 of them %XX"
+        );
+        assert_eq!(within_reach(&path, 2), 1);
+        assert_eq!(within_reach(&path, 6), 4, "'org/model/v1/chat': 18 bytes");
+        assert_eq!(within_reach(&path, 1000), path.len());
+        let slashes = vec![""; 60_000];
+        assert_eq!(within_reach(&slashes, 20), 61);
+    }
 }

@@ -89,6 +89,22 @@ pub fn apply_profile<'a>(
     }
 }
 
+/// The longest name a request could use (model, alias, replica, pool, selector, a profile's pin,
+/// `peer/model`), in bytes: no longer text can name anything.
+pub fn longest_name(config: &Config, catalog: &Catalog) -> usize {
+    let pins = config.profiles.values().flat_map(|p| p.pins.keys());
+    let peers = config
+        .peers
+        .iter()
+        .flat_map(|(id, p)| p.models.iter().map(move |m| id.len() + 1 + m.len()));
+    (pins.map(String::len))
+        .chain(config.selectors.keys().map(String::len))
+        .chain(peers)
+        .chain(std::iter::once(catalog.longest_name()))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Resolves a requested name. Selectors choose one of their targets; `hold` keeps a spillover count.
 pub fn resolve(
     config: &Config,
