@@ -261,14 +261,42 @@ fn spillover(
     Ok(best)
 }
 
-/// The target of `set` with the least `load`; ties take turns.
+/// The target of `set` with the least `load`; ties take turns. Each load is read once: other
+/// requests move them meanwhile, and a second read could find no target at the least.
 fn least_loaded(
     spill: &Spillover,
     set: &[&String],
     load: impl Fn(&str) -> usize,
 ) -> Option<String> {
-    let min = set.iter().map(|t| load(t)).min()?;
-    let ties: Vec<&&String> = set.iter().filter(|t| load(t) == min).collect();
+    let loads: Vec<(&String, usize)> = set.iter().map(|t| (*t, load(t))).collect();
+    let min = loads.iter().map(|(_, l)| *l).min()?;
+    let ties: Vec<&String> = (loads.iter())
+        .filter(|(_, l)| *l == min)
+        .map(|(t, _)| *t)
+        .collect();
     let i = spill.rr.fetch_add(1, Ordering::Relaxed) % ties.len();
-    Some((*ties[i]).clone())
+    Some(ties[i].clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Other requests move the loads while one picks: a target is still chosen, where reading
+    /// them twice could find none at the least and divide by zero.
+    #[test]
+    fn loads_that_move_meanwhile_still_give_a_target() {
+        let spill = Spillover::default();
+        let (a, b) = ("a".to_string(), "b".to_string());
+        let reads = std::cell::Cell::new(0);
+        let moving = |_: &str| {
+            reads.set(reads.get() + 1);
+            reads.get()
+        };
+        assert_eq!(
+            least_loaded(&spill, &[&a, &b], moving).as_deref(),
+            Some("a")
+        );
+        assert_eq!(reads.get(), 2, "each load read once");
+    }
 }
