@@ -469,6 +469,36 @@ async fn a_cross_site_form_cannot_load_a_model() {
     h.stop().await;
 }
 
+/// A page on another site cannot load a model with a GET either (an `<img>` of the engine's own
+/// route, `/props?model=`, a websocket); the same GET from a script loads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_site_get_cannot_load_a_model() {
+    let h = Harness::start(&format!("models:\n{}", fake_model("m", "", ""))).await;
+    let img = [("sec-fetch-site", "cross-site")];
+    for path in ["/upstream/m/health", "/props?model=m"] {
+        let r = request("GET", &format!("{}{path}", h.url), &img, Bytes::new()).await;
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+    }
+    let socket = [
+        ("origin", "http://evil.example"),
+        ("connection", "upgrade"),
+        ("upgrade", "websocket"),
+    ];
+    let r = request(
+        "GET",
+        &format!("{}/upstream/m/ws", h.url),
+        &socket,
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(h.running().await, Vec::<String>::new(), "nothing loaded");
+    let r = get(&format!("{}/upstream/m/health", h.url)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(h.running().await, ["m"]);
+    h.stop().await;
+}
+
 /// With keys set, a preflight for a management route allows no origin, while model routes keep
 /// `*` for browser API clients with their own key; without keys every preflight answers `*`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

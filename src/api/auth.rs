@@ -120,17 +120,27 @@ pub fn changes_state(method: &Method, path: &str) -> bool {
 }
 
 /// A model request a browser on another site could send without asking first (no CORS preflight):
-/// a POST of a form, multipart or plain-text body carrying no key header. A page could make one
-/// with a `<form>` and load a model, or swap out the ones serving. A JSON body or a key header makes
-/// the browser ask first, and CORS answers that for model routes, so those stay open to browser apps.
+/// a POST of a form, multipart or plain-text body, or a GET that names a model (`/upstream/<m>/..`,
+/// `/props?model=`, a websocket), carrying no key header. A page could make one with a `<form>`,
+/// an `<img>` or a `WebSocket` and load a model, or swap out the ones serving. A JSON body or a key
+/// header makes the browser ask first, and CORS answers that for model routes, so those stay open
+/// to browser apps.
 pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) -> bool {
-    if *method != Method::POST || !is_model_route(path) {
-        return false;
-    }
-    let has_key = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(&X_API_KEY);
+    let simple = match *method {
+        Method::POST => is_model_route(path) && simple_body(headers),
+        Method::GET | Method::HEAD => {
+            path.starts_with("/upstream/") || super::inference::query_route(path).is_some()
+        }
+        _ => false,
+    };
+    simple && !headers.contains_key(header::AUTHORIZATION) && !headers.contains_key(&X_API_KEY)
+}
+
+/// A body a `<form>` can send: none, a form, multipart or plain text.
+fn simple_body(headers: &HeaderMap) -> bool {
     // no allocation: this runs for every model POST
     let ct = super::extract::content_type(headers).as_bytes();
-    let simple = ct.is_empty()
+    ct.is_empty()
         || [
             "application/x-www-form-urlencoded",
             "multipart/form-data",
@@ -140,8 +150,7 @@ pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) ->
         .any(|t| {
             ct.get(..t.len())
                 .is_some_and(|p| p.eq_ignore_ascii_case(t.as_bytes()))
-        });
-    simple && !has_key
+        })
 }
 
 /// True for a request a browser sent from another site. Browsers say so in `Sec-Fetch-Site`, which
@@ -358,6 +367,20 @@ mod tests {
             "/v1/models",
             &headers(&[])
         ));
+    }
+
+    #[test]
+    fn gets_that_name_a_model_are_simple_requests() {
+        let none = headers(&[]);
+        for path in ["/upstream/m/health", "/props", "/sdapi/v1/loras"] {
+            assert!(simple_model_request(&Method::GET, path, &none), "{path}");
+            assert!(simple_model_request(&Method::HEAD, path, &none), "{path}");
+        }
+        let keyed = headers(&[("x-api-key", "k")]);
+        assert!(!simple_model_request(&Method::GET, "/upstream/m/x", &keyed));
+        for path in ["/v1/models", "/running", "/api/events"] {
+            assert!(!simple_model_request(&Method::GET, path, &none), "{path}");
+        }
     }
 
     #[test]
