@@ -59,7 +59,8 @@ pub fn serves(method: &Method, path: &str) -> bool {
 }
 
 /// Answers a path `serves` accepted: `/ui` redirects to `/ui/`, a known file is served, another
-/// path with an extension is 404, anything else is a page and gets `index.html`.
+/// file name beside them (`/ui/<name>.<ext>`) is 404, anything else is a page and gets
+/// `index.html`: a page's own part may hold a dot (`/ui/models/qwen2.5-7b`).
 pub fn serve(path: &str, keys_required: bool) -> Response<Body> {
     let Some(rest) = path.strip_prefix("/ui/") else {
         return redirect("/ui/");
@@ -67,8 +68,7 @@ pub fn serve(path: &str, keys_required: bool) -> Response<Body> {
     if let Some(asset) = ASSETS.iter().find(|a| a.path == rest) {
         return file(asset.content_type, asset.body);
     }
-    let last = rest.rsplit('/').next().unwrap_or("");
-    if last.contains('.') {
+    if !rest.contains('/') && rest.contains('.') {
         return not_found();
     }
     let keys = if keys_required { "required" } else { "none" };
@@ -114,5 +114,20 @@ mod tests {
     fn index_carries_the_keys_marker_once() {
         assert_eq!(ASSETS[0].path, "index.html");
         assert_eq!(ASSETS[0].body.matches(KEYS_MARKER).count(), 1);
+    }
+
+    /// A model's page is a page whatever its id; only a file the dashboard does not have is 404.
+    #[test]
+    fn a_model_page_is_served_though_its_id_has_a_dot() {
+        let page = |path| {
+            let r = serve(path, false);
+            let html = r.headers()[header::CONTENT_TYPE] == "text/html; charset=utf-8";
+            (r.status(), html)
+        };
+        assert_eq!(page("/ui/models/qwen2.5-7b"), (StatusCode::OK, true));
+        assert_eq!(page("/ui/logs/qwen2.5-7b"), (StatusCode::OK, true));
+        assert_eq!(page("/ui/models"), (StatusCode::OK, true));
+        assert_eq!(page("/ui/nothing.js").0, StatusCode::NOT_FOUND);
+        assert_eq!(page("/ui/app.js"), (StatusCode::OK, false));
     }
 }
