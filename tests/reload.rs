@@ -378,3 +378,38 @@ async fn an_idle_pool_is_restarted_one_replica_at_a_time() {
     assert_eq!(post_json(&r.url, &chat("p")).await.status, 200);
     r.stop().await;
 }
+
+/// A GET whose answer streams; the task reads it to its end.
+async fn streaming(url: &str) -> tokio::task::JoinHandle<()> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let req = http::Request::get(url)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200, "{url}");
+    let mut body = resp.into_body();
+    tokio::spawn(async move { while let Some(Ok(_)) = body.frame().await {} })
+}
+
+/// Streams opened before a reload (`/api/events`, `/logs/stream`) end with it, so none goes on
+/// under the keys, masks and config it began with: a client opens them again under the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_end_at_a_reload() {
+    let port = free_port_range(8);
+    let r = Reloaded::start(&config(port, "", ""));
+    let events = streaming(&format!("{}/api/events", r.p.url)).await;
+    let logs = streaming(&format!("{}/logs/stream", r.p.url)).await;
+    r.reload(&config(port, "--alias changed", ""));
+    for stream in [events, logs] {
+        tokio::time::timeout(Duration::from_secs(10), stream)
+            .await
+            .expect("the stream ended")
+            .unwrap();
+    }
+    let again = streaming(&format!("{}/api/events", r.p.url)).await;
+    assert!(!again.is_finished());
+    again.abort();
+    r.stop().await;
+}

@@ -32,8 +32,12 @@ pub struct App {
     pub fleet: Fleet,
     /// The fleet's catalog when this App was built: a reload builds a new App.
     pub catalog: Arc<crate::catalog::Catalog>,
-    /// Cancelled when shutdown starts, so endless streams (events, logs) end and the drain can finish.
+    /// Cancelled when shutdown starts; shared by every App a reload builds.
     pub closing: tokio_util::sync::CancellationToken,
+    /// Cancelled when a reload puts another App in this one's place, or at shutdown: endless
+    /// streams (events, logs) end with it, so that none goes on under the keys, masks and config
+    /// it began with (a client opens them again), and the drain can finish.
+    pub replaced: tokio_util::sync::CancellationToken,
     pub profiles: routing::Profiles,
     pub spillover: routing::Spillover,
     pub(super) peer_clients: BTreeMap<String, Arc<Upstream>>,
@@ -70,6 +74,7 @@ impl App {
         );
         next.inflight = self.inflight.clone();
         next.budget = self.budget.clone();
+        next.replaced = self.closing.child_token();
         next.closing = self.closing.clone();
         next
     }
@@ -104,10 +109,12 @@ impl App {
             .map(|(id, p)| (id.clone(), client_for(&p.timeouts)))
             .collect();
         let peer_loads = peer_load::PeerLoads::start(&config, &peer_clients);
+        let closing = tokio_util::sync::CancellationToken::new();
         App {
             peer_loads,
             catalog: fleet.catalog(),
-            closing: Default::default(),
+            replaced: closing.child_token(),
+            closing,
             profiles: Default::default(),
             spillover: Default::default(),
             peer_clients,

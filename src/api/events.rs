@@ -95,7 +95,7 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
                     Err(_) => return,
                 },
                 _ = tx.closed() => return,
-                _ = app.closing.cancelled() => return,
+                _ = app.replaced.cancelled() => return,
             };
             if tx.try_send(next).is_err() && tx.is_closed() {
                 return;

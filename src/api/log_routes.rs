@@ -76,26 +76,26 @@ fn log_stream(ring: &Arc<LogRing>, with_history: bool, app: &App) -> Response<Bo
     };
     let live = LiveLog {
         rx: ring.subscribe(),
-        closing: app.closing.clone(),
+        replaced: app.replaced.clone(),
         redactor: app.config.redactor.clone(),
     };
     plain_stream(history.unwrap_or_default(), Some(live))
 }
 
-/// A log's new writes, with this config's secrets masked, until shutdown.
+/// A log's new writes, with this config's secrets masked, until a reload or shutdown.
 struct LiveLog {
     rx: tokio::sync::broadcast::Receiver<Bytes>,
-    closing: tokio_util::sync::CancellationToken,
+    replaced: tokio_util::sync::CancellationToken,
     redactor: crate::config::Redactor,
 }
 
 impl LiveLog {
     /// The next write, or a note of how many were dropped while this reader lagged; none once the
-    /// log or the server closes.
+    /// log closes, or the config it masks with is replaced or the server closes.
     async fn next(&mut self) -> Option<Bytes> {
         let received = tokio::select! {
             r = self.rx.recv() => r,
-            _ = self.closing.cancelled() => return None,
+            _ = self.replaced.cancelled() => return None,
         };
         match received {
             Ok(data) => Some(self.redactor.bytes(data)),

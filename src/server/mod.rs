@@ -184,7 +184,11 @@ impl Server {
                         .unwrap_or_else(|e| e.into_inner())
                         .reloaded(),
                 );
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = next;
+                let old = std::mem::replace(
+                    &mut *self.current.write().unwrap_or_else(|e| e.into_inner()),
+                    next,
+                );
+                old.replaced.cancel();
                 self.metrics
                     .config_reloads
                     .with_label_values(&["success"])
