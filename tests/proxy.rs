@@ -54,6 +54,33 @@ async fn unknown_or_missing_model_is_404_with_the_envelope() {
     h.stop().await;
 }
 
+/// A known path asked with a method it does not take is 405 with the methods it does take in
+/// `Allow`, as llama-swap's mux answers; an unknown path stays 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_method_is_405_with_the_methods_allowed() {
+    let h = Harness::start(&format!("models:\n{}", fake_model("a", "", ""))).await;
+    for (method, path, allowed) in [
+        ("POST", "/running", "GET, HEAD"),
+        ("GET", "/v1/chat/completions", "POST"),
+        ("PUT", "/api/inflight/x/cancel", "POST"),
+        ("DELETE", "/props", "GET, HEAD"),
+    ] {
+        let r = request(method, &format!("{}{path}", h.url), &[], Bytes::new()).await;
+        assert_eq!(r.status, 405, "{method} {path}: {}", r.text());
+        assert_eq!(r.header("allow"), Some(allowed), "{method} {path}");
+    }
+    let r = request(
+        "PUT",
+        &format!("{}/no/such/route", h.url),
+        &[],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(h.count_events("a", "spawned"), 0);
+    h.stop().await;
+}
+
 fn multipart(boundary: &str, model: &str, file: &[u8]) -> Vec<u8> {
     let mut body = Vec::new();
     body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());

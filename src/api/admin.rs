@@ -90,8 +90,32 @@ where
 {
     match router::find(ROUTES, method, path) {
         Some((page, params)) => answer(app, req, page, &params).await,
-        None => Ok(not_found()),
+        None => Ok(not_allowed(path).unwrap_or_else(not_found)),
     }
+}
+
+/// For a path some route answers with other methods: 405 with the methods in `Allow`, as
+/// llama-swap's Go mux answers, so a client that used the wrong method is told so.
+fn not_allowed(path: &str) -> Option<Response<Body>> {
+    let mut methods = router::methods_for(ROUTES, path);
+    let model = super::inference::model_route(path).map(|_| router::Methods::Post);
+    let query = super::inference::query_route(path).map(|_| router::Methods::Read);
+    for m in model.into_iter().chain(query) {
+        if !methods.contains(&m) {
+            methods.push(m);
+        }
+    }
+    if methods.is_empty() {
+        return None;
+    }
+    let allow: Vec<&str> = methods.iter().map(|m| m.names()).collect();
+    let response = Response::builder()
+        .status(StatusCode::METHOD_NOT_ALLOWED)
+        .header(header::ALLOW, allow.join(", "))
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(crate::body::full("Method Not Allowed\n"))
+        .expect("valid");
+    Some(response)
 }
 
 async fn answer<B>(

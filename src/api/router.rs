@@ -21,6 +21,15 @@ pub enum Methods {
 }
 
 impl Methods {
+    /// The methods as an `Allow` header lists them.
+    pub fn names(self) -> &'static str {
+        match self {
+            Methods::Read => "GET, HEAD",
+            Methods::Post => "POST",
+            Methods::Put => "PUT",
+        }
+    }
+
     fn allow(self, method: &Method) -> bool {
         match self {
             Methods::Read => *method == Method::GET || *method == Method::HEAD,
@@ -69,6 +78,18 @@ pub fn find<'p, H: Copy>(
         .iter()
         .filter(|r| r.methods.allow(method))
         .find_map(|r| matches(r.pattern, path).map(|params| (r.handler, params)))
+}
+
+/// The methods of every route whose pattern matches `path`, in table order, once each: what a
+/// request for the path with another method is told to use (`405` with `Allow`).
+pub fn methods_for<H>(table: &[Route<H>], path: &str) -> Vec<Methods> {
+    let mut found: Vec<Methods> = Vec::new();
+    for r in table.iter().filter(|r| matches(r.pattern, path).is_some()) {
+        if !found.contains(&r.methods) {
+            found.push(r.methods);
+        }
+    }
+    found
 }
 
 /// The captures of `path` under `pattern`, if it matches.
