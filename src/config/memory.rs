@@ -188,27 +188,30 @@ pub fn device_refresh(top: &MapReader<'_>) -> Result<Option<Duration>, ConfigErr
 /// Seconds between readings of the GPUs' processes when `deviceRefresh` is not set.
 pub const DEFAULT_DEVICE_REFRESH_S: u64 = 5;
 
+/// The fastest `loadBandwidth` taken, 1 TiB/s: far beyond any disk or network, and small
+/// enough that no MiB count multiplies past a u64.
+const MAX_LOAD_BANDWIDTH: u64 = 1 << 40;
+
+/// `loadBandwidth`: MiB per second as a number, or a rate such as `500MiB/s`.
 pub fn load_bandwidth(top: &MapReader<'_>) -> Result<u64, ConfigError> {
-    match top.get("loadBandwidth").map(|n| &n.value) {
-        None => Ok(DEFAULT_LOAD_BANDWIDTH),
-        Some(Value::Int(mib)) if *mib > 0 => Ok(*mib as u64 * 1024 * 1024),
-        Some(Value::Str(s)) => {
-            let per_second = s.trim_end_matches("/s");
-            parse_bytes(per_second)
-                .ok()
-                .filter(|b| *b > 0)
-                .ok_or_else(|| {
-                    top.err(
-                        "loadBandwidth",
-                        "must be MiB per second (150) or a rate such as 500MiB/s",
-                    )
-                })
-        }
-        Some(_) => Err(top.err(
+    let bytes = match top.get("loadBandwidth").map(|n| &n.value) {
+        None => return Ok(DEFAULT_LOAD_BANDWIDTH),
+        Some(Value::Int(mib)) if *mib > 0 => Some((*mib as u64).saturating_mul(1 << 20)),
+        Some(Value::Str(s)) => parse_bytes(s.trim_end_matches("/s"))
+            .ok()
+            .filter(|b| *b > 0),
+        Some(_) => None,
+    };
+    let bytes = bytes.ok_or_else(|| {
+        top.err(
             "loadBandwidth",
             "must be MiB per second (150) or a rate such as 500MiB/s",
-        )),
+        )
+    })?;
+    if bytes > MAX_LOAD_BANDWIDTH {
+        return Err(top.err("loadBandwidth", "must be at most 1TiB/s"));
     }
+    Ok(bytes)
 }
 
 pub fn seconds(r: &MapReader<'_>, key: &str) -> Result<Option<Duration>, ConfigError> {

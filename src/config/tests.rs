@@ -673,3 +673,138 @@ fn a_found_gpu_is_budgeted_with_five_percent_in_reserve_and_pinned_by_its_select
         }
     );
 }
+
+/// YAML merge keys, as Go's yaml.v3 applies them for llama-swap: a whole model from a template,
+/// and a nested mapping from a list of them, keys written in place winning.
+#[test]
+fn merge_keys_share_templates_and_errors_point_at_the_anchor() {
+    let c = load(
+        "models:\n  base: &base\n    cmd: srv --port ${PORT}\n    ttl: 30\n    capabilities: &caps {in: [text], tools: true, context: 4096}\n  big:\n    <<: *base\n    ttl: 60\n    capabilities: {<<: [*caps], context: 202752}\n",
+    );
+    let big = &c.models["big"];
+    assert_eq!(big.argv, ["srv", "--port", "5801"]);
+    assert_eq!(big.ttl, Some(Duration::from_secs(60)));
+    assert_eq!(big.capabilities.input, ["text"]);
+    assert!(big.capabilities.tools);
+    assert_eq!(big.capabilities.context, 202752);
+    assert_eq!(c.models["base"].capabilities.context, 4096);
+    let err = load_err(
+        "templates: {t: &t {ttl: soon}}\nmodels:\n  m: {<<: *t, cmd: srv, proxy: 'http://h:1'}\n",
+    );
+    assert_eq!(
+        err,
+        "t.yaml:1:25: models.m.ttl: must be an integer, not a string"
+    );
+    let err = load_err("models:\n  m: {<<: [srv], cmd: srv, proxy: 'http://h:1'}\n");
+    assert!(
+        err.starts_with("t.yaml:2:7: <<: a merge key takes a mapping"),
+        "{err}"
+    );
+}
+
+/// llama-swap looks for unknown macros only under the keys it knows, and only at `${name}`.
+#[test]
+fn leftover_macros_are_looked_for_in_known_keys_and_only_as_macro_names() {
+    let c = load(
+        "defaults:\n  cmd: &cmd \"srv --port ${PORT}\"\nmodels:\n  m: {cmd: *cmd}\n  s: {cmd: \"sh -c 'exec srv --dir ${MODELS:-/models}'\", proxy: 'http://h:1'}\n",
+    );
+    assert_eq!(c.models["m"].argv, ["srv", "--port", "5800"]);
+    assert_eq!(
+        c.models["s"].argv,
+        ["sh", "-c", "exec srv --dir ${MODELS:-/models}"]
+    );
+    let err = load_err("models:\n  m: {cmd: 'srv ${a-b} ${MODELS:-x}', proxy: 'http://h:1'}\n");
+    assert!(
+        err.contains("models.m.cmd: unknown macro '${a-b}'"),
+        "{err}"
+    );
+    let err = load_err("hooks: {on_startup: {preload: ['${nope}']}}\n");
+    assert!(err.contains("unknown macro '${nope}'"), "{err}");
+}
+
+/// SanitizeCommand trims each line before looking for the `\` that continues it.
+#[test]
+fn cmd_continuations_are_found_on_trimmed_lines() {
+    let c = load(
+        "models:\n  a:\n    proxy: 'http://h:1'\n    cmd: |\n      srv \\ \n        --x \\\t\n        # a comment \\\n        --y\n  b: {cmd: 'srv --x \\', proxy: 'http://h:1'}\n",
+    );
+    assert_eq!(c.models["a"].argv, ["srv", "--x", "--y"]);
+    assert_eq!(c.models["b"].argv, ["srv", "--x"]);
+}
+
+/// `chat` with two replicas is reached as `chat-0` and `chat-1` too: no other model may be.
+#[test]
+fn a_replica_named_like_another_model_or_alias_is_refused() {
+    let err = load_err(
+        "models:\n  chat: {cmd: 'srv --port ${PORT}', replicas: 2}\n  chat-1: {cmd: 'srv --port ${PORT}'}\n",
+    );
+    assert_eq!(
+        err,
+        "t.yaml:2:47: models.chat.replicas: replica \"chat-1\" of model \"chat\" has the same name as model \"chat-1\""
+    );
+    let err = load_err(
+        "models:\n  chat: {cmd: 'srv --port ${PORT}', replicas: 2}\n  other: {cmd: 'srv --port ${PORT}', aliases: [chat-0]}\n",
+    );
+    assert!(
+        err.contains(
+            "replica \"chat-0\" of model \"chat\" has the same name as an alias of model \"other\""
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn huge_durations_and_bandwidths_are_errors_not_panics() {
+    let err = load_err("performance: {every: 99999999999999999999s}\n");
+    assert!(
+        err.contains("performance.every: \"99999999999999999999s\" is not a duration"),
+        "{err}"
+    );
+    assert_eq!(decode::parse_go_duration("2562048h"), None);
+    assert!(decode::parse_go_duration("2562047h").is_some());
+    let err = load_err("loadBandwidth: 9000000000000000000\n");
+    assert!(
+        err.contains("loadBandwidth: must be at most 1TiB/s"),
+        "{err}"
+    );
+    assert!(load_err("loadBandwidth: 2TiB/s\n").contains("at most 1TiB/s"));
+    assert_eq!(load("loadBandwidth: 1048576\n").load_bandwidth, 1 << 40);
+}
+
+/// A null `proxy` is filled in as an absent one is, replicas included.
+#[test]
+fn a_null_proxy_gets_the_default() {
+    let c = load(
+        "models:\n  a:\n    cmd: srv --port ${PORT}\n    proxy:\n  b: {cmd: 'srv --port ${PORT}', proxy: ~, replicas: 2}\n",
+    );
+    assert_eq!(c.models["a"].proxy, "http://localhost:5800");
+    let proxies: Vec<&str> = c.models["b"]
+        .instances
+        .iter()
+        .map(|i| i.proxy.as_str())
+        .collect();
+    assert_eq!(proxies, ["http://localhost:5801", "http://localhost:5802"]);
+}
+
+#[test]
+fn an_alias_equal_to_its_own_id_is_accepted() {
+    let c = load("models:\n  qwen: {cmd: srv, proxy: 'http://h:1', aliases: [qwen, q]}\n");
+    assert_eq!(c.models["qwen"].aliases, ["q"]);
+    assert_eq!(c.real_model_name("qwen"), Some("qwen"));
+    let err = load_err(
+        "models:\n  a: {cmd: srv, proxy: 'http://h:1', aliases: [b]}\n  b: {cmd: srv, proxy: 'http://h:1'}\n",
+    );
+    assert!(err.contains("alias \"b\" is also a model id"), "{err}");
+}
+
+/// `setParamsByID` keys take macros, so one left unresolved is an unknown macro, not an alias.
+#[test]
+fn set_params_by_id_keys_with_unknown_macros_are_refused() {
+    let err = load_err(
+        "models:\n  m:\n    cmd: srv\n    proxy: 'http://h:1'\n    filters:\n      setParamsByID:\n        '${typo}:fast': {temperature: 1}\n",
+    );
+    assert_eq!(
+        err,
+        "t.yaml:7:25: models.m.filters.setParamsByID: unknown macro '${typo}' in the key \"${typo}:fast\""
+    );
+}

@@ -216,13 +216,71 @@ struct Frame {
 
 enum Body {
     Seq(Vec<Node>),
-    /// The entries so far, a key waiting for its value, and the keys seen (so a duplicate is
-    /// found in constant time: a mapping of a million keys must not take a million squared).
-    Map(
-        Vec<(String, Node)>,
-        Option<Node>,
-        std::collections::HashSet<String>,
-    ),
+    Map(MapBody),
+}
+
+/// A mapping still being read.
+#[derive(Default)]
+struct MapBody {
+    entries: Vec<(String, Node)>,
+    /// A key waiting for its value.
+    pending: Option<Node>,
+    /// The keys seen, so a duplicate is found in constant time: a mapping of a million keys must
+    /// not take a million squared.
+    seen: std::collections::HashSet<String>,
+    /// The pending key is a merge key (a plain `<<`).
+    merge_key: bool,
+    /// Where the merge key stood among the entries, and the mappings it brings in, the one that
+    /// wins first.
+    merge: Option<(usize, Vec<Node>)>,
+}
+
+/// The key whose value (a mapping, or a list of them) lends its entries to the mapping it is in,
+/// as Go's yaml.v3 (and so llama-swap) reads it.
+const MERGE_KEY: &str = "<<";
+
+impl MapBody {
+    /// The entries with the merged ones in the merge key's place: keys written in the mapping win
+    /// over merged ones, and an earlier mapping of a merged list over a later one. Merged values
+    /// keep the locations of what they were copied from, so errors point at the anchor.
+    fn finish(self) -> Vec<(String, Node)> {
+        let Some((at, sources)) = self.merge else {
+            return self.entries;
+        };
+        let mut taken: std::collections::HashSet<String> =
+            self.entries.iter().map(|(k, _)| k.clone()).collect();
+        let mut entries = self.entries;
+        let merged: Vec<(String, Node)> = sources
+            .into_iter()
+            .flat_map(|source| match source.value {
+                Value::Map(entries) => entries,
+                _ => Vec::new(),
+            })
+            .filter(|(k, _)| taken.insert(k.clone()))
+            .collect();
+        entries.splice(at..at, merged);
+        entries
+    }
+}
+
+/// What a merge key's value brings in: a mapping, or a list of mappings (the first wins). An
+/// error names the merge key, where the mistake is written (an alias's value is elsewhere).
+fn merge_sources(key: &Node, node: Node) -> Result<Vec<Node>, ConfigError> {
+    let not_mergeable = |what: String| {
+        ConfigError::at(
+            key.loc.clone(),
+            Some(MERGE_KEY.into()),
+            format!("a merge key takes a mapping or a list of mappings, not {what}"),
+        )
+    };
+    match node.value {
+        Value::Map(_) => Ok(vec![node]),
+        Value::Seq(items) => match items.iter().find(|n| !matches!(n.value, Value::Map(_))) {
+            Some(bad) => Err(not_mergeable(format!("a list holding {}", bad.kind()))),
+            None => Ok(items),
+        },
+        _ => Err(not_mergeable(node.kind().into())),
+    }
 }
 
 impl Frame {
@@ -239,7 +297,7 @@ impl Frame {
     fn close(self) -> (Built, usize) {
         let value = match self.body {
             Body::Seq(items) => Value::Seq(items),
-            Body::Map(entries, _, _) => Value::Map(entries),
+            Body::Map(map) => Value::Map(map.finish()),
         };
         let built = Built {
             node: Node::new(value, self.loc),
@@ -275,21 +333,28 @@ impl Builder {
         let loc = self.loc(&mark);
         match ev {
             Event::Scalar(text, style, anchor, _tag) => {
-                let value = if style == TScalarStyle::Plain {
+                let plain = style == TScalarStyle::Plain;
+                let merge_key = plain && text == MERGE_KEY && self.awaits_key();
+                let value = if plain {
                     plain_scalar(text)
                 } else {
                     Value::Str(text)
                 };
                 self.push_value(Built::leaf(Node::new(value, loc)), anchor);
+                if let Some(Frame {
+                    body: Body::Map(map),
+                    ..
+                }) = self.stack.last_mut().filter(|_| merge_key)
+                {
+                    map.merge_key = true;
+                }
             }
             Event::SequenceStart(anchor, _) => {
                 self.open(Frame::open(loc, anchor, Body::Seq(Vec::new())))?
             }
-            Event::MappingStart(anchor, _) => self.open(Frame::open(
-                loc,
-                anchor,
-                Body::Map(Vec::new(), None, Default::default()),
-            ))?,
+            Event::MappingStart(anchor, _) => {
+                self.open(Frame::open(loc, anchor, Body::Map(MapBody::default())))?
+            }
             Event::SequenceEnd | Event::MappingEnd => {
                 if let Some(frame) = self.stack.pop() {
                     let (built, anchor) = frame.close();
@@ -300,6 +365,11 @@ impl Builder {
             _ => {}
         }
         Ok(())
+    }
+
+    /// True when the next scalar is a key of the mapping being read.
+    fn awaits_key(&self) -> bool {
+        matches!(self.stack.last(), Some(Frame { body: Body::Map(map), .. }) if map.pending.is_none())
     }
 
     fn open(&mut self, frame: Frame) -> Result<(), ConfigError> {
@@ -342,21 +412,31 @@ impl Builder {
         };
         frame.size += built.size;
         frame.height = frame.height.max(built.height + 1);
-        match &mut frame.body {
-            Body::Seq(items) => items.push(built.node),
-            Body::Map(_, pending @ None, _) => *pending = Some(built.node),
-            Body::Map(entries, pending @ Some(_), seen) => {
-                let key = pending.take().expect("a pending key");
-                let name = key.scalar_text().unwrap_or_default();
-                if !seen.insert(name.clone()) && self.error.is_none() {
-                    self.error = Some(ConfigError::at(
-                        key.loc,
-                        Some(name.clone()),
-                        "duplicate key".into(),
-                    ));
-                }
-                entries.push((name, built.node));
+        let map = match &mut frame.body {
+            Body::Seq(items) => return items.push(built.node),
+            Body::Map(map) => map,
+        };
+        let Some(key) = map.pending.take() else {
+            map.pending = Some(built.node);
+            return;
+        };
+        let name = key.scalar_text().unwrap_or_default();
+        let mut error = None;
+        if !map.seen.insert(name.clone()) {
+            let duplicate =
+                ConfigError::at(key.loc.clone(), Some(name.clone()), "duplicate key".into());
+            error = Some(duplicate);
+        }
+        if std::mem::take(&mut map.merge_key) {
+            match merge_sources(&key, built.node) {
+                Ok(sources) => map.merge = Some((map.entries.len(), sources)),
+                Err(e) => error = error.or(Some(e)),
             }
+        } else {
+            map.entries.push((name, built.node));
+        }
+        if self.error.is_none() {
+            self.error = error;
         }
     }
 }
@@ -434,6 +514,67 @@ mod tests {
             err.contains("d.yaml:2:1") && err.contains("duplicate key"),
             "{err}"
         );
+    }
+
+    fn text_of<'n>(n: &'n Node, key: &str) -> Option<&'n str> {
+        match &n.get(key)?.value {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn merge_keys_lend_entries_and_keys_written_in_the_mapping_win() {
+        let n = p("base: &b {cmd: a, ttl: 5}\nm:\n  cmd: x\n  <<: *b\n  name: n\n");
+        let m = n.get("m").unwrap();
+        let keys: Vec<&str> = m.entries().iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["cmd", "ttl", "name"],
+            "merged keys take the merge key's place"
+        );
+        assert_eq!(text_of(m, "cmd"), Some("x"));
+        let ttl = m.get("ttl").unwrap();
+        assert!(matches!(ttl.value, Value::Int(5)));
+        assert_eq!(
+            (ttl.loc.line, ttl.loc.col),
+            (1, 24),
+            "a merged value keeps the anchor's place"
+        );
+        let quoted = p("m: {'<<': {x: 1}}\n");
+        assert!(
+            quoted.get("m").unwrap().get("<<").is_some(),
+            "a quoted << is a plain key"
+        );
+    }
+
+    #[test]
+    fn a_merged_list_prefers_its_earlier_mappings_at_any_depth() {
+        let n = p(
+            "a: &a {x: a, y: a}\nb: &b {x: b, y: b, z: b}\nm:\n  caps: {<<: [*a, *b], y: own}\n",
+        );
+        let caps = n.get("m").unwrap().get("caps").unwrap();
+        assert_eq!(text_of(caps, "x"), Some("a"));
+        assert_eq!(text_of(caps, "y"), Some("own"));
+        assert_eq!(text_of(caps, "z"), Some("b"));
+        let inline = p("m: {<<: {x: 1}, y: 2}\n");
+        assert!(matches!(
+            inline.get("m").unwrap().get("x").unwrap().value,
+            Value::Int(1)
+        ));
+    }
+
+    #[test]
+    fn a_merge_key_takes_only_mappings() {
+        for (text, want) in [
+            ("m: {<<: 5}\n", "t.yaml:1:5: <<: a merge key takes a mapping or a list of mappings, not an integer"),
+            ("m:\n  <<:\n", "t.yaml:2:3: <<: a merge key takes a mapping or a list of mappings, not null"),
+            ("a: &a [1]\nm: {<<: *a}\n", "t.yaml:2:5: <<: a merge key takes a mapping or a list of mappings, not a list holding an integer"),
+            ("a: &a {x: 1}\nm: {<<: [*a, x]}\n", "t.yaml:2:5: <<: a merge key takes a mapping or a list of mappings, not a list holding a string"),
+        ] {
+            let err = parse(text, &Arc::from("t.yaml")).unwrap_err().to_string();
+            assert_eq!(err, want);
+        }
     }
 
     #[test]

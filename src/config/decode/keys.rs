@@ -1,8 +1,8 @@
 //! The keys each mapping understands; any other key is warned about and ignored, as llama-swap
 //! ignores it.
 
-/// The top level of a config file.
-pub(super) const TOP_KEYS: &[&str] = &[
+/// The top level of a config file (also the keys whose values may hold no unknown macro).
+pub(in crate::config) const TOP_KEYS: &[&str] = &[
     "healthCheckTimeout",
     "logLevel",
     "logTimeFormat",

@@ -29,6 +29,7 @@ use model::{decode_model, ModelDefaults};
 use parse::secs;
 use settings::Settings;
 
+pub(super) use keys::TOP_KEYS;
 #[cfg(test)]
 pub use parse::parse_go_duration;
 pub use parse::split_command;
@@ -107,6 +108,7 @@ fn decode_models(
         models.insert(id.clone(), model);
     }
     register_aliases(&mut models, &models_node)?;
+    check_replica_ids(&models, &models_node)?;
     Ok((models, defaults.devices))
 }
 
@@ -118,6 +120,10 @@ fn register_aliases(
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     let ids: BTreeSet<String> = models.keys().cloned().collect();
     for model in models.values_mut() {
+        // the id already names the model: an alias repeating it (llama-swap accepts one) would
+        // only list it twice
+        let id = model.id.clone();
+        model.aliases.retain(|a| **a != *id);
         let extra: Vec<String> = model
             .filters
             .set_params_by_id
@@ -141,6 +147,39 @@ fn register_aliases(
                     )));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// A replica is reached by its id (`<model>-<n>`) as a model is, so the id must not also be
+/// another model's id or alias: one of the two would silently shadow the other.
+fn check_replica_ids(
+    models: &BTreeMap<String, ModelConfig>,
+    reader: &MapReader<'_>,
+) -> Result<(), ConfigError> {
+    let mut names: BTreeMap<&str, String> = BTreeMap::new();
+    for m in models.values() {
+        names.insert(&m.id, format!("model {:?}", &*m.id));
+        for alias in &m.aliases {
+            names.insert(alias, format!("an alias of model {:?}", &*m.id));
+        }
+    }
+    for m in models.values() {
+        for inst in m.instances.iter().filter(|i| *i.id != *m.id) {
+            let Some(other) = names.get(inst.id.as_str()) else {
+                continue;
+            };
+            let node = reader.node.get(&m.id);
+            let at = node.and_then(|n| n.get("replicas")).or(node);
+            return Err(ConfigError::at(
+                at.map_or_else(|| reader.node.loc.clone(), |n| n.loc.clone()),
+                Some(format!("{}.{}.replicas", reader.path, m.id)),
+                format!(
+                    "replica {:?} of model {:?} has the same name as {other}",
+                    inst.id, &*m.id
+                ),
+            ));
         }
     }
     Ok(())

@@ -20,15 +20,30 @@ pub fn slots_from_argv(argv: &[String]) -> Option<usize> {
     })
 }
 
-/// Splits a command like a POSIX shell (no expansion, no shell), after joining `\` continuations.
+/// Splits a command like a POSIX shell (no expansion, no shell), after llama-swap's
+/// SanitizeCommand: comment lines dropped, and `\` continuations joined.
 pub fn split_command(cmd: &str) -> Result<Vec<String>, String> {
-    let joined = cmd.replace("\\\r\n", " ").replace("\\\n", " ");
-    let argv = shlex::split(&joined)
+    let argv = shlex::split(&join_lines(cmd))
         .ok_or_else(|| "cannot split the command: unbalanced quotes".to_string())?;
     if argv.is_empty() {
         return Err("empty command".into());
     }
     Ok(argv)
+}
+
+/// The command's lines without comment lines, each line whose trimmed text ends with `\` cut
+/// before it. Trimming first means a space after the `\` (which a YAML `|` block keeps) still
+/// continues the line instead of escaping a space into an argument of its own, and a `\` at
+/// the very end leaves nothing for the split to read as an unfinished escape.
+fn join_lines(cmd: &str) -> String {
+    cmd.split('\n')
+        .filter(|line| !line.trim().starts_with('#'))
+        .map(|line| match line.trim().strip_suffix('\\') {
+            Some(head) => format!("{head} "),
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Checks the upstream URL and returns its port.
@@ -47,7 +62,12 @@ pub(super) fn parse_proxy(proxy: &str) -> Result<Option<u16>, String> {
     Ok(uri.port_u16().or(Some(80)))
 }
 
-/// Parses Go duration strings such as `5s`, `1m30s`, `500ms`.
+/// The longest duration Go's time.Duration holds (2^63-1 ns, about 292 years): what
+/// llama-swap's ParseDuration refuses as invalid beyond it.
+const MAX_GO_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+/// Parses Go duration strings such as `5s`, `1m30s`, `500ms`; `None` for anything else, one
+/// longer than Go's durations hold included (it must not panic on `99999999999999999999s`).
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
     let mut total = 0f64;
     let mut rest = s.trim();
@@ -73,5 +93,7 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         total += value * scale;
         rest = &rest[unit_end..];
     }
-    Some(Duration::from_secs_f64(total))
+    Duration::try_from_secs_f64(total)
+        .ok()
+        .filter(|d| *d <= MAX_GO_DURATION)
 }

@@ -89,8 +89,12 @@ fn log_to_stdout(top: &MapReader<'_>) -> Result<LogToStdout, ConfigError> {
 fn performance_every(perf: &MapReader<'_>) -> Result<Duration, ConfigError> {
     let every = match perf.string("every")? {
         None => Duration::from_secs(5),
-        Some(s) => parse_go_duration(&s)
-            .ok_or_else(|| perf.err("every", format!("{s:?} is not a duration like 5s or 1m")))?,
+        Some(s) => parse_go_duration(&s).ok_or_else(|| {
+            perf.err(
+                "every",
+                format!("{s:?} is not a duration like 5s or 1m, up to 2562047h"),
+            )
+        })?,
     };
     if every < Duration::from_secs(5) {
         return Err(perf.err("every", "must be at least 5s"));

@@ -157,35 +157,86 @@ pub(super) fn apply_macros(
     Ok(())
 }
 
-/// Any `${...}` left after expansion is an unknown macro, except `${PID}` in cmdStop.
-pub(super) fn check_leftovers(node: &Node, path: &str) -> Result<(), ConfigError> {
+/// Any macro reference left after expansion is an unknown macro, except `${PID}` in cmdStop.
+///
+/// As llama-swap's validateConfigMacroUses: only the top-level keys in `known` are looked at (one
+/// it does not know, such as a mapping that only holds anchors, keeps its text), and only
+/// `${name}` with a macro name's characters, or `${env.NAME}`, is a reference, so shell text such
+/// as `${MODELS:-/models}` in a cmd passes through to the command.
+pub(super) fn check_leftovers(root: &Node, known: &[&str]) -> Result<(), ConfigError> {
+    root.entries()
+        .iter()
+        .filter(|(k, _)| known.contains(&k.as_str()))
+        .try_for_each(|(k, n)| check_node(n, k))
+}
+
+fn check_node(node: &Node, path: &str) -> Result<(), ConfigError> {
     match &node.value {
-        Value::Str(s) => {
-            let mut rest = s.as_str();
-            while let Some(start) = rest.find("${") {
-                let Some(end) = rest[start..].find('}') else {
-                    break;
-                };
-                let name = &rest[start + 2..start + end];
-                let allowed = name == "PID" && path.ends_with(".cmdStop");
-                if !allowed {
-                    return Err(ConfigError::at(
-                        node.loc.clone(),
-                        Some(path.trim_start_matches('.').to_string()),
-                        format!("unknown macro '${{{name}}}'"),
-                    ));
-                }
-                rest = &rest[start + end..];
-            }
-            Ok(())
-        }
+        Value::Str(s) => match leftover_macro(s, path.ends_with(".cmdStop")) {
+            None => Ok(()),
+            Some(name) => Err(ConfigError::at(
+                node.loc.clone(),
+                Some(path.to_string()),
+                format!("unknown macro '${{{name}}}'"),
+            )),
+        },
         Value::Seq(items) => items
             .iter()
             .enumerate()
-            .try_for_each(|(i, n)| check_leftovers(n, &format!("{path}[{i}]"))),
-        Value::Map(entries) => entries
-            .iter()
-            .try_for_each(|(k, n)| check_leftovers(n, &format!("{path}.{k}"))),
+            .try_for_each(|(i, n)| check_node(n, &format!("{path}[{i}]"))),
+        Value::Map(entries) => {
+            if is_set_params_by_id(path) {
+                check_keys(entries, path)?;
+            }
+            entries
+                .iter()
+                .try_for_each(|(k, n)| check_node(n, &format!("{path}.{k}")))
+        }
         _ => Ok(()),
     }
+}
+
+/// `models.<id>.filters.setParamsByID`, the one mapping whose keys take macros.
+fn is_set_params_by_id(path: &str) -> bool {
+    path.starts_with("models.") && path.ends_with(".filters.setParamsByID")
+}
+
+/// The keys of a mapping whose keys take macros: one still holding a reference would become a
+/// literal alias. A key has no location of its own, so the error points at its value.
+fn check_keys(entries: &[(String, Node)], path: &str) -> Result<(), ConfigError> {
+    for (key, value) in entries {
+        if let Some(name) = leftover_macro(key, false) {
+            return Err(ConfigError::at(
+                value.loc.clone(),
+                Some(path.to_string()),
+                format!("unknown macro '${{{name}}}' in the key {key:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The name of the first macro reference in `text`; `${PID}` is left alone where `pid_allowed`.
+fn leftover_macro(text: &str, pid_allowed: bool) -> Option<&str> {
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        rest = &rest[start + 2..];
+        let end = rest.find('}')?;
+        let name = &rest[..end];
+        if is_reference(name) && !(pid_allowed && name == "PID") {
+            return Some(name);
+        }
+    }
+    None
+}
+
+/// What llama-swap counts as a macro reference: `[a-zA-Z0-9_-]+`, or `env.` and a variable name.
+fn is_reference(name: &str) -> bool {
+    let macro_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let env_var = |v: &str| {
+        v.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    (!name.is_empty() && name.chars().all(macro_char))
+        || name.strip_prefix("env.").is_some_and(env_var)
 }

@@ -70,7 +70,7 @@ pub fn resolve(mut root: Node) -> Result<Node, ConfigError> {
     if let Value::Map(entries) = &mut root.value {
         entries.retain(|(k, _)| k != "macros");
     }
-    check_leftovers(&root, "")?;
+    check_leftovers(&root, super::decode::TOP_KEYS)?;
     Ok(root)
 }
 

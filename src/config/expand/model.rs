@@ -91,17 +91,25 @@ fn prepare(model: &mut Node) {
             *s = strip_comment_lines(s);
         }
     }
-    if model.get("proxy").is_none() {
-        let loc = model.loc.clone();
-        if let Value::Map(e) = &mut model.value {
-            e.push((
-                "proxy".into(),
-                Node::new(Value::Str("http://localhost:${PORT}".into()), loc),
-            ));
-        }
-    }
+    default_proxy(model);
     if let Value::Map(entries) = &mut model.value {
         entries.retain(|(k, _)| k != "macros");
+    }
+}
+
+/// `proxy` is `http://localhost:${PORT}` when absent, or null (`proxy: ~`, or the key left
+/// empty), as llama-swap fills it in.
+fn default_proxy(model: &mut Node) {
+    let default = Value::Str("http://localhost:${PORT}".into());
+    match model.get_mut("proxy") {
+        Some(proxy) if proxy.is_null() => proxy.value = default,
+        Some(_) => {}
+        None => {
+            let loc = model.loc.clone();
+            if let Value::Map(e) = &mut model.value {
+                e.push(("proxy".into(), Node::new(default, loc)));
+            }
+        }
     }
 }
 
