@@ -55,14 +55,26 @@ pub trait Peek {
 
 impl Peek for TcpStream {
     fn poll_protocol(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Protocol>> {
+        // how many bytes the last peek of this poll saw
+        let mut seen = None;
         loop {
             ready!(self.poll_read_ready(cx))?;
             let peeked = self.try_io(Interest::READABLE, || {
                 let mut first = [MaybeUninit::uninit(); PREFACE.len()];
                 let n = socket2::SockRef::from(&*self).peek(&mut first)?;
-                // a beginning of the preface clears the readiness, as a read that would block
-                // does: the next poll waits for more bytes instead of peeking at these again
-                protocol(peeked_bytes(&first, n)).ok_or_else(|| io::ErrorKind::WouldBlock.into())
+                match protocol(peeked_bytes(&first, n)) {
+                    Some(told) => Ok(told),
+                    // ready again with no new byte: the client closed after a beginning of the
+                    // preface (a closed socket stays readable, so waiting would spin for good);
+                    // HTTP/1 reads the end and closes
+                    None if seen == Some(n) => Ok(Protocol::Http1),
+                    // a beginning of the preface clears the readiness, as a read that would
+                    // block does: the next poll waits for more bytes
+                    None => {
+                        seen = Some(n);
+                        Err(io::ErrorKind::WouldBlock.into())
+                    }
+                }
             });
             match peeked {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

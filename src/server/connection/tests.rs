@@ -62,6 +62,34 @@ async fn half_a_preface_waits_for_the_rest() {
     assert_eq!(read, PREFACE);
 }
 
+/// A client that sends a beginning of the preface and closes is answered (as HTTP/1, which
+/// reads the end), where the closed socket's lasting readiness used to spin the thread for good.
+#[tokio::test]
+async fn half_a_preface_then_a_close_is_http1() {
+    let (mut client, server) = pair().await;
+    client.write_all(&PREFACE[..1]).await.unwrap();
+    client.shutdown().await.unwrap();
+    server.readable().await.unwrap();
+    // on a thread of its own, so that a spin fails this test rather than hang it
+    let server = server.into_std().unwrap();
+    let peeking = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut server = TcpStream::from_std(server).unwrap();
+            poll_fn(|cx| server.poll_protocol(cx)).await.unwrap()
+        })
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !peeking.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "still peeking");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(peeking.join().unwrap(), Protocol::Http1);
+}
+
 #[tokio::test]
 async fn a_client_that_closes_at_once_is_http1() {
     let (client, mut server) = pair().await;
