@@ -23,17 +23,25 @@ fn variables(vendor: Vendor) -> &'static [&'static str] {
 const ALL: [Vendor; 4] = [Vendor::Nvidia, Vendor::Amd, Vendor::Intel, Vendor::Vulkan];
 
 /// True when the model already chooses its devices: a selection variable in its `env`, or in its
-/// command (`env CUDA_VISIBLE_DEVICES=1 ...`, a shell wrapper), or llama-server's `--device`.
+/// command (`env CUDA_VISIBLE_DEVICES=1 ...`, a shell wrapper), or llama-server's `--device`
+/// (other engines' `--device`, such as SGLang's `--device cuda`, names a kind, not devices).
 fn user_selects(env: &[(String, String)], argv: &[String]) -> bool {
     let named = |text: &str| {
         ALL.iter()
             .flat_map(|v| variables(*v))
             .any(|var| text.contains(var))
     };
+    let device_flag = |a: &String| a == "--device" || a == "-dev" || a.starts_with("--device=");
     env.iter().any(|(k, _)| named(k))
-        || argv
-            .iter()
-            .any(|a| named(a) || a == "--device" || a == "-dev" || a.starts_with("--device="))
+        || argv.iter().any(|a| named(a))
+        || (runs(argv, "llama-server") && argv.iter().any(device_flag))
+}
+
+/// True when the command runs `name` (a program among its first words, by file name).
+fn runs(argv: &[String], name: &str) -> bool {
+    argv.iter()
+        .take(3)
+        .any(|a| a.rsplit('/').next().is_some_and(|n| n.starts_with(name)))
 }
 
 /// The variables that show an engine exactly `placed` (indices into `devices`).
@@ -53,14 +61,36 @@ pub fn visible_devices(
         }
     }
     let mut out = Vec::new();
+    let set = |out: &mut Vec<(String, String)>, var: &str, value: String| {
+        out.push((var.to_string(), value));
+    };
     for (vendor, ids) in by_vendor {
         let list = ids.join(",");
-        let value = match vendor {
-            Vendor::Intel => format!("level_zero:{list}"),
-            _ => list,
-        };
-        for var in variables(vendor) {
-            out.push((var.to_string(), value.clone()));
+        match vendor {
+            Vendor::Intel => set(
+                &mut out,
+                "ONEAPI_DEVICE_SELECTOR",
+                format!("level_zero:{list}"),
+            ),
+            // ROCr hides the rest first and numbers what is left from 0, and HIP picks among those
+            Vendor::Amd => {
+                let renumbered: Vec<String> = (0..ids.len()).map(|i| i.to_string()).collect();
+                set(&mut out, "HIP_VISIBLE_DEVICES", renumbered.join(","));
+                set(&mut out, "ROCR_VISIBLE_DEVICES", list);
+            }
+            // CUDA numbers devices fastest first unless told otherwise; discovery and the
+            // config number them as nvidia-smi does, in bus order
+            Vendor::Nvidia => {
+                set(&mut out, "CUDA_VISIBLE_DEVICES", list);
+                if !env.iter().any(|(k, _)| k == "CUDA_DEVICE_ORDER") {
+                    set(&mut out, "CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
+                }
+            }
+            _ => {
+                for var in variables(vendor) {
+                    set(&mut out, var, list.clone());
+                }
+            }
         }
     }
     out
@@ -80,11 +110,7 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
                 .any(|f| a == f || a.starts_with(&format!("{f}=")))
         })
     };
-    let program = |name: &str| {
-        argv.iter()
-            .take(3)
-            .any(|a| a.rsplit('/').next().is_some_and(|n| n.starts_with(name)))
-    };
+    let program = |name: &str| runs(argv, name);
     if program("llama-server") {
         if has(&["--tensor-split", "-ts"]) {
             return Vec::new();
@@ -138,14 +164,14 @@ mod tests {
         ];
         let argv = strings(&["llama-server"]);
         let pairs = |placed: &[usize]| visible_devices(&devices, placed, &[], &argv);
-        assert_eq!(
-            pairs(&[1]),
-            [("CUDA_VISIBLE_DEVICES".into(), "GPU-bbb".into())]
-        );
-        assert_eq!(
-            pairs(&[0, 1]),
-            [("CUDA_VISIBLE_DEVICES".into(), "GPU-aaa,GPU-bbb".into())]
-        );
+        let cuda = |list: &str| {
+            [
+                ("CUDA_VISIBLE_DEVICES".to_string(), list.to_string()),
+                ("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()),
+            ]
+        };
+        assert_eq!(pairs(&[1]), cuda("GPU-bbb"));
+        assert_eq!(pairs(&[0, 1]), cuda("GPU-aaa,GPU-bbb"));
         assert_eq!(
             pairs(&[2]),
             [
@@ -161,6 +187,43 @@ mod tests {
             pairs(&[4]),
             [("GGML_VK_VISIBLE_DEVICES".into(), "1".into())]
         );
+    }
+
+    /// ROCr shows the devices it is given as 0, 1, ...; HIP then picks among those, so the
+    /// second AMD GPU is `ROCR_VISIBLE_DEVICES=1` with `HIP_VISIBLE_DEVICES=0`, where `1` for
+    /// both left the engine no GPU at all.
+    #[test]
+    fn amd_devices_are_shown_by_rocr_and_numbered_anew_for_hip() {
+        let devices = [
+            device("rocm0", Vendor::Amd, "0"),
+            device("rocm1", Vendor::Amd, "1"),
+            device("rocm2", Vendor::Amd, "2"),
+        ];
+        let pairs = visible_devices(&devices, &[1, 2], &[], &strings(&["llama-server"]));
+        assert_eq!(
+            pairs,
+            [
+                ("HIP_VISIBLE_DEVICES".into(), "0,1".into()),
+                ("ROCR_VISIBLE_DEVICES".into(), "1,2".into())
+            ]
+        );
+    }
+
+    /// A model that sets its own device order keeps it.
+    #[test]
+    fn a_device_order_of_the_users_own_stands() {
+        let devices = [device("cuda1", Vendor::Nvidia, "1")];
+        let env = [("CUDA_DEVICE_ORDER".to_string(), "FASTEST_FIRST".to_string())];
+        let pairs = visible_devices(&devices, &[0], &env, &strings(&["vllm"]));
+        assert_eq!(pairs, [("CUDA_VISIBLE_DEVICES".into(), "1".into())]);
+    }
+
+    /// SGLang's `--device cuda` names a kind of device, not which: the engine is still pinned.
+    #[test]
+    fn only_llama_servers_device_flag_is_a_choice_of_devices() {
+        let devices = [device("cuda1", Vendor::Nvidia, "1")];
+        let sglang = strings(&["python", "-m", "sglang.launch_server", "--device", "cuda"]);
+        assert!(!visible_devices(&devices, &[0], &[], &sglang).is_empty());
     }
 
     #[test]
