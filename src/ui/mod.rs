@@ -59,8 +59,8 @@ pub fn serves(method: &Method, path: &str) -> bool {
 }
 
 /// Answers a path `serves` accepted: `/ui` redirects to `/ui/`, a known file is served, another
-/// file name beside them (`/ui/<name>.<ext>`) is 404, anything else is a page and gets
-/// `index.html`: a page's own part may hold a dot (`/ui/models/qwen2.5-7b`).
+/// path that names a file of a kind a page loads (`.js`, `.png`, ...) is 404, anything else is a
+/// page and gets `index.html`: a model's id may hold a dot (`/ui/models/qwen2.5-7b`).
 pub fn serve(path: &str, keys_required: bool) -> Response<Body> {
     let Some(rest) = path.strip_prefix("/ui/") else {
         return redirect("/ui/");
@@ -68,7 +68,7 @@ pub fn serve(path: &str, keys_required: bool) -> Response<Body> {
     if let Some(asset) = ASSETS.iter().find(|a| a.path == rest) {
         return file(asset.content_type, asset.body);
     }
-    if !rest.contains('/') && rest.contains('.') {
+    if names_a_file(rest) {
         return not_found();
     }
     let keys = if keys_required { "required" } else { "none" };
@@ -76,6 +76,18 @@ pub fn serve(path: &str, keys_required: bool) -> Response<Body> {
         .body
         .replacen(KEYS_MARKER, &format!("data-keys=\"{keys}\""), 1);
     file("text/html; charset=utf-8", index)
+}
+
+/// True when the path's last part ends as a file a page loads would: a script, a style sheet,
+/// an image, a font, a source map.
+fn names_a_file(path: &str) -> bool {
+    const KINDS: &[&str] = &[
+        "js", "mjs", "css", "map", "html", "json", "png", "svg", "ico", "jpg", "jpeg", "gif",
+        "webp", "woff", "woff2", "ttf", "wasm", "txt",
+    ];
+    let last = path.rsplit('/').next().unwrap_or("");
+    last.rsplit_once('.')
+        .is_some_and(|(_, ext)| KINDS.iter().any(|k| ext.eq_ignore_ascii_case(k)))
 }
 
 fn file(content_type: &str, body: impl Into<bytes::Bytes>) -> Response<Body> {
@@ -128,6 +140,7 @@ mod tests {
         assert_eq!(page("/ui/logs/qwen2.5-7b"), (StatusCode::OK, true));
         assert_eq!(page("/ui/models"), (StatusCode::OK, true));
         assert_eq!(page("/ui/nothing.js").0, StatusCode::NOT_FOUND);
+        assert_eq!(page("/ui/models/logo.png").0, StatusCode::NOT_FOUND);
         assert_eq!(page("/ui/app.js"), (StatusCode::OK, false));
     }
 }
