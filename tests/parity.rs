@@ -148,7 +148,39 @@ async fn peers_are_reached_by_full_and_bare_ids() {
     remote.stop().await;
 }
 
+/// A task that reads the event stream at `url`, open before this returns, until a
+/// `profileChanged` says that `name` is active.
+async fn profile_told(url: &str, name: &'static str) -> tokio::task::JoinHandle<()> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let req = http::Request::get(url)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let mut body = client.request(req).await.unwrap().into_body();
+    tokio::spawn(async move {
+        let mut text = String::new();
+        loop {
+            let frame = body.frame().await.expect("the stream goes on").unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+            let told = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .any(|d| {
+                    let event: serde_json::Value = serde_json::from_str(d).unwrap_or_default();
+                    let data = event["data"].as_str().unwrap_or("{}");
+                    let data: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
+                    event["type"] == "profileChanged" && data["active"] == name
+                });
+            if told {
+                return;
+            }
+        }
+    })
+}
+
 /// Profiles pin requested ids to targets while active, and disable ids pinned to nothing.
+/// An open event stream is told of each change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn profiles_pin_and_switch() {
     let yaml = format!(
@@ -161,6 +193,7 @@ async fn profiles_pin_and_switch() {
     let profiles = get(&format!("{}/api/profiles", h.url)).await.json();
     assert_eq!(profiles["active"], serde_json::Value::Null);
     assert_eq!(profiles["profiles"][0]["id"], "coding");
+    let told = profile_told(&format!("{}/api/events", h.url), "coding").await;
     let set = request(
         "PUT",
         &format!("{}/api/profiles/active", h.url),
@@ -169,6 +202,10 @@ async fn profiles_pin_and_switch() {
     )
     .await;
     assert_eq!(set.json(), json!({"active": "coding"}));
+    tokio::time::timeout(Duration::from_secs(5), told)
+        .await
+        .expect("profileChanged on the open event stream")
+        .unwrap();
     // a pin that shadows no model id is listed while its profile is active; disabled ids are not
     let listed = get(&format!("{}/v1/models", h.url)).await.json();
     let ids: Vec<&str> = listed["data"]

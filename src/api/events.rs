@@ -18,6 +18,11 @@ fn frame(kind: &str, data: &Value) -> Bytes {
     Bytes::from(format!("event:message\ndata:{inner}\n\n"))
 }
 
+/// The active profile, as llama-swap's `profileChanged` carries it.
+fn profile_changed(app: &App) -> Bytes {
+    frame("profileChanged", &json!({"active": app.profiles.active()}))
+}
+
 /// The state of every model and instance, as the UI lists them.
 pub fn model_status(app: &App) -> Value {
     let snapshot = app.fleet.snapshot();
@@ -56,6 +61,7 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
     let mut activity = app.activity.events.subscribe();
     let mut models = app.fleet.watch();
     let mut lifecycle = app.fleet.lifecycle_events();
+    let mut profile = app.profiles.watch();
     let task = tokio::spawn(async move {
         let first = first_frames(&app);
         for f in first {
@@ -67,6 +73,10 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
             let next = tokio::select! {
                 changed = models.changed() => match changed {
                     Ok(()) => frame("modelStatus", &model_status(&app)),
+                    Err(_) => return,
+                },
+                changed = profile.changed() => match changed {
+                    Ok(()) => profile_changed(&app),
                     Err(_) => return,
                 },
                 line = proxy_logs.recv() => match line {
@@ -122,7 +132,7 @@ fn first_frames(app: &App) -> [Bytes; 6] {
             "uiConfig",
             &json!({"activity": {"session_id": app.config.ui_session_headers}}),
         ),
-        frame("profileChanged", &json!({"active": app.profiles.active()})),
+        profile_changed(app),
         frame("inflight", &app.inflight.snapshot()),
     ]
 }

@@ -28,22 +28,32 @@ pub enum Route {
     },
 }
 
-/// The active profile: none at start and after every reload.
-#[derive(Default)]
+/// The active profile: none at start and after every reload. Event streams watch it, so each
+/// change is told as a `profileChanged`.
 pub struct Profiles {
-    active: Mutex<Option<String>>,
+    active: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl Default for Profiles {
+    fn default() -> Self {
+        Profiles {
+            active: tokio::sync::watch::Sender::new(None),
+        }
+    }
 }
 
 impl Profiles {
     pub fn active(&self) -> Option<String> {
-        self.active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.active.borrow().clone()
     }
 
     pub fn set(&self, name: Option<String>) {
-        *self.active.lock().unwrap_or_else(|e| e.into_inner()) = name;
+        self.active.send_replace(name);
+    }
+
+    /// Told of each change from now on.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.active.subscribe()
     }
 }
 
