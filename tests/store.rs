@@ -270,3 +270,41 @@ async fn gpus_come_from_nvidia_smi() {
         (Some("GPU-fake-0"), Some(55.0))
     );
 }
+
+/// A burst of `/api/hardware` requests shares one nvidia-smi, rather than start one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_hardware_requests_runs_nvidia_smi_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let smi = executable(
+        &dir.path().join("nvidia-smi"),
+        &format!(
+            "#!/bin/sh\necho run >> {}\nsleep 0.2\necho '0, GPU-fake-0, Fake GPU 24G, 41, 55, 12, 2048, 24576, 120.5'\n",
+            runs.display()
+        ),
+    );
+    let config = dir.path().join("config.yaml");
+    let yaml = format!("models:\n{}", fake_model("m", "", ""));
+    std::fs::write(&config, yaml).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let env = [("CORRAL_NVIDIA_SMI", smi.as_str())];
+    let p = spawn_corral_env(dir, &config, state.path(), &[], &env);
+    let url = format!("{}/api/hardware", p.url);
+    let ran = || {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = ran();
+    let burst = (0..16).map(|_| get(&url));
+    for hw in futures_util::future::join_all(burst).await {
+        assert_eq!(hw.json()["accelerators"][0]["source"], "nvidia-smi");
+    }
+    // the sampler may take its own reading in the meantime
+    assert!(
+        ran() - before <= 2,
+        "{} runs for 16 requests",
+        ran() - before
+    );
+}

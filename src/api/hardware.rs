@@ -131,8 +131,29 @@ fn gpu_row(line: &str) -> Option<Value> {
     }))
 }
 
-/// The GPUs nvidia-smi lists, or `None` when it is missing or fails.
+/// The last reading of the GPUs and when it was taken.
+type Reading = Option<(std::time::Instant, Option<Vec<Value>>)>;
+static LAST_READING: tokio::sync::Mutex<Reading> = tokio::sync::Mutex::const_new(None);
+
+/// How long a reading stands in for a new one.
+const READING_FRESH: Duration = Duration::from_secs(1);
+
+/// The GPUs nvidia-smi lists, or `None` when it is missing or fails. Readings are taken one at a
+/// time and one stands for a second: a burst of `/api/hardware` requests (and the sampler) shares
+/// one nvidia-smi rather than start a process each, which would queue on the driver's lock.
 async fn query_gpus() -> Option<Vec<Value>> {
+    let mut last = LAST_READING.lock().await;
+    if let Some((at, gpus)) = &*last {
+        if at.elapsed() < READING_FRESH {
+            return gpus.clone();
+        }
+    }
+    let gpus = read_gpus().await;
+    *last = Some((std::time::Instant::now(), gpus.clone()));
+    gpus
+}
+
+async fn read_gpus() -> Option<Vec<Value>> {
     let mut cmd = tokio::process::Command::new(crate::gpu::nvidia_smi());
     cmd.args([GPU_QUERY, "--format=csv,noheader,nounits"])
         .stdin(std::process::Stdio::null())
