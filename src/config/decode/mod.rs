@@ -10,12 +10,15 @@ mod instances;
 mod keys;
 mod launch;
 mod model;
+mod names;
 mod parse;
 mod peers;
 mod profiles;
 mod routing;
 mod settings;
 
+#[cfg(test)]
+mod names_tests;
 #[cfg(test)]
 mod order_tests;
 
@@ -50,7 +53,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
     let server = super::server::decode(&top, warnings)?;
     let late = settings::decode_late_settings(&top, &s)?;
-    Ok(Config {
+    let config = Config {
         server,
         router: routing.router,
         devices,
@@ -83,7 +86,9 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         ignore_paths,
         preload,
         fifo_priority: routing.fifo_priority,
-    })
+    };
+    names::check_names(&top, &config)?;
+    Ok(config)
 }
 
 /// Every `models` entry, with the engines and devices they may use.

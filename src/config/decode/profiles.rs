@@ -24,6 +24,10 @@ pub(super) fn decode_profiles(
         if !matches!(pins_node.value, Value::Map(_)) {
             return Err(p.err("pins", "must be a mapping of requested id to target"));
         }
+        // a profile that pins nothing changes nothing when made active (llama-swap refuses it)
+        if pins_node.entries().is_empty() {
+            return Err(p.err("pins", "a profile needs at least one pin"));
+        }
         let pins = pins_node
             .entries()
             .iter()
