@@ -128,3 +128,51 @@ async fn the_body_budget_refuses_with_retry_after_and_recovers() {
     assert_eq!(small.status, 200);
     h.stop().await;
 }
+
+/// A body bound for a peer stays charged until the peer's answer begins, as one bound for a local
+/// model does: while the first waits for its model to load on the peer, a second large body is
+/// refused, where it used to be taken beyond `maxBufferedBodies`. One peer, then two that share
+/// the model (the least loaded is asked), each take their own path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_bound_for_a_peer_is_charged_until_its_answer() {
+    let loading = || async {
+        Harness::start(&format!(
+            "models:\n{}",
+            fake_model("m", "--loading-ms 1500", "")
+        ))
+        .await
+    };
+    let (a, b) = (loading().await, loading().await);
+    let one = format!("peers:\n  a: {{proxy: '{}', models: [m]}}\n", a.url);
+    let two = format!("{one}  b: {{proxy: '{}', models: [m]}}\n", b.url);
+    for peers in [one, two] {
+        let front = Harness::start(&format!("maxBufferedBodies: 1MiB\n{peers}")).await;
+        let url = format!("{}/v1/chat/completions", front.url);
+        let big = many_messages("m", 700 << 10);
+        let json = [("content-type", "application/json")];
+        let first = tokio::spawn({
+            let (url, big) = (url.clone(), big.clone());
+            async move { request("POST", &url, &json, big).await }
+        });
+        let spawned = || a.count_events("m", "spawned") + b.count_events("m", "spawned");
+        let before = spawned();
+        eventually(
+            Duration::from_secs(10),
+            "the first body reached a peer",
+            || spawned() > before,
+        )
+        .await;
+        let refused = request("POST", &url, &json, big.clone()).await;
+        let said = |r: &Resp| r.text().chars().take(300).collect::<String>();
+        assert_eq!(refused.status, 503, "{}", said(&refused));
+        let first = first.await.unwrap();
+        assert_eq!(first.status, 200, "{}", said(&first));
+        front.stop().await;
+        for peer in [&a, &b] {
+            let unload = format!("{}/api/models/unload", peer.url);
+            assert_eq!(post(&unload).await.status, 200);
+        }
+    }
+    a.stop().await;
+    b.stop().await;
+}

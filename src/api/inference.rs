@@ -192,20 +192,28 @@ fn route<'a>(
             seen.found(app, format!("{peer}/{model}").into());
             let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
             let path_and_query = path_and_query.into_owned();
-            let parts = incoming.parts;
+            let (parts, charge) = (incoming.parts, incoming.charge);
             Either::Right(Box::pin(async move {
-                peers::forward(app, &peer, parts, bytes, path_and_query, remote).await
+                let answer = peers::forward(app, &peer, parts, bytes, path_and_query, remote).await;
+                drop(charge); // the body is charged until the answer's head, as a local one is
+                answer
             }))
         }
         routing::Route::Peers { owners, model } => {
             let ranked = app.peer_loads.rank(&owners, &model);
             seen.found(app, format!("{}/{model}", ranked[0]).into());
             let Incoming {
-                parts, kind, bytes, ..
+                parts,
+                kind,
+                bytes,
+                charge,
+                ..
             } = incoming;
             let request = (parts, kind, bytes, path_and_query.into_owned(), remote);
             Either::Right(Box::pin(async move {
-                forward_to_least_loaded(app, &ranked, &model, request).await
+                let answer = forward_to_least_loaded(app, &ranked, &model, request).await;
+                drop(charge);
+                answer
             }))
         }
         routing::Route::Local { target, model } => {
