@@ -454,6 +454,33 @@ async fn loading_state_ends_a_failed_load_with_an_error_event() {
     h.stop().await;
 }
 
+/// With sendLoadingState, an engine that dies in the middle of the answer ends the stream with an
+/// error event, as it does without the loading messages, where the stream used to end as if the
+/// answer were whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_state_ends_a_broken_answer_with_an_error_event() {
+    let yaml = format!(
+        "sendLoadingState: true\nmodels:\n{}",
+        fake_model("a", "--loading-ms 300 --abort-after-chunks 2", "")
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let body = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 5, "interval_ms": 10}});
+    let (resp, frames) = stream_frames(&url, &body).await;
+    assert_eq!(resp.status, 200);
+    let text = frames_text(&frames);
+    assert!(text.contains("Done!"), "{text}");
+    let last = text
+        .split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data:"))
+        .last()
+        .expect("events");
+    let last: serde_json::Value = serde_json::from_str(last.trim()).unwrap();
+    assert_eq!(last["error"]["code"], 502, "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    h.stop().await;
+}
+
 /// With sendLoadingState, a streaming chat to a cold model gets loading progress as
 /// reasoning_content at once, then the real stream in the same response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,11 +84,23 @@ async fn send_answer(
         )))
         .await;
     let mut body = resp.into_body();
-    while let Some(Ok(frame)) = body.frame().await {
-        if let Ok(data) = frame.into_data() {
-            if tx.send(data).await.is_err() {
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                let data = frame.into_data().unwrap_or_default();
+                if tx.send(data).await.is_err() {
+                    return;
+                }
+            }
+            // the engine died or the connection broke: the stream ends with the error event the
+            // plain path sends, not as if the answer were whole
+            Some(Err(e)) => {
+                let _ = tx
+                    .send(super::meter::stream_error_event(&e.to_string()))
+                    .await;
                 return;
             }
+            None => return,
         }
     }
 }

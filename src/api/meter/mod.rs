@@ -270,7 +270,7 @@ impl HttpBody for Metered {
 }
 
 /// The last event of a stream the upstream broke off.
-fn stream_error_event(why: &str) -> Bytes {
+pub(super) fn stream_error_event(why: &str) -> Bytes {
     crate::error::sse_error_event(
         http::StatusCode::BAD_GATEWAY,
         &format!("the upstream stream ended early: {why}"),
