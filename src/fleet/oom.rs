@@ -39,7 +39,7 @@ impl Inner {
             inst.need.source,
             size(extra)
         );
-        inst.need.bytes += extra;
+        inst.need.bytes = inst.need.bytes.saturating_add(extra);
         inst.oom_retried = true;
         inst.phase = Phase::Stopped;
         let model = inst.model.id.clone();

@@ -52,8 +52,8 @@ fn scaled(num: &str, scale: u64) -> Option<u64> {
     } else {
         frac.parse().ok()?
     };
-    let n = (int.checked_mul(den)? + frac).checked_mul(u128::from(scale))?;
-    u64::try_from((n + den / 2) / den).ok()
+    let n = (int.checked_mul(den)?.checked_add(frac)?).checked_mul(u128::from(scale))?;
+    u64::try_from(n.checked_add(den / 2)? / den).ok()
 }
 
 /// Splits `"24 GiB"` into (`"24"`, `"GiB"`).
@@ -153,6 +153,8 @@ mod tests {
             "12 parsecs",
             "1e9",
             "99999999999TiB",
+            // the largest u128 over 10, and a fraction: its sum with the fraction overflows
+            "34028236692093846346337460743176821145.9",
         ] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
