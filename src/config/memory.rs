@@ -262,6 +262,12 @@ pub fn memory_spec(
     {
         return Err(r.err("devices", format!("{unknown:?} is not a configured device")));
     }
+    // a device named twice would take two shares, each checked alone against its room
+    if let Some(twice) =
+        (wanted.iter().enumerate()).find_map(|(i, d)| wanted[..i].contains(d).then_some(d))
+    {
+        return Err(r.err("devices", format!("{twice:?} is named twice")));
+    }
     Ok(MemorySpec {
         bytes: bytes_value(&r, "bytes")?,
         params,

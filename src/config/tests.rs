@@ -576,6 +576,19 @@ fn devices_say_how_an_engine_is_pinned_to_them() {
     );
 }
 
+/// A model's device named twice would take two shares of its memory there, each checked alone
+/// against the device's room: refused at load.
+#[test]
+fn a_device_a_model_names_twice_is_refused() {
+    let err = load_err(
+        "devices:\n  - {name: cuda0, capacity: 24GiB}\nmodels:\n  m:\n    cmd: srv --port ${PORT}\n    memory: {bytes: 40GiB, devices: [cuda0, cuda0]}\n",
+    );
+    assert!(
+        err.contains("memory.devices") && err.contains("\"cuda0\" is named twice"),
+        "{err}"
+    );
+}
+
 #[test]
 fn device_refresh_reads_nvidia_smi_only_for_auto_devices() {
     let listed = "devices:\n  - {name: g, capacity: 8GiB}\n";
