@@ -7,8 +7,8 @@
 //! - ggml: `ggml_backend_cuda_buffer_type_alloc_buffer: allocating 1234.56 MiB on device 0:
 //!   cudaMalloc failed: out of memory`, `failed to allocate CUDA0 buffer of size 123456`,
 //!   `hipMalloc failed`, Vulkan's `ErrorOutOfDeviceMemory`;
-//! - vLLM's `No available memory for the cache blocks`, SGLang's `Not enough memory`, TEI's
-//!   `CUDA_ERROR_OUT_OF_MEMORY`;
+//! - vLLM's `No available memory for the cache blocks` and `... is less than desired GPU memory
+//!   utilization`, SGLang's `Not enough memory`, TEI's `CUDA_ERROR_OUT_OF_MEMORY`;
 //! - ports: llama-server's `couldn't bind HTTP server socket`, Python's `[Errno 98] ... address
 //!   already in use`, Rust's `Address already in use (os error 98)` / `AddrInUse`, Go's `bind:
 //!   address already in use`.
@@ -51,6 +51,9 @@ const OOM: &[&str] = &[
     "unable to allocate",
     "no available memory for the cache blocks",
     "not enough memory",
+    // vLLM, when the card has less free than its share asks: `Free memory on device (59.32/79.15
+    // GiB) on startup is less than desired GPU memory utilization (0.9, 71.24 GiB)`
+    "less than desired gpu memory utilization",
 ];
 
 /// Lowercase fragments that mark a port-taken line.

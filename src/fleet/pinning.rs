@@ -135,6 +135,45 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
     Vec::new()
 }
 
+/// What a PyTorch engine is told of its share of each device it runs on: vLLM, SGLang and TGI
+/// otherwise take most of the card (vLLM 90%) whatever the ledger charged them, and fail to start
+/// beside anything else. The share is the largest charge's part of its device (tensor parallelism
+/// takes the same on each), rounded down. Nothing for other engines, unplaced instances, or a
+/// command that says already.
+pub fn memory_share_args(
+    argv: &[String],
+    charges: &[(usize, u64)],
+    devices: &[Device],
+) -> Vec<String> {
+    let flag = if runs(argv, "vllm") {
+        "--gpu-memory-utilization"
+    } else if argv.iter().any(|a| a.contains("sglang")) {
+        "--mem-fraction-static"
+    } else if runs(argv, "text-generation-launcher") {
+        "--cuda-memory-fraction"
+    } else {
+        return Vec::new();
+    };
+    if argv
+        .iter()
+        .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    {
+        return Vec::new();
+    }
+    let share = charges
+        .iter()
+        .filter_map(|(i, bytes)| {
+            let capacity = devices.get(*i)?.capacity;
+            (capacity > 0).then(|| *bytes as f64 / capacity as f64)
+        })
+        .fold(0.0_f64, f64::max);
+    if share <= 0.0 {
+        return Vec::new();
+    }
+    let thousandths = (share * 1000.0).floor().clamp(1.0, 999.0);
+    vec![flag.to_string(), format!("{:.3}", thousandths / 1000.0)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +307,34 @@ mod tests {
             split_args(&llama, &split[..1]).is_empty(),
             "one device: nothing to split"
         );
+    }
+
+    /// vLLM, SGLang and TGI are told the part of the card the ledger charged them, where they
+    /// took most of it (vLLM 90%) and failed beside anything else; llama-server allocates what
+    /// it needs and is told nothing, as is a command that says already.
+    #[test]
+    fn pytorch_engines_are_told_their_share_of_the_card() {
+        const GIB: u64 = 1 << 30;
+        let mut big = device("cuda0", Vendor::Nvidia, "0");
+        big.capacity = 80 * GIB;
+        let devices = [big];
+        let charged = [(0, 30 * GIB)];
+        let share = |argv: &[&str]| memory_share_args(&strings(argv), &charged, &devices);
+        assert_eq!(
+            share(&["vllm", "serve", "/m"]),
+            strings(&["--gpu-memory-utilization", "0.375"])
+        );
+        assert_eq!(
+            share(&["python", "-m", "sglang.launch_server"]),
+            strings(&["--mem-fraction-static", "0.375"])
+        );
+        assert_eq!(
+            share(&["text-generation-launcher", "--model-id", "/m"]),
+            strings(&["--cuda-memory-fraction", "0.375"])
+        );
+        assert!(share(&["llama-server", "-m", "m.gguf"]).is_empty());
+        assert!(share(&["vllm", "serve", "/m", "--gpu-memory-utilization=0.5"]).is_empty());
+        assert!(memory_share_args(&strings(&["vllm"]), &[], &devices).is_empty());
     }
 
     #[test]

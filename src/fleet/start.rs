@@ -42,6 +42,11 @@ impl Fleet {
             tracing::info!(instance = id, "split over its devices: {}", split.join(" "));
         }
         spec.argv.extend(split);
+        spec.argv.extend(pinning::memory_share_args(
+            &spec.argv,
+            &inst.placed,
+            &st.config.devices,
+        ));
         // supervision runs on the control runtime, whichever thread's request started it
         self.inner.runtime.spawn(run::run(
             self.inner.clone(),
