@@ -83,6 +83,41 @@ async fn engines_see_only_the_gpus_they_are_charged_on() {
     );
 }
 
+/// vLLM with a `memory:` size is told that share of its card, where it took 90% of it; one sized
+/// from its weights alone (its parameters here) is left to take what it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_is_told_the_share_of_the_card_it_was_charged() {
+    let dir = tempfile::tempdir().unwrap();
+    // vLLM by name: the fake engine behind a link
+    let vllm = dir.path().join("vllm");
+    std::os::unix::fs::symlink(CORRAL, &vllm).unwrap();
+    let model = |id: &str, memory: &str| {
+        format!(
+            "  {id}:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/{id}.events\n    env: [\"${{env.MARKER}}\"]\n{memory}",
+            vllm.display()
+        )
+    };
+    // sized by its parameters, a figure for the weights alone
+    let models =
+        model("sized", "    memory: 6GiB\n") + &model("unsized", "    memory: {params: 1B}\n");
+    let (p, events_dir, _state) = corral_on_two_gpus(dir, &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    let args =
+        |id: &str| read_events(&events_dir.join(format!("{id}.events")))[0]["args"].to_string();
+    assert_eq!(post_json(&url, &chat("sized")).await.status, 200);
+    assert!(
+        args("sized").contains(r#""--gpu-memory-utilization","0.250""#),
+        "{}",
+        args("sized")
+    );
+    assert_eq!(post_json(&url, &chat("unsized")).await.status, 200);
+    assert!(
+        !args("unsized").contains("--gpu-memory-utilization"),
+        "{}",
+        args("unsized")
+    );
+}
+
 /// A model no single GPU can hold is split over both in proportion to their room: each is charged
 /// its share, the engine sees both GPUs, and llama-server is told the shares.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,11 +42,12 @@ impl Fleet {
             tracing::info!(instance = id, "split over its devices: {}", split.join(" "));
         }
         spec.argv.extend(split);
-        spec.argv.extend(pinning::memory_share_args(
-            &spec.argv,
-            &inst.placed,
-            &st.config.devices,
-        ));
+        // a share the user sized (`memory:`); a size from the weights alone leaves no room for
+        // the KV cache, and the engine is better left to take what it takes
+        if inst.model.memory.bytes.is_some() {
+            let share = pinning::memory_share_args(&spec.argv, &inst.placed, &st.config.devices);
+            spec.argv.extend(share);
+        }
         // supervision runs on the control runtime, whichever thread's request started it
         self.inner.runtime.spawn(run::run(
             self.inner.clone(),
