@@ -118,6 +118,20 @@ fn env_substitution_happens_first_and_ignores_comments() {
     );
 }
 
+/// A value with quotes or backslashes reaches a command as llama-swap passes it: escaped where
+/// it lands, so an unquoted JSON value keeps its quotes and a double-quoted string stays one.
+#[test]
+fn env_values_with_quotes_reach_the_command_whole() {
+    let env = env_of(&[("KW", r#"{"a":1}"#), ("DIR", r"C:\m")]);
+    let yaml = "models:\n  m:\n    cmd: srv --kw ${env.KW} --dir ${env.DIR}\n    proxy: 'http://h:1'\n  n:\n    cmd: \"srv --x ${env.KW}\"\n    proxy: 'http://h:1'\n";
+    let c = load_str("t.yaml", yaml, &env).unwrap().config;
+    assert_eq!(
+        c.models["m"].argv,
+        ["srv", "--kw", r#"{"a":1}"#, "--dir", r"C:\m"]
+    );
+    assert_eq!(c.models["n"].argv, ["srv", "--x", "{a:1}"]);
+}
+
 #[test]
 fn cmd_stop_keeps_pid_for_stop_time() {
     let c = load("models:\n  m: {cmd: 'srv', proxy: 'http://h:1', cmdStop: 'kill -TERM ${PID}'}\n");

@@ -48,11 +48,10 @@ pub fn substitute_env(
                         format!("environment variable '{name}' contains a newline or NUL, which cannot be substituted"),
                     ));
                 }
-                if inside_double_quotes(&code[..col + start]) {
-                    out.push_str(&value.replace('\\', "\\\\").replace('"', "\\\""));
-                } else {
-                    out.push_str(&value);
-                }
+                // as llama-swap's sanitizeEnvValueForYAML: escaped wherever it lands, so a value
+                // stays one string inside double quotes, and a command's split turns `\"` back
+                // into `"` (a JSON value in an unquoted `cmd` keeps its quotes)
+                out.push_str(&value.replace('\\', "\\\\").replace('"', "\\\""));
             }
             col += start + 6 + end + 1;
             rest = &after[end + 1..];
@@ -76,18 +75,4 @@ fn comment_start(line: &str) -> Option<usize> {
         prev = c;
     }
     None
-}
-
-/// Whether the text before a reference leaves it inside a double-quoted YAML string, where the
-/// value must be escaped to stay one string.
-fn inside_double_quotes(before: &str) -> bool {
-    let mut prev = ' ';
-    let mut inside = false;
-    for c in before.chars() {
-        if c == '"' && prev != '\\' {
-            inside = !inside;
-        }
-        prev = c;
-    }
-    inside
 }
