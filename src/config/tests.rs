@@ -132,6 +132,15 @@ fn env_values_with_quotes_reach_the_command_whole() {
     assert_eq!(c.models["n"].argv, ["srv", "--x", "{a:1}"]);
 }
 
+/// An apostrophe inside a plain value opens no string: the comment after it is still one, and a
+/// reference there is not substituted.
+#[test]
+fn an_apostrophe_in_a_value_leaves_the_comment_a_comment() {
+    let yaml = "models:\n  m:\n    cmd: srv\n    proxy: 'http://h:1'\n    description: Meta's model  # ${env.UNSET}\n";
+    let c = load_str("t.yaml", yaml, &env_of(&[])).unwrap().config;
+    assert_eq!(c.models["m"].description.as_deref(), Some("Meta's model"));
+}
+
 #[test]
 fn cmd_stop_keeps_pid_for_stop_time() {
     let c = load("models:\n  m: {cmd: 'srv', proxy: 'http://h:1', cmdStop: 'kill -TERM ${PID}'}\n");

@@ -63,12 +63,15 @@ pub fn substitute_env(
 }
 
 /// Byte offset of a YAML comment on this line (`#` at the start or after a blank, outside quotes).
+/// A quote opens a string only where a scalar can begin (after a blank or `[{,:`), so the
+/// apostrophe of `Meta's model  # ${env.UNSET}` leaves the comment a comment.
 fn comment_start(line: &str) -> Option<usize> {
     let (mut single, mut double, mut prev) = (false, false, ' ');
+    let opens = |prev: char| prev.is_whitespace() || matches!(prev, '[' | '{' | ',' | ':');
     for (i, c) in line.char_indices() {
         match c {
-            '\'' if !double => single = !single,
-            '"' if !single && prev != '\\' => double = !double,
+            '\'' if !double && (single || opens(prev)) => single = !single,
+            '"' if !single && prev != '\\' && (double || opens(prev)) => double = !double,
             '#' if !single && !double && prev.is_whitespace() => return Some(i),
             _ => {}
         }
