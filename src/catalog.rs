@@ -103,7 +103,9 @@ impl Catalog {
         );
     }
 
-    /// Models named `<role>-<n>` form the pool `<role>`, unless `<role>` already names something.
+    /// Models named `<role>-0` .. `<role>-<n>` form the pool `<role>`, unless `<role>` already
+    /// names something. Numbers that do not run from 0 without a gap are versions, not replicas
+    /// (`gemma-2` and `gemma-3` are two models): no pool.
     fn add_implicit_pools(&mut self, config: &Config) {
         let mut roles: BTreeMap<String, Vec<(u32, String)>> = BTreeMap::new();
         for m in config.models.values().filter(|m| m.instances.len() == 1) {
@@ -120,10 +122,14 @@ impl Catalog {
         }
         for (role, mut members) in roles {
             let taken = config.real_model_name(&role).is_some() || self.pools.contains_key(&role);
-            if taken {
+            members.sort();
+            let replicas = members
+                .iter()
+                .enumerate()
+                .all(|(i, (n, _))| *n as usize == i);
+            if taken || !replicas {
                 continue;
             }
-            members.sort();
             let ids: Vec<String> = members.into_iter().map(|(_, id)| id).collect();
             let model = ids[0].clone();
             self.add_pool(&role, ids, &model);
@@ -186,6 +192,16 @@ mod tests {
             &Target::Instance("embed-1".into())
         );
         assert!(c.resolve("solo-0").is_none());
+    }
+
+    /// Numbers that do not run from 0 are versions of different models, not replicas of one.
+    #[test]
+    fn versions_are_not_replicas() {
+        let c = catalog("models:\n  gemma-2: {cmd: 'srv --port ${PORT}'}\n  gemma-3: {cmd: 'srv --port ${PORT}'}\n  llama-3: {cmd: 'srv --port ${PORT}'}\n  e-0: {cmd: 'srv --port ${PORT}'}\n  e-2: {cmd: 'srv --port ${PORT}'}\n");
+        for name in ["gemma", "llama", "e"] {
+            assert!(c.resolve(name).is_none(), "{name}");
+        }
+        assert!(c.pools.is_empty());
     }
 
     #[test]
