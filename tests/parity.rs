@@ -421,6 +421,16 @@ async fn audioapi_prefix_is_stripped() {
     h.stop().await;
 }
 
+/// The data of an event stream's last event.
+fn last_event(text: &str) -> serde_json::Value {
+    let last = text
+        .split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data:"))
+        .last()
+        .expect("events");
+    serde_json::from_str(last.trim()).unwrap()
+}
+
 /// With sendLoadingState, a load that fails ends the already started stream with an error event in
 /// the shape a broken upstream stream gets: llama.cpp's, with the status as a number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -435,12 +445,7 @@ async fn loading_state_ends_a_failed_load_with_an_error_event() {
     let (resp, frames) = stream_frames(&url, &body).await;
     assert_eq!(resp.status, 200);
     let text = frames_text(&frames);
-    let last = text
-        .split("\n\n")
-        .filter_map(|e| e.trim().strip_prefix("data:"))
-        .last()
-        .expect("events");
-    let last: serde_json::Value = serde_json::from_str(last.trim()).unwrap();
+    let last = last_event(&text);
     assert_eq!(last["error"]["code"], 500, "{text}");
     assert_eq!(last["error"]["type"], "server_error", "{text}");
     assert!(
@@ -470,12 +475,7 @@ async fn loading_state_ends_a_broken_answer_with_an_error_event() {
     assert_eq!(resp.status, 200);
     let text = frames_text(&frames);
     assert!(text.contains("Done!"), "{text}");
-    let last = text
-        .split("\n\n")
-        .filter_map(|e| e.trim().strip_prefix("data:"))
-        .last()
-        .expect("events");
-    let last: serde_json::Value = serde_json::from_str(last.trim()).unwrap();
+    let last = last_event(&text);
     assert_eq!(last["error"]["code"], 502, "{text}");
     assert!(!text.contains("[DONE]"), "{text}");
     h.stop().await;

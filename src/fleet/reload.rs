@@ -171,6 +171,18 @@ mod tests {
     const WITH_M: &str = "models:\n  m:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n";
     const WITHOUT_M: &str = "models:\n  n:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n";
 
+    /// A lease on `m`, which then stops under it (its engine crashed, or was unloaded).
+    async fn stopped_under_a_lease(fleet: &crate::fleet::Fleet) -> crate::fleet::Lease {
+        let engine = make_ready(fleet, "m");
+        let lease = fleet
+            .acquire(&Target::Instance("m".into()), None)
+            .await
+            .expect("a ready instance serves");
+        fleet.inner.lock().instances.get_mut("m").unwrap().phase = Phase::Stopped;
+        drop(engine);
+        lease
+    }
+
     /// An answer still being sent when its engine stopped (it crashed, or was unloaded), its model
     /// then removed by one reload and added back by another: the answer's end gives its hold back
     /// to nothing, where it used to take it from the new instance (an underflow: a panic here, a
@@ -178,13 +190,7 @@ mod tests {
     #[tokio::test]
     async fn a_hold_on_a_removed_model_is_not_given_back_to_its_return() {
         let fleet = fleet(WITH_M);
-        let engine = make_ready(&fleet, "m");
-        let lease = fleet
-            .acquire(&Target::Instance("m".into()), None)
-            .await
-            .expect("a ready instance serves");
-        fleet.inner.lock().instances.get_mut("m").unwrap().phase = Phase::Stopped;
-        drop(engine);
+        let lease = stopped_under_a_lease(&fleet).await;
 
         fleet.reconfigure(config(WITHOUT_M));
         assert!(!fleet.inner.lock().instances.contains_key("m"));
@@ -203,13 +209,7 @@ mod tests {
     #[tokio::test]
     async fn a_hold_on_a_changed_model_is_given_back_to_its_successor() {
         let fleet = fleet(WITH_M);
-        let engine = make_ready(&fleet, "m");
-        let lease = fleet
-            .acquire(&Target::Instance("m".into()), None)
-            .await
-            .expect("a ready instance serves");
-        fleet.inner.lock().instances.get_mut("m").unwrap().phase = Phase::Stopped;
-        drop(engine);
+        let lease = stopped_under_a_lease(&fleet).await;
 
         fleet.reconfigure(config(&WITH_M.replace("/bin/false", "/bin/true")));
         assert_eq!(fleet.inner.lock().instances["m"].in_flight, 1);
