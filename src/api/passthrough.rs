@@ -166,6 +166,8 @@ where
 {
     let req = req.map(|b| b.map_err(Into::into).boxed());
     let client = &app.clients[&*model.id];
+    // the engine's 101 is waited for as an ordinary answer's head is
+    let limit = model.timeouts.response_header;
     if model.ignore_websockets {
         // these never load, queue or count: they reach the model only while it is up
         let Some(base) = app.fleet.ready_proxy(target) else {
@@ -174,11 +176,11 @@ where
                 model.id
             )));
         };
-        return proxy::forward_upgrade(client, &base, path, req, ()).await;
+        return proxy::forward_upgrade(client, &base, path, req, limit, ()).await;
     }
     let lease = app.fleet.acquire(target, None).await?;
     let base = lease.proxy();
-    proxy::forward_upgrade(client, &base, path, req, lease).await
+    proxy::forward_upgrade(client, &base, path, req, limit, lease).await
 }
 
 /// Forwards the request, body streamed, to an instance of the local model once it is up.

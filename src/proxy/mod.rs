@@ -3,8 +3,10 @@
 //! The upstream response body is wrapped together with the request's [`Lease`]: the instance stays
 //! busy until the body ends, fails, or is dropped because the client went away, and dropping it also
 //! drops the upstream connection, so a disconnect reaches the engine at once. Nothing here spawns a
-//! task that could outlive the client.
+//! task that could outlive the client: a websocket's tunnel runs on the client's own connection
+//! (`tunnel.rs`).
 mod headers;
+pub(crate) mod tunnel;
 pub(crate) mod upstream;
 
 use std::borrow::Cow;
@@ -130,9 +132,9 @@ fn upstream_request(
 }
 
 /// The exchange, bounded by the time its response head may take.
-fn within<F>(send: F, limit: Option<Duration>) -> impl Future<Output = Result<Upstreamed, Error>>
+fn within<F, T>(send: F, limit: Option<Duration>) -> impl Future<Output = Result<T, Error>>
 where
-    F: Future<Output = Result<Upstreamed, upstream::Failure>>,
+    F: Future<Output = Result<T, upstream::Failure>>,
 {
     match limit {
         Some(limit) => Either::Left(tokio::time::timeout(limit, send).map(move |sent| {
@@ -182,26 +184,33 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
             })
 }
 
-/// Forwards an upgrade request (websockets through `/upstream`): when the engine answers 101, the
-/// two connections are joined and copied both ways until either side closes; `guard` lives as long.
+/// How long a tunnel may carry nothing when its request came from no client connection (which
+/// would say): the default client idle timeout.
+const UNHANDED_IDLE: Duration = Duration::from_secs(60);
+
+/// Forwards an upgrade request (websockets through `/upstream`), the engine's answer bounded as an
+/// ordinary request's response head is: when the engine answers 101, the two connections are
+/// joined and copied both ways until either side closes or the tunnel idles out; `guard` lives
+/// as long. The tunnel runs on the client's connection, which hands itself over in the request
+/// (see `tunnel.rs`).
 pub async fn forward_upgrade<G: Send + 'static>(
     upstream: &Upstream,
     base: &str,
     path_and_query: &str,
     mut client_req: Request<Body>,
+    response_header_timeout: Option<Duration>,
     guard: G,
 ) -> Result<Response<Body>, Error> {
     let to = destination(upstream, base, path_and_query.to_string().into())?;
     let client_upgrade = hyper::upgrade::on(&mut client_req);
+    let handoff = client_req.extensions_mut().remove::<tunnel::Handoff>();
     let (mut parts, _) = client_req.into_parts();
     parts.headers.insert(header::HOST, to.origin.host.clone());
     parts.uri = to.uri;
     parts.version = http::Version::HTTP_11;
     let upstream_req = Request::from_parts(parts, crate::body::empty());
-    let mut resp = upstream
-        .send_upgrade(&to.origin.address, upstream_req)
-        .await
-        .map_err(Error::from)?;
+    let send = upstream.send_upgrade(&to.origin.address, upstream_req);
+    let mut resp = within(send, response_header_timeout).await?;
     if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
         let (parts, body) = resp.into_parts();
         return Ok(Response::from_parts(
@@ -210,16 +219,16 @@ pub async fn forward_upgrade<G: Send + 'static>(
         ));
     }
     let upstream_upgrade = hyper::upgrade::on(&mut resp);
-    tokio::spawn(async move {
-        let _guard = guard;
-        let (Ok(client_io), Ok(upstream_io)) = (client_upgrade.await, upstream_upgrade.await)
-        else {
-            return;
-        };
-        let mut client_io = hyper_util::rt::TokioIo::new(client_io);
-        let mut upstream_io = hyper_util::rt::TokioIo::new(upstream_io);
-        let _ = tokio::io::copy_bidirectional(&mut client_io, &mut upstream_io).await;
-    });
+    match handoff {
+        Some(handoff) => {
+            let joined = tunnel::join(client_upgrade, upstream_upgrade, handoff.idle, guard);
+            handoff.keeper.keep(Box::pin(joined));
+        }
+        None => {
+            let joined = tunnel::join(client_upgrade, upstream_upgrade, UNHANDED_IDLE, guard);
+            tokio::spawn(joined);
+        }
+    }
     let (parts, _) = resp.into_parts();
     Ok(Response::from_parts(parts, crate::body::empty()))
 }
@@ -281,6 +290,41 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// An engine that takes an upgrade request and never answers fails it at the response-head
+    /// bound, as an ordinary request, and the connection to it is closed.
+    #[tokio::test]
+    async fn an_upgrade_the_engine_never_answers_times_out() {
+        use tokio::io::AsyncReadExt;
+        let engine = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", engine.local_addr().unwrap());
+        let (closed_tx, closed) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut sock, _) = engine.accept().await.unwrap();
+            let mut sink = Vec::new();
+            let _ = sock.read_to_end(&mut sink).await;
+            let _ = closed_tx.send(sink);
+        });
+        let upstream = Upstream::new(crate::proxy::upstream::Settings {
+            connect: Duration::from_secs(5),
+            tls_handshake: Duration::from_secs(5),
+            keepalive: Duration::from_secs(5),
+            idle: Duration::from_secs(5),
+        });
+        let req = Request::get("/ws")
+            .header(header::UPGRADE, "websocket")
+            .header(header::CONNECTION, "upgrade")
+            .body(crate::body::empty())
+            .unwrap();
+        let limit = Some(Duration::from_millis(300));
+        let forwarded = forward_upgrade(&upstream, &base, "/ws", req, limit, ());
+        let answered = tokio::time::timeout(Duration::from_secs(10), forwarded).await;
+        let err = answered.expect("bounded").unwrap_err();
+        assert!(matches!(err, Error::UpstreamTimeout(_)), "{err:?}");
+        let sent = tokio::time::timeout(Duration::from_secs(10), closed).await;
+        let sent = sent.expect("the engine's connection is closed").unwrap();
+        assert!(String::from_utf8_lossy(&sent).starts_with("GET /ws HTTP/1.1"));
     }
 
     #[test]

@@ -7,6 +7,11 @@
 //! hyper reserved its 8 KiB read buffer again behind them, so every connection's buffer doubled
 //! to 16 KiB. Here the bytes are peeked at and left in the socket, and hyper's HTTP/1 or HTTP/2
 //! connection reads them as on a connection of its own.
+//!
+//! A websocket's tunnel runs here too, once hyper has handed the upgraded socket over: the
+//! connection's task, with the admission, trim slot and thread count it holds, lasts as long as
+//! the tunnel, so tunnels count against `maxConnections` like any connection with a request in
+//! flight.
 
 use std::future::Future;
 use std::io;
@@ -24,6 +29,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::config::ServerSettings;
+use crate::proxy::tunnel::Tunnel;
+use crate::server::idle::Activity;
 use crate::server::layers::InFlightBody;
 
 /// HTTP/2's connection preface (RFC 9113, section 3.4).
@@ -134,6 +141,8 @@ pin_project_lite::pin_project! {
         // boxed: twice the size of an HTTP/1 connection, and every connection's task would
         // carry it
         Http2 { conn: Pin<Box<http2::Connection<TokioIo<T>, S, TokioExecutor>>> },
+        // a websocket joined to its engine's, after hyper let the connection go
+        Tunnel { tunnel: Tunnel },
     }
 }
 
@@ -155,6 +164,8 @@ pin_project_lite::pin_project! {
         woken_on_drain: WaitForCancellationFutureOwned,
         registered: bool,
         told_to_finish: bool,
+        // where an upgrade's tunnel is left for the connection to run (see `with_tunnels`)
+        tunnels: Option<Arc<Activity>>,
     }
 }
 
@@ -170,7 +181,15 @@ impl<T, S: HttpService<Incoming>> ClientConnection<T, S> {
             draining,
             registered: false,
             told_to_finish: false,
+            tunnels: None,
         }
+    }
+
+    /// Runs, once hyper has let an upgraded connection go, the tunnel its request left in
+    /// `activity`; without this the connection ends there.
+    pub fn with_tunnels(mut self, activity: Arc<Activity>) -> Self {
+        self.tunnels = Some(activity);
+        self
     }
 }
 
@@ -195,6 +214,8 @@ where
                 StateProj::Peeking { .. } => return Poll::Ready(()),
                 StateProj::Http1 { conn } => conn.graceful_shutdown(),
                 StateProj::Http2 { conn } => conn.as_mut().graceful_shutdown(),
+                // a tunnel never finishes on its own: it is closed
+                StateProj::Tunnel { .. } => return Poll::Ready(()),
             }
         }
         loop {
@@ -221,8 +242,18 @@ where
                     }
                 }
                 // how a connection ends is the client's business; its requests log their own
-                StateProj::Http1 { conn } => return conn.poll(cx).map(drop),
+                StateProj::Http1 { conn } => {
+                    // upgraded (or ended, with no tunnel left): the tunnel, unless the server
+                    // drains
+                    let _ = ready!(conn.poll(cx));
+                    let tunnel = this.tunnels.as_ref().and_then(|a| a.take_tunnel());
+                    match tunnel {
+                        Some(tunnel) if !*this.told_to_finish => State::Tunnel { tunnel },
+                        _ => return Poll::Ready(()),
+                    }
+                }
                 StateProj::Http2 { conn } => return conn.as_mut().poll(cx).map(drop),
+                StateProj::Tunnel { tunnel } => return tunnel.as_mut().poll(cx),
             };
             this.state.set(next);
         }

@@ -22,7 +22,9 @@ use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::proxy::tunnel::{Keeper, Tunnel};
 use crate::server::connection::{Peek, Protocol};
+use crate::server::stall::{Sends, Turn};
 
 /// What one connection is doing, shared by its I/O, its requests and the admission table.
 #[derive(Debug)]
@@ -44,6 +46,22 @@ pub struct Activity {
     in_poll: AtomicBool,
     /// The last request ended and the deadline has not been looked at since.
     ended: AtomicBool,
+    /// Its responses that wait for hyper to take their next frame (see `stall.rs`).
+    sends: Sends,
+    /// The tunnel an upgrade request on it was joined to, for the connection to run once hyper
+    /// hands its socket over.
+    tunnel: Kept,
+}
+
+/// The tunnel left for the connection to run.
+#[derive(Default)]
+struct Kept(Mutex<Option<Tunnel>>);
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        f.debug_struct("Kept").field("tunnel", &kept).finish()
+    }
 }
 
 impl Default for Activity {
@@ -58,6 +76,8 @@ impl Default for Activity {
             waker: AtomicWaker::new(),
             in_poll: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            sends: Sends::default(),
+            tunnel: Kept::default(),
         }
     }
 }
@@ -69,7 +89,20 @@ impl Activity {
         self.served.store(true, Ordering::Release);
         self.http1
             .store(version < http::Version::HTTP_2, Ordering::Release);
-        InFlight(self.clone())
+        InFlight {
+            activity: self.clone(),
+            turn: Turn::default(),
+        }
+    }
+
+    /// True while a request is in flight.
+    pub fn has_requests(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Its responses waiting to be taken.
+    pub fn sends(&self) -> &Sends {
+        &self.sends
     }
 
     /// Since when the connection has had no request in flight; `None` while it has one.
@@ -94,15 +127,45 @@ impl Activity {
     pub fn upgrade(&self) {
         self.upgraded.store(true, Ordering::Release);
     }
+
+    /// The tunnel to run once hyper has let the connection go, if an upgrade was joined.
+    pub fn take_tunnel(&self) -> Option<Tunnel> {
+        self.tunnel
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+impl Keeper for Activity {
+    fn keep(&self, tunnel: Tunnel) {
+        *self.tunnel.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(tunnel);
+    }
 }
 
 /// A request in flight on its connection; dropped with the response body.
-pub struct InFlight(Arc<Activity>);
+pub struct InFlight {
+    activity: Arc<Activity>,
+    /// Its response's wait for hyper to take the next frame.
+    turn: Turn,
+}
 
 impl InFlight {
     /// The request switched its connection's protocol: the connection is never idle again.
     pub fn upgrade(&self) {
-        self.0.upgrade();
+        self.activity.upgrade();
+    }
+
+    /// The request was answered with something other than a switch of protocols: a tunnel made
+    /// for it (the engine agreed, then something else was answered) is dropped, with its lease.
+    pub fn not_upgraded(&self) {
+        drop(self.activity.take_tunnel());
+    }
+
+    /// Its response was handed to hyper, or polled: see [`Turn::polled`].
+    pub fn polled(&mut self, waits: bool) {
+        self.turn.polled(&self.activity.sends, waits);
     }
 }
 
@@ -112,7 +175,8 @@ impl Drop for InFlight {
     /// connection, which then reads for the next request: the task is woken only when the body
     /// ends elsewhere (an HTTP/2 stream), or when that poll read nothing after it (see [`Polled`]).
     fn drop(&mut self) {
-        let activity = &self.0;
+        let activity = &self.activity;
+        self.turn.end(&activity.sends);
         *activity
             .idle_since
             .lock()

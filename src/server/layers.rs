@@ -1,6 +1,8 @@
 //! What a connection adds around the API for each of its requests: the request counts as in
-//! flight on its connection until its response body ends, and its body is read under the
-//! slow-body bounds (408, and close, past them).
+//! flight on its connection until its response body ends, its response's waits for hyper to take
+//! the next frame are counted (`stall.rs`), an upgrade request carries the connection's handoff
+//! for its tunnel (`proxy/tunnel.rs`), and its body is read under the slow-body bounds (408, and
+//! close, past them).
 //!
 //! This is hyper's service for the connection, written out rather than tower layers behind
 //! hyper-util's adapter: that adapter clones the whole stack for every request (a reference count
@@ -13,11 +15,14 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, Version};
+use http_body::Frame;
 
-use crate::body::Body;
-use crate::proxy::GuardedBody;
+use crate::body::{Body, BoxError};
+use crate::proxy::tunnel::Handoff;
 use crate::server::idle::{Activity, InFlight};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 
@@ -26,14 +31,17 @@ pub struct ConnectionService<A> {
     api: A,
     activity: Arc<Activity>,
     limits: BodyLimits,
+    /// How long a websocket tunnel on this connection may carry nothing.
+    tunnel_idle: Duration,
 }
 
 impl<A> ConnectionService<A> {
-    pub fn new(api: A, activity: Arc<Activity>, limits: BodyLimits) -> Self {
+    pub fn new(api: A, activity: Arc<Activity>, limits: BodyLimits, tunnel_idle: Duration) -> Self {
         ConnectionService {
             api,
             activity,
             limits,
+            tunnel_idle,
         }
     }
 }
@@ -51,7 +59,15 @@ where
         let in_flight = self.activity.begin(req.version());
         let version = req.version();
         let accept = req.headers().get(http::header::ACCEPT).cloned();
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        // only HTTP/1.1 switches protocols (HTTP/2's extended CONNECT is not enabled)
+        let upgrade = version == Version::HTTP_11 && crate::proxy::is_upgrade(&parts.headers);
+        if upgrade {
+            parts.extensions.insert(Handoff {
+                keeper: self.activity.clone(),
+                idle: self.tunnel_idle,
+            });
+        }
         let (body, too_slow) = BodyDeadline::new(body, self.limits);
         Served {
             api: (self.api)(Request::from_parts(parts, body)),
@@ -59,6 +75,7 @@ where
             too_slow,
             version,
             accept,
+            upgrade,
         }
     }
 }
@@ -73,6 +90,8 @@ pin_project_lite::pin_project! {
         too_slow: Arc<AtomicBool>,
         version: Version,
         accept: Option<HeaderValue>,
+        // the request asked to switch protocols
+        upgrade: bool,
     }
 }
 
@@ -88,20 +107,53 @@ where
         if this.too_slow.load(Ordering::Acquire) {
             resp = slow_body_response(*this.version, this.accept.as_ref());
         }
-        let in_flight = this.in_flight.take();
-        if let Some(in_flight) = &in_flight {
+        let mut in_flight = this.in_flight.take();
+        if let Some(in_flight) = &mut in_flight {
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                 in_flight.upgrade();
+            } else if *this.upgrade {
+                in_flight.not_upgraded();
             }
+            // handed over: hyper owes the body its first poll
+            in_flight.polled(true);
         }
-        Poll::Ready(Ok(resp.map(|body| GuardedBody::new(body, in_flight))))
+        Poll::Ready(Ok(resp.map(|body| InFlightBody { body, in_flight })))
     }
 }
 
 /// A response body that keeps its request in flight until it is dropped (hyper drops it when it
-/// is done). The body is wrapped, not boxed once more: that would be an allocation per response
-/// and a second dynamic call per frame.
-pub type InFlightBody = GuardedBody<Body, Option<InFlight>>;
+/// is done), and notes whether hyper owes it a poll (`stall.rs`). The body is wrapped, not boxed
+/// once more: that would be an allocation per response and a second dynamic call per frame.
+pub struct InFlightBody {
+    body: Body,
+    in_flight: Option<InFlight>,
+}
+
+impl http_body::Body for InFlightBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Some(in_flight) = &mut self.in_flight {
+            // a frame yielded: hyper owes the next poll; otherwise the body waits for its own
+            // source (bounded there), or has ended
+            in_flight.polled(matches!(polled, Poll::Ready(Some(Ok(_)))));
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 /// 408 for a body read too slowly; an HTTP/1 connection then closes (its unread rest of the body
 /// cannot be skipped in time anyway).
@@ -153,7 +205,7 @@ mod tests {
     }
 
     fn connection<A>(api: A, activity: &Arc<Activity>, limits: BodyLimits) -> ConnectionService<A> {
-        ConnectionService::new(api, activity.clone(), limits)
+        ConnectionService::new(api, activity.clone(), limits, Duration::from_secs(60))
     }
 
     #[tokio::test(start_paused = true)]

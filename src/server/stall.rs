@@ -1,13 +1,23 @@
-//! Client connections that stop reading.
+//! Client connections that stop taking their responses.
 //!
 //! A client that stops reading its response fills the socket buffers; hyper then stops pulling
 //! the response body, so neither a timer in the body nor the engine notices, and the request
 //! would hold its slot on the engine for ever. [`WriteDeadline`] fails a write that has made no
 //! progress for the limit: hyper closes the connection, the response body and its upstream
 //! connection are dropped, and the engine sees the request go.
+//!
+//! An HTTP/2 client can stop taking a response without a write ever waiting: it grants the stream
+//! no flow-control window (or never more of it) and answers the keep-alive pings, so the socket
+//! stays writable while hyper waits for send capacity and never polls the body again, and the idle
+//! deadline does not apply to a connection with a request in flight. [`Sends`] counts the
+//! responses that wait for hyper to take their next frame, and [`SendDeadline`], a timer of the
+//! connection's own that does not depend on any body being polled, closes the connection when one
+//! has waited for the same limit; the bodies, and the engine leases in them, are dropped with it.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 use crate::server::connection::{Peek, Protocol};
+use crate::server::idle::Activity;
 
 /// An I/O stream whose writes fail after `limit` without progress.
 pub struct WriteDeadline<T> {
@@ -110,6 +121,140 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
     }
 }
 
+/// How many generations of waiting responses are counted: a response that began to wait in one
+/// tick of the send clock is found still waiting when the clock comes back to its generation,
+/// two full ticks later at least.
+const GENERATIONS: usize = 3;
+
+/// A connection's responses that wait for hyper to take their next frame (handed over, or just
+/// having yielded one), counted by the tick of the connection's send clock in which each began to
+/// wait. A response costs no timer and no clock reading: two counter updates per frame.
+#[derive(Debug, Default)]
+pub struct Sends {
+    /// The current tick's generation, `0..GENERATIONS`.
+    generation: AtomicUsize,
+    waiting: [AtomicUsize; GENERATIONS],
+}
+
+impl Sends {
+    /// A response begins to wait; returns the generation it waits in.
+    fn wait(&self) -> usize {
+        let generation = self.generation.load(Ordering::Relaxed);
+        self.waiting[generation].fetch_add(1, Ordering::Relaxed);
+        generation
+    }
+
+    /// A response that waited since `generation` was polled (or dropped).
+    fn taken(&self, generation: usize) {
+        self.waiting[generation].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The clock ticks; true when a response that began to wait two ticks ago or more still waits.
+    fn tick(&self) -> bool {
+        let next = (self.generation.load(Ordering::Relaxed) + 1) % GENERATIONS;
+        self.generation.store(next, Ordering::Relaxed);
+        self.waiting[next].load(Ordering::Relaxed) > 0
+    }
+}
+
+/// One response's place in its connection's [`Sends`].
+#[derive(Debug, Default)]
+pub struct Turn {
+    /// The generation it began to wait in, while it waits.
+    waiting: Option<usize>,
+}
+
+impl Turn {
+    /// The response is handed to hyper, or was polled: it waits for its next poll when `waits`
+    /// (it yielded a frame, or none yet), and not otherwise (it waits for its own source, or
+    /// has ended). A response polled again while it waits starts its wait anew.
+    pub fn polled(&mut self, sends: &Sends, waits: bool) {
+        match (self.waiting, waits) {
+            (None, false) => {}
+            (Some(since), false) => {
+                sends.taken(since);
+                self.waiting = None;
+            }
+            (Some(since), true) if since == sends.generation.load(Ordering::Relaxed) => {}
+            (since, true) => {
+                if let Some(since) = since {
+                    sends.taken(since);
+                }
+                self.waiting = Some(sends.wait());
+            }
+        }
+    }
+
+    /// The response is gone.
+    pub fn end(&mut self, sends: &Sends) {
+        self.polled(sends, false);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's future, ended (the connection closed, its response bodies dropped) once one
+    /// of its responses has waited for hyper to take its next frame for the limit. The clock ticks
+    /// every half limit while the connection has a request in flight, so a stalled response is
+    /// found after between one and one and a half limits; no response moves the timer.
+    pub struct SendDeadline<F> {
+        #[pin]
+        inner: F,
+        activity: Arc<Activity>,
+        tick: Duration,
+        // armed while a request is in flight
+        timer: Option<Pin<Box<Sleep>>>,
+    }
+}
+
+impl<F> SendDeadline<F> {
+    pub fn new(inner: F, activity: Arc<Activity>, limit: Duration) -> Self {
+        SendDeadline {
+            inner,
+            activity,
+            tick: (limit / 2).max(Duration::from_millis(1)),
+            timer: None,
+        }
+    }
+}
+
+impl<F: Future<Output = ()>> Future for SendDeadline<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.inner.poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        // every request begins within a poll of the connection (hyper calls the service there,
+        // for HTTP/2 too), so the timer is armed before any of its responses can wait
+        if this.timer.is_none() {
+            if !this.activity.has_requests() {
+                return Poll::Pending;
+            }
+            *this.timer = Some(Box::pin(tokio::time::sleep(*this.tick)));
+        }
+        let Some(timer) = this.timer.as_mut() else {
+            return Poll::Pending;
+        };
+        while timer.as_mut().poll(cx).is_ready() {
+            if this.activity.sends().tick() {
+                tracing::debug!(
+                    "closed a connection whose client took no response data for {}s",
+                    (*this.tick * 2).as_secs()
+                );
+                return Poll::Ready(());
+            }
+            if !this.activity.has_requests() {
+                *this.timer = None;
+                return Poll::Pending;
+            }
+            let next = crate::deadline::after(tokio::time::Instant::now(), *this.tick);
+            timer.as_mut().reset(next);
+        }
+        Poll::Pending
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +270,99 @@ mod tests {
         let err = io.write_all(&[0; 1]).await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
         assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// A connection that never ends on its own, under the send deadline.
+    fn watched(activity: &Arc<Activity>) -> SendDeadline<std::future::Pending<()>> {
+        SendDeadline::new(std::future::pending(), activity.clone(), LIMIT)
+    }
+
+    /// How long until `conn` ends, if it does within `within`.
+    async fn ends_after<F: Future<Output = ()>>(conn: F, within: Duration) -> Option<Duration> {
+        let started = tokio::time::Instant::now();
+        tokio::time::timeout(within, conn)
+            .await
+            .ok()
+            .map(|()| started.elapsed())
+    }
+
+    /// A response handed to hyper and never polled (an HTTP/2 stream granted no window) closes
+    /// its connection after between one and one and a half limits.
+    #[tokio::test(start_paused = true)]
+    async fn a_response_never_taken_closes_its_connection() {
+        let activity = Arc::new(Activity::default());
+        let mut request = activity.begin(http::Version::HTTP_2);
+        request.polled(true);
+        let took = ends_after(watched(&activity), LIMIT * 5).await;
+        assert!(
+            took.is_some_and(|t| t >= LIMIT && t <= LIMIT * 3 / 2),
+            "{took:?}"
+        );
+    }
+
+    /// A response that waits for its own source (an engine slow to send its next token) is the
+    /// body's business, however long; one taken frame after frame is never stalled.
+    #[tokio::test(start_paused = true)]
+    async fn responses_waiting_for_their_engine_or_taken_steadily_stay() {
+        let activity = Arc::new(Activity::default());
+        let mut slow = activity.begin(http::Version::HTTP_2);
+        slow.polled(true);
+        slow.polled(false);
+        let mut steady = activity.begin(http::Version::HTTP_2);
+        let taking = tokio::spawn(async move {
+            loop {
+                steady.polled(true);
+                tokio::time::sleep(LIMIT / 3).await;
+            }
+        });
+        assert_eq!(ends_after(watched(&activity), LIMIT * 10).await, None);
+        taking.abort();
+        drop(slow);
+    }
+
+    /// A stalled stream is found although another on the same connection keeps going.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_stream_is_found_beside_a_steady_one() {
+        let activity = Arc::new(Activity::default());
+        let mut steady = activity.begin(http::Version::HTTP_2);
+        let taking = tokio::spawn(async move {
+            loop {
+                steady.polled(true);
+                tokio::time::sleep(LIMIT / 4).await;
+                steady.polled(false);
+                tokio::time::sleep(LIMIT / 4).await;
+            }
+        });
+        let conn = watched(&activity);
+        tokio::time::sleep(LIMIT * 3).await;
+        let mut stalled = activity.begin(http::Version::HTTP_2);
+        stalled.polled(true);
+        let took = ends_after(conn, LIMIT * 5).await;
+        taking.abort();
+        assert!(took.is_some_and(|t| t <= LIMIT * 3 / 2), "{took:?}");
+    }
+
+    /// The timer runs only while a request is in flight, and a request that begins after it
+    /// stopped arms it again.
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_stops_between_requests_and_starts_again() {
+        let activity = Arc::new(Activity::default());
+        let mut conn = std::pin::pin!(watched(&activity));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(conn.as_mut().poll(&mut cx).is_pending());
+        assert!(conn.timer.is_none(), "no request: no timer");
+        let done = activity.begin(http::Version::HTTP_11);
+        assert!(conn.as_mut().poll(&mut cx).is_pending());
+        assert!(conn.timer.is_some());
+        drop(done);
+        tokio::time::advance(LIMIT).await;
+        assert!(conn.as_mut().poll(&mut cx).is_pending());
+        assert!(conn.timer.is_none(), "the clock stopped");
+        let mut request = activity.begin(http::Version::HTTP_11);
+        request.polled(true);
+        let took = ends_after(conn, LIMIT * 5).await;
+        assert!(took.is_some_and(|t| t >= LIMIT), "{took:?}");
     }
 }

@@ -24,7 +24,7 @@ use crate::server::connection::{Builders, ClientConnection};
 use crate::server::idle::{Activity, IdleDeadline, Polled};
 use crate::server::layers::{ConnectionService, InFlightBody};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
-use crate::server::stall::WriteDeadline;
+use crate::server::stall::{SendDeadline, WriteDeadline};
 use crate::server::trim::Open;
 
 /// How many serving threads: `CORRAL_THREADS`, else one per core.
@@ -176,12 +176,13 @@ impl Drop for Workers {
 }
 
 /// One connection's service: the API of the config in force when each request arrives, inside the
-/// connection's own bookkeeping (its requests in flight, the slow-body bounds).
+/// connection's own bookkeeping (its requests in flight, the slow-body bounds, the idle limit of
+/// a websocket tunnel).
 fn connection_service(
     current: Arc<RwLock<Arc<App>>>,
     remote: SocketAddr,
     activity: Arc<Activity>,
-    body_limits: BodyLimits,
+    (body_limits, tunnel_idle): (BodyLimits, Duration),
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = http::Response<InFlightBody>,
@@ -195,7 +196,7 @@ fn connection_service(
         // unboxed: the API's own future is small, its routes' work boxed within it
         async move { api::serve(&app, remote, req).await }
     };
-    ConnectionService::new(api, activity, body_limits)
+    ConnectionService::new(api, activity, body_limits, tunnel_idle)
 }
 
 /// `conn` run to its end, then `held` let go. Not an `async` block: one keeps the connection
@@ -268,8 +269,9 @@ impl Serving {
         }
     }
 
-    /// Serves one connection on a task of its own, under the write and idle deadlines; its
-    /// admission, trim slot and count are held until it closes.
+    /// Serves one connection on a task of its own, under the write, send and idle deadlines; its
+    /// admission, trim slot and count are held until it closes (a websocket tunnel on it
+    /// included: the tunnel runs in the connection's task).
     fn start(&self, accepted: Accepted, counted: Counted) {
         let Accepted {
             stream,
@@ -287,7 +289,7 @@ impl Serving {
             self.current.clone(),
             remote,
             activity.clone(),
-            self.body_limits,
+            (self.body_limits, settings.idle),
         );
         let stream = WriteDeadline::new(stream, settings.write);
         let stream = IdleDeadline::new(
@@ -301,8 +303,10 @@ impl Serving {
             service,
             self.builders.clone(),
             self.draining.clone(),
-        );
-        let conn = Polled::new(conn, activity);
+        )
+        .with_tunnels(activity.clone());
+        let conn = Polled::new(conn, activity.clone());
+        let conn = SendDeadline::new(conn, activity, settings.write);
         self.connections
             .spawn(holding(conn, (open, admitted, counted)));
     }
