@@ -50,7 +50,11 @@ ERROR 05-01 10:00:03 [core.py:586] torch.OutOfMemoryError: CUDA out of memory. T
     let sglang = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n";
     assert_eq!(oom_bytes(EngineKind::Sglang, sglang), None);
     let share = "ValueError: Free memory on device (59.32/79.15 GiB) on startup is less than desired GPU memory utilization (0.9, 71.24 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n";
-    assert_eq!(oom_bytes(EngineKind::Vllm, share), None, "out of memory, size unsaid");
+    assert_eq!(
+        oom_bytes(EngineKind::Vllm, share),
+        None,
+        "out of memory, size unsaid"
+    );
 }
 
 #[test]
