@@ -49,7 +49,7 @@ impl Fleet {
         let reservation = self.reserve(id)?;
         let mut direct = Direct::default();
         // ready with room, as nearly every request finds it: nothing to wait for
-        if let Some(proxy) = self.try_direct(id, &mut direct)? {
+        if let Some(proxy) = self.try_direct(&reservation.id, &mut direct)? {
             return Ok(reservation.into_lease(proxy));
         }
         loop {
@@ -57,7 +57,7 @@ impl Fleet {
             let notified = waiter.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(proxy) = self.try_direct(id, &mut direct)? {
+            if let Some(proxy) = self.try_direct(&reservation.id, &mut direct)? {
                 return Ok(reservation.into_lease(proxy));
             }
             match &direct.no_room {
@@ -75,7 +75,10 @@ impl Fleet {
 
     /// One try under the lock: the ready instance's address once this request is counted in
     /// flight there, `None` to wait for the next change, or the error that ends the request.
-    fn try_direct(&self, id: &str, direct: &mut Direct) -> Result<Option<Arc<str>>, Error> {
+    /// `held` is the id's `Arc` the request reserved on (see `holder`): an instance under the
+    /// same id that a later reload added is not the one it holds.
+    fn try_direct(&self, held: &Arc<str>, direct: &mut Direct) -> Result<Option<Arc<str>>, Error> {
+        let id: &str = held;
         let mut st = self.inner.lock();
         self.check_open(id)?;
         let replaced = |i: &Instance| i.retire != Retire::No && i.phase.is_stopped();
@@ -84,7 +87,7 @@ impl Fleet {
             self.retire_idle(&mut st);
             direct.awaited = None;
         }
-        let Some(inst) = st.instances.get(id) else {
+        let Some(inst) = st.instances.get(id).filter(|i| Arc::ptr_eq(&i.id, held)) else {
             return Err(Error::UnknownModel); // removed by a reload while waiting
         };
         if let Some(err) = failed_start(inst, direct.awaited) {
@@ -227,6 +230,31 @@ mod tests {
         assert!(
             waited.await.is_err(),
             "no lease on an instance told to stop"
+        );
+    }
+
+    /// A request that waits for a model while a reload removes it and another adds it back is
+    /// answered that its model is gone: it holds a reservation on the removed instance, and
+    /// counted in flight on the new one it would keep that one busy for good.
+    #[tokio::test]
+    async fn a_request_for_a_removed_model_is_not_served_by_its_return() {
+        use crate::fleet::testing::config;
+        let with_m = "models:\n  m:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n";
+        let fleet = fleet(with_m);
+        let reservation = fleet.reserve("m").unwrap();
+        fleet.reconfigure(config(
+            "models:\n  n:\n    cmd: /bin/false\n    proxy: http://127.0.0.1:9\n",
+        ));
+        fleet.reconfigure(config(with_m));
+        let _engine = make_ready(&fleet, "m");
+
+        let tried = fleet.try_direct(&reservation.id, &mut Direct::default());
+        assert!(matches!(tried, Err(Error::UnknownModel)), "{tried:?}");
+        drop(reservation);
+        let st = fleet.inner.lock();
+        assert_eq!(
+            (st.instances["m"].in_flight, st.instances["m"].reserved),
+            (0, 0)
         );
     }
 }
