@@ -23,9 +23,13 @@ fn stops(metrics: &str, model: &str, reason: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// The engine's last words, which the first failure's event carries, have its secret masked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_raises_the_charge_evicts_an_idle_model_and_starts_again() {
-    let h = Harness::start(&config("--fail-oom-once ${env.DIR}/big.oom")).await;
+    let h = Harness::start(&config(
+        "--fail-oom-once ${env.DIR}/big.oom --api-key ${env.ENGINE_SECRET}",
+    ))
+    .await;
     let chat_url = format!("{}/v1/chat/completions", h.url);
     assert_eq!(post_json(&chat_url, &chat("idle")).await.status, 200);
     let answer = post_json(&chat_url, &chat("big")).await;
@@ -44,6 +48,9 @@ async fn out_of_memory_raises_the_charge_evicts_an_idle_model_and_starts_again()
     assert_eq!(big["memory"], 5u64 << 30, "{big}");
     let metrics = get(&format!("{}/metrics", h.url)).await.text();
     assert_eq!(stops(&metrics, "idle", "memory"), 1, "{metrics}");
+    let events = get(&format!("{}/api/lifecycle", h.url)).await.text();
+    assert!(events.contains("starting again with"), "{events}");
+    assert!(!events.contains(ENGINE_SECRET), "{events}");
     h.stop().await;
 }
 

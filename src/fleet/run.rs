@@ -93,9 +93,14 @@ impl Run {
         self.inner.counters.starts.with_label_values(&labels).inc();
     }
 
+    /// The error with the config's secrets masked: it is published and shown from here on.
+    fn masked(&self, err: StartError) -> StartError {
+        err.redacted(&self.inner.lock().config.redactor)
+    }
+
     /// A start that failed: counted (unless aborted), published, and left for the waiters to see.
     fn fail(&self, err: StartError, counts: bool) {
-        let err = err.redacted(&self.inner.lock().config.redactor);
+        let err = self.masked(err);
         tracing::warn!(instance = %self.id, "start failed: {err}");
         self.count_start(if counts { "failed" } else { "aborted" });
         if counts {
