@@ -34,7 +34,16 @@ fn user_selects(env: &[(String, String)], argv: &[String]) -> bool {
     let device_flag = |a: &String| a == "--device" || a == "-dev" || a.starts_with("--device=");
     env.iter().any(|(k, _)| named(k))
         || argv.iter().any(|a| named(a))
-        || (runs(argv, "llama-server") && argv.iter().any(device_flag))
+        || (names_llama_server(argv) && argv.iter().any(device_flag))
+}
+
+/// True when any word of the command is llama-server (behind `env`, `nice`, `taskset`, ...).
+fn names_llama_server(argv: &[String]) -> bool {
+    (argv.iter()).any(|a| {
+        a.rsplit('/')
+            .next()
+            .is_some_and(|n| n.starts_with("llama-server"))
+    })
 }
 
 /// True when the command runs `name` (a program among its first words, by file name).
@@ -274,6 +283,7 @@ mod tests {
         for argv in [
             strings(&["sh", "-c", "CUDA_VISIBLE_DEVICES=2 llama-server"]),
             strings(&["llama-server", "--device", "CUDA1"]),
+            strings(&["env", "A=1", "B=2", "llama-server", "--device", "CUDA1"]),
         ] {
             assert!(
                 visible_devices(&devices, &[0], &[], &argv).is_empty(),

@@ -30,13 +30,23 @@ export class LogView {
 
   async start() {
     this.abort = new AbortController();
-    try {
-      const resp = await request('GET', `/logs/stream/${encodeURIComponent(this.source)}`, { signal: this.abort.signal, accept: 'text/plain' });
-      fill(this.status, 'live');
-      await readText(resp, (t) => this.add(t));
-      fill(this.status, 'ended');
-    } catch (err) {
-      if (!this.abort.signal.aborted) fill(this.status, `not available: ${err.message}`);
+    // a config reload ends the stream (its keys and masks may have changed): it is opened again,
+    // and its history then stands for the text so far
+    while (!this.abort.signal.aborted) {
+      try {
+        const resp = await request('GET', `/logs/stream/${encodeURIComponent(this.source)}`, { signal: this.abort.signal, accept: 'text/plain' });
+        fill(this.status, 'live');
+        let fresh = true;
+        await readText(resp, (t) => {
+          if (fresh) { this.text = ''; fresh = false; }
+          this.add(t);
+        });
+        fill(this.status, 'reconnecting…');
+      } catch (err) {
+        if (!this.abort.signal.aborted) fill(this.status, `not available: ${err.message}`);
+        return;
+      }
+      await new Promise((done) => setTimeout(done, 1000));
     }
   }
 
