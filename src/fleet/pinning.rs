@@ -39,18 +39,17 @@ fn user_selects(env: &[(String, String)], argv: &[String]) -> bool {
 
 /// True when any word of the command is llama-server (behind `env`, `nice`, `taskset`, ...).
 fn names_llama_server(argv: &[String]) -> bool {
-    (argv.iter()).any(|a| {
-        a.rsplit('/')
-            .next()
-            .is_some_and(|n| n.starts_with("llama-server"))
-    })
+    argv.iter().any(|a| is_program(a, "llama-server"))
 }
 
-/// True when the command runs `name` (a program among its first words, by file name).
+/// True when the command runs `name` (a program among its first words).
 fn runs(argv: &[String], name: &str) -> bool {
-    argv.iter()
-        .take(3)
-        .any(|a| a.rsplit('/').next().is_some_and(|n| n.starts_with(name)))
+    argv.iter().take(3).any(|a| is_program(a, name))
+}
+
+/// True when `word` is the program `name`, by its file name.
+fn is_program(word: &str, name: &str) -> bool {
+    word.rsplit('/').next().is_some_and(|n| n.starts_with(name))
 }
 
 /// The variables that show an engine exactly `placed` (indices into `devices`).
@@ -119,8 +118,7 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
                 .any(|f| a == f || a.starts_with(&format!("{f}=")))
         })
     };
-    let program = |name: &str| runs(argv, name);
-    if program("llama-server") {
+    if runs(argv, "llama-server") {
         if has(&["--tensor-split", "-ts"]) {
             return Vec::new();
         }
@@ -135,7 +133,7 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
         return out;
     }
     let n = charges.len().to_string();
-    if program("vllm") && !has(&["--tensor-parallel-size", "-tp"]) {
+    if runs(argv, "vllm") && !has(&["--tensor-parallel-size", "-tp"]) {
         return vec!["--tensor-parallel-size".into(), n];
     }
     if argv.iter().any(|a| a.contains("sglang")) && !has(&["--tp-size", "--tp"]) {
