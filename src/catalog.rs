@@ -42,6 +42,8 @@ pub struct InstanceRef {
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     names: HashMap<String, (Target, Arc<str>)>,
+    /// The length of the longest of `names`, in bytes (`/upstream/` tries no longer prefix).
+    longest: usize,
     pub pools: BTreeMap<String, PoolSpec>,
     pub instances: BTreeMap<String, InstanceRef>,
 }
@@ -84,6 +86,7 @@ impl Catalog {
                 }
             }
         }
+        c.longest = c.names.keys().map(String::len).max().unwrap_or(0);
         c
     }
 
@@ -147,7 +150,7 @@ impl Catalog {
 
     /// The length of the longest name that resolves, in bytes.
     pub fn longest_name(&self) -> usize {
-        self.names.keys().map(String::len).max().unwrap_or(0)
+        self.longest
     }
 
     /// The model an instance belongs to.
@@ -192,6 +195,18 @@ mod tests {
             &Target::Instance("embed-1".into())
         );
         assert!(c.resolve("solo-0").is_none());
+    }
+
+    /// The longest name counts every name a request may use: a replica's id is longer than its
+    /// model's, an alias longer than both.
+    #[test]
+    fn the_longest_name_covers_replicas_and_aliases() {
+        let c = catalog("models:\n  chat: {cmd: 'srv --port ${PORT}', replicas: 12}\n");
+        assert_eq!(c.longest_name(), "chat-11".len());
+        let c = catalog(
+            "models:\n  chat: {cmd: 'srv --port ${PORT}', replicas: 2, aliases: [a-long-alias]}\n",
+        );
+        assert_eq!(c.longest_name(), "a-long-alias".len());
     }
 
     /// Numbers that do not run from 0 are versions of different models, not replicas of one.

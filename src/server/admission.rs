@@ -57,21 +57,10 @@ impl Admission {
     /// connection has a request in flight).
     pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let mut table = self.table();
-        // an evicted connection is on its way out unless a request reached it first
-        let evicting = table
-            .connections
-            .values()
-            .filter(|a| a.is_evicted() && a.idle_since().is_some())
-            .count();
-        if table.connections.len() - evicting >= self.max {
-            let longest_idle = table
-                .connections
-                .values()
-                .filter(|a| !a.is_evicted())
-                .filter_map(|a| Some((a.idle_since()?, a)))
-                .min_by_key(|(since, _)| *since)
-                .map(|(_, a)| a.clone())?;
-            longest_idle.evict();
+        // below the cap no connection is looked at: a scan on every accept would make a flood
+        // of connections cost the square of its size
+        if table.connections.len() >= self.max {
+            table.make_room(self.max)?;
         }
         let id = table.next_id;
         table.next_id += 1;
@@ -82,6 +71,30 @@ impl Admission {
             activity,
             admission: self.clone(),
         })
+    }
+}
+
+impl Table {
+    /// At the cap: evicts the connection idle longest, unless enough idle ones are already on
+    /// their way out; `None` when there is no room to make (every connection is busy).
+    fn make_room(&self, max: usize) -> Option<()> {
+        // an evicted connection is on its way out unless a request reached it first
+        let mut evicting = 0;
+        let mut longest_idle: Option<(tokio::time::Instant, &Arc<Activity>)> = None;
+        for activity in self.connections.values() {
+            let Some(since) = activity.idle_since() else {
+                continue;
+            };
+            if activity.is_evicted() {
+                evicting += 1;
+            } else if longest_idle.is_none_or(|(oldest, _)| since < oldest) {
+                longest_idle = Some((since, activity));
+            }
+        }
+        if self.connections.len() - evicting >= max {
+            longest_idle?.1.evict();
+        }
+        Some(())
     }
 }
 
