@@ -433,3 +433,69 @@ async fn streams_end_at_a_reload() {
     again.abort();
     r.stop().await;
 }
+
+/// The gauges of what a reload removed (a model, a replica past the new count) go with it, where
+/// they stood at their last values before; the counters stay, as counters must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_removes_the_gauges_of_what_it_removed() {
+    const GAUGES: [&str; 9] = [
+        "corral_in_flight_requests{",
+        "corral_slots{",
+        "corral_slots_free{",
+        "corral_instance_state{",
+        "corral_model_status{",
+        "corral_instance_consecutive_failures{",
+        "corral_instance_circuit_open{",
+        "corral_instance_memory_estimate_bytes{",
+        "corral_instance_memory_measured_bytes{",
+    ];
+    let port = free_port_range(8);
+    let config = |replicas: u32, with_a: bool| {
+        let a = if with_a {
+            fake_model("a", "", "")
+        } else {
+            String::new()
+        };
+        let p = fake_model(
+            "p",
+            "",
+            &format!("replicas: {replicas}\nstartReplicas: all"),
+        );
+        format!("startPort: {port}\nmodels:\n{a}{p}")
+    };
+    let r = Reloaded::start(&config(3, true));
+    assert_eq!(post_json(&r.url, &chat("a")).await.status, 200);
+    assert_eq!(post_json(&r.url, &chat("p")).await.status, 200);
+    let metrics = format!("{}/metrics", r.p.url);
+    let removed = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| GAUGES.iter().any(|g| l.starts_with(g)))
+            .filter(|l| l.contains(r#"model="a""#) || l.contains(r#"instance="p-2""#))
+            .map(String::from)
+            .collect()
+    };
+    let before = get(&metrics).await.text();
+    assert!(before.contains(r#"corral_instance_state{instance="a",model="a",state="ready"}"#));
+    assert!(before.contains(r#"corral_model_status{model="a",status="active"}"#));
+    assert!(before.contains(r#"corral_slots{instance="p-2",model="p"}"#));
+
+    r.reload(&config(2, false));
+    let mut left = removed(&before);
+    for _ in 0..100 {
+        left = removed(&get(&metrics).await.text());
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(left.is_empty(), "left standing: {left:#?}");
+    let after = get(&metrics).await.text();
+    assert!(after.contains(r#"corral_slots{instance="p-1",model="p"}"#));
+    assert!(
+        after
+            .lines()
+            .any(|l| l.starts_with("corral_requests_total{") && l.contains(r#"model="a""#)),
+        "the removed model's request counts stay"
+    );
+    r.stop().await;
+}

@@ -2,7 +2,8 @@
 //! from a fleet snapshot at scrape time, so scraping costs one short lock and never blocks
 //! request handling.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use prometheus::{GaugeVec, IntGaugeVec, Opts, Registry};
 use strum::IntoEnumIterator;
@@ -26,6 +27,39 @@ pub(super) struct PresentGauges {
     memory_measured: IntGaugeVec,
     instance_estimate: IntGaugeVec,
     instance_measured: IntGaugeVec,
+    /// The instances, models, pools and devices the gauges were last set for.
+    instances: LabelSets,
+    models: LabelSets,
+    pools: LabelSets,
+    devices: LabelSets,
+}
+
+/// The label values a group of series was last set for. A reload can remove a model, an
+/// instance (fewer replicas), a pool or a device, and a series that is no longer set would stand
+/// at its last value for good: sums over it, and alerts on it, would stay wrong until a restart.
+/// Gone series are removed after the current ones are set, so a scrape never misses one that
+/// still exists.
+#[derive(Default)]
+struct LabelSets(Mutex<BTreeSet<Vec<String>>>);
+
+impl LabelSets {
+    /// Keeps `now` as the current label values; gives those set last time and not now.
+    fn replace(&self, now: BTreeSet<Vec<String>>) -> Vec<Vec<String>> {
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = last.difference(&now).cloned().collect();
+        *last = now;
+        gone
+    }
+}
+
+/// Removes the series of `labels` from each of `vecs`; absent ones are no error.
+fn remove<T: prometheus::core::Atomic>(
+    vecs: &[&prometheus::core::GenericGaugeVec<T>],
+    labels: &[&str],
+) {
+    for vec in vecs {
+        let _ = vec.remove_label_values(labels);
+    }
 }
 
 impl PresentGauges {
@@ -48,6 +82,10 @@ impl PresentGauges {
             memory_measured: gauge(r, "corral_device_memory_measured_bytes", "Memory the engines reported allocating on a device.", &["device"]),
             instance_estimate: gauge(r, "corral_instance_memory_estimate_bytes", "Estimated device memory of an instance.", &["model", "instance"]),
             instance_measured: gauge(r, "corral_instance_memory_measured_bytes", "Device memory an instance reported after loading.", &["model", "instance"]),
+            instances: LabelSets::default(),
+            models: LabelSets::default(),
+            pools: LabelSets::default(),
+            devices: LabelSets::default(),
         }
     }
 
@@ -62,6 +100,16 @@ impl PresentGauges {
                 self.model_status
                     .with_label_values(&[model.as_str(), status.as_str()])
                     .set((now.status == status) as i64);
+            }
+        }
+        for gone in self
+            .models
+            .replace(statuses.keys().map(|m| vec![m.clone()]).collect())
+        {
+            for status in ModelStatus::iter() {
+                let _ = self
+                    .model_status
+                    .remove_label_values(&[gone[0].as_str(), status.as_str()]);
             }
         }
     }
@@ -89,6 +137,42 @@ impl PresentGauges {
             self.queue_depth
                 .with_label_values(&[pool])
                 .set(*depth as i64);
+        }
+        for gone in self
+            .pools
+            .replace(queues.keys().map(|p| vec![p.clone()]).collect())
+        {
+            let _ = self.queue_depth.remove_label_values(&[gone[0].as_str()]);
+        }
+        self.forget_gone_instances(snapshot);
+    }
+
+    /// Removes the series of instances no longer in the fleet (their model removed, or fewer
+    /// replicas).
+    fn forget_gone_instances(&self, snapshot: &[Snapshot]) {
+        let now = snapshot
+            .iter()
+            .map(|s| vec![s.model.clone(), s.instance.clone()])
+            .collect();
+        for gone in self.instances.replace(now) {
+            let l = [gone[0].as_str(), gone[1].as_str()];
+            remove(
+                &[
+                    &self.in_flight,
+                    &self.slots_total,
+                    &self.slots_free,
+                    &self.failures,
+                    &self.circuit_open,
+                    &self.instance_estimate,
+                    &self.instance_measured,
+                ],
+                &l,
+            );
+            for phase in PhaseName::iter() {
+                let _ = self
+                    .state
+                    .remove_label_values(&[l[0], l[1], phase.as_str()]);
+            }
         }
     }
 
@@ -134,13 +218,31 @@ impl PresentGauges {
                 .with_label_values(&[&d.name])
                 .set(measured as i64);
         }
+        for gone in self
+            .devices
+            .replace(devices.iter().map(|d| vec![d.name.clone()]).collect())
+        {
+            remove(
+                &[
+                    &self.memory_used_by_others,
+                    &self.memory_capacity,
+                    &self.memory_charged,
+                    &self.memory_measured,
+                ],
+                &[gone[0].as_str()],
+            );
+        }
         for s in snapshot {
             let l = [s.model.as_str(), s.instance.as_str()];
             self.instance_estimate
                 .with_label_values(&l)
                 .set(s.memory as i64);
-            if let Some(m) = s.measured {
-                self.instance_measured.with_label_values(&l).set(m as i64);
+            // a stopped instance holds no memory, as the device totals count it
+            match s.measured.filter(|_| s.state != PhaseName::Stopped) {
+                Some(m) => self.instance_measured.with_label_values(&l).set(m as i64),
+                None => {
+                    let _ = self.instance_measured.remove_label_values(&l);
+                }
             }
         }
     }
@@ -166,5 +268,50 @@ impl PresentGauges {
                 .with_label_values(&l)
                 .set(s.circuit_open as i64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(state: PhaseName, measured: Option<u64>) -> Snapshot {
+        Snapshot {
+            model: "m".into(),
+            instance: "m".into(),
+            state,
+            measured,
+            ..Default::default()
+        }
+    }
+
+    /// A stopped instance holds no memory, as the device totals count it: its measured size goes.
+    #[test]
+    fn a_stopped_instance_shows_no_measured_memory() {
+        use prometheus::core::Collector;
+        let gauges = PresentGauges::new(&Registry::new());
+        let measured = |gauges: &PresentGauges| -> Vec<i64> {
+            let families = gauges.instance_measured.collect();
+            let series = families.first().map(|f| f.get_metric()).unwrap_or_default();
+            series
+                .iter()
+                .map(|m| m.get_gauge().get_value() as i64)
+                .collect()
+        };
+        let queues = BTreeMap::new();
+        gauges.update(
+            &[instance(PhaseName::Ready, Some(1 << 30))],
+            &queues,
+            &[],
+            &[],
+        );
+        assert_eq!(measured(&gauges), [1 << 30]);
+        gauges.update(
+            &[instance(PhaseName::Stopped, Some(1 << 30))],
+            &queues,
+            &[],
+            &[],
+        );
+        assert_eq!(measured(&gauges), [0; 0]);
     }
 }
