@@ -3,7 +3,8 @@
 #
 #  1. `devices: auto` (NVML, as on any machine with the driver) against nvidia-smi's own answer:
 #     `corral check` must know a cudaN for every GPU, a served corral must pin an engine to each
-#     GPU by its UUID, and budget its memory.total less the 5% reserve.
+#     GPU by nvidia-smi's index with CUDA_DEVICE_ORDER=PCI_BUS_ID (vLLM takes no UUID there), and
+#     budget its memory.total less the 5% reserve.
 #  2. A real llama-server built with CUDA, on a tiny GGUF written by the gguf crate, pinned by
 #     corral to the last GPU: its memory readback (corral_device_memory_measured_bytes) must be
 #     non-zero on that GPU only, and the engine must not count as another program's use.
@@ -85,7 +86,7 @@ chat() { curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/js
 
 if serve "$W/discover.yaml"; then
     for ((i = 0; i < N; i++)); do
-        idx=$(field "$i" 1) uuid=$(field "$i" 2) mib=$(field "$i" 3)
+        idx=$(field "$i" 1) mib=$(field "$i" 3)
         want=$((mib * 1048576 - mib * 1048576 / 20))
         got=$(metric corral_device_memory_capacity_bytes "cuda$idx")
         # NVML counts bytes, nvidia-smi whole MiB
@@ -96,8 +97,10 @@ if serve "$W/discover.yaml"; then
         fi
         [[ "$(chat "g$i")" == 200 ]] || fail "fake engine on cuda$idx did not answer"
         seen=$(grep -o '"CUDA_VISIBLE_DEVICES":"[^"]*"' "$W/g$i.events" | head -1 | cut -d'"' -f4)
-        [[ "$seen" == "$uuid" ]] && pass "cuda$idx pinned by its UUID $uuid" \
-            || fail "cuda$idx pinned as '$seen', nvidia-smi's UUID is $uuid"
+        order=$(grep -o '"CUDA_DEVICE_ORDER":"[^"]*"' "$W/g$i.events" | head -1 | cut -d'"' -f4)
+        [[ "$seen" == "$idx" && "$order" == PCI_BUS_ID ]] \
+            && pass "cuda$idx pinned by its index in bus order" \
+            || fail "cuda$idx pinned as '$seen' in order '$order', nvidia-smi's index is $idx"
     done
     stop
 fi

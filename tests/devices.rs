@@ -72,8 +72,8 @@ async fn engines_see_only_the_gpus_they_are_charged_on() {
     let url = format!("{}/v1/chat/completions", p.url);
     assert_eq!(
         seen,
-        BTreeSet::from(["GPU-aaaa-0000".to_string(), "GPU-bbbb-1111".to_string()]),
-        "one replica per GPU, each by its UUID"
+        BTreeSet::from(["0".to_string(), "1".to_string()]),
+        "one replica per GPU, each by its index in bus order"
     );
     assert_eq!(post_json(&url, &chat("own")).await.status, 200);
     assert_eq!(
@@ -105,6 +105,11 @@ async fn vllm_is_told_the_share_of_the_card_it_was_charged() {
     let args =
         |id: &str| read_events(&events_dir.join(format!("{id}.events")))[0]["args"].to_string();
     assert_eq!(post_json(&url, &chat("sized")).await.status, 200);
+    let shown = visible(&events_dir, "sized");
+    assert!(
+        shown[0].parse::<u32>().is_ok(),
+        "vLLM takes no UUID: {shown:?}"
+    );
     assert!(
         args("sized").contains(r#""--gpu-memory-utilization","0.250""#),
         "{}",
@@ -133,7 +138,7 @@ async fn a_model_too_big_for_one_gpu_is_split_over_two() {
     let (p, events_dir, _state) = corral_on_two_gpus(dir, &models);
     let url = format!("{}/v1/chat/completions", p.url);
     assert_eq!(post_json(&url, &chat("big")).await.status, 200);
-    assert_eq!(visible(&events_dir, "big"), ["GPU-aaaa-0000,GPU-bbbb-1111"]);
+    assert_eq!(visible(&events_dir, "big"), ["0,1"]);
     let spawned = read_events(&events_dir.join("big.events"));
     let args = spawned[0]["args"].to_string();
     assert!(

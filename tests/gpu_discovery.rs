@@ -2,7 +2,9 @@
 //! corral; naming an nvidia-smi turns NVML off anyway): a fake nvidia-smi still gives the NVIDIA
 //! GPUs, and wins over rocm-smi; without it a fake rocm-smi gives AMD GPUs, pinned through
 //! `HIP_VISIBLE_DEVICES`/`ROCR_VISIBLE_DEVICES`, whose processes' memory is read back every
-//! `deviceRefresh` like nvidia-smi's.
+//! `deviceRefresh` like nvidia-smi's. An NVIDIA GPU is shown to its engine by index, counted in
+//! bus order as nvidia-smi counts (vLLM takes no UUID in `CUDA_VISIBLE_DEVICES`), unless the model
+//! counts in another order or the device is a MIG instance, which keep the UUID.
 
 mod support;
 
@@ -80,8 +82,49 @@ async fn nvidia_smi_is_still_read_and_wins_over_rocm_smi() {
     let url = format!("{}/v1/chat/completions", p.url);
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     let seen = spawned_env(&events, "a");
-    assert_eq!(seen[0]["CUDA_VISIBLE_DEVICES"], "GPU-cccc-2222", "{seen:?}");
+    assert_eq!(seen[0]["CUDA_VISIBLE_DEVICES"], "0", "{seen:?}");
+    assert_eq!(seen[0]["CUDA_DEVICE_ORDER"], "PCI_BUS_ID", "{seen:?}");
     drop(tools);
+}
+
+/// A model that has CUDA count its devices fastest first may number them otherwise than
+/// nvidia-smi does: it is shown its GPU by UUID, and its order stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_counting_in_another_order_is_shown_its_gpu_by_uuid() {
+    let (tools, _, nvidia) = tools();
+    let env = [("CORRAL_NVIDIA_SMI", nvidia.as_str())];
+    let model = "  ff:\n    cmd: ${env.ENGINE} --port ${PORT} --events-file ${env.DIR}/ff.events\n    env: [\"${env.MARKER}\", \"CUDA_DEVICE_ORDER=FASTEST_FIRST\"]\n    memory: 4GiB\n";
+    let (p, events, _state) =
+        spawn_corral_on_auto_devices(tempfile::tempdir().unwrap(), model, &env);
+    let url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&url, &chat("ff")).await.status, 200);
+    let seen = spawned_env(&events, "ff");
+    assert_eq!(seen[0]["CUDA_VISIBLE_DEVICES"], "GPU-cccc-2222", "{seen:?}");
+    assert_eq!(seen[0]["CUDA_DEVICE_ORDER"], "FASTEST_FIRST", "{seen:?}");
+    drop(tools);
+}
+
+/// Devices the config lists are shown as written: a full GPU given its index by that index, a MIG
+/// instance by its UUID, since an index would name the whole card it is carved from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_mig_instance_keeps_its_uuid_and_a_listed_gpu_is_shown_by_index() {
+    let yaml = format!(
+        "devices:\n  - {{name: mig0, capacity: 10GiB, vendor: nvidia, index: 0, uuid: MIG-aaaa-1111}}\n  - {{name: big, capacity: 24GiB, vendor: nvidia, index: 1, uuid: GPU-bbbb-2222}}\nmodels:\n{}{}",
+        fake_model("small", "", "memory: {bytes: 4GiB, devices: [mig0]}"),
+        fake_model("large", "", "memory: {bytes: 4GiB, devices: [big]}"),
+    );
+    let h = Harness::start(&yaml).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    for (model, shown) in [("small", "MIG-aaaa-1111"), ("large", "1")] {
+        assert_eq!(post_json(&url, &chat(model)).await.status, 200);
+        let seen = spawned_env(h.dir.path(), model);
+        assert_eq!(seen[0]["CUDA_VISIBLE_DEVICES"], shown, "{model}: {seen:?}");
+        assert_eq!(
+            seen[0]["CUDA_DEVICE_ORDER"], "PCI_BUS_ID",
+            "{model}: {seen:?}"
+        );
+    }
+    h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

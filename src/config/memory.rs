@@ -19,9 +19,14 @@ pub struct Device {
     pub reserve: u64,
     /// Whose device selection variable pins an engine to it (none: it is not pinned).
     pub vendor: Vendor,
-    /// What that variable names it by: its UUID where known (so renumbering cannot move an
-    /// engine), else its index.
+    /// What corral knows it by: its UUID where known, else its index. Per-process memory readings
+    /// (NVML, `nvidia-smi --query-compute-apps=gpu_uuid`, rocm-smi) name a device so, and an
+    /// engine is pinned by it, save an NVIDIA engine shown the index (see [`Device::index`]).
     pub select_as: Option<String>,
+    /// Its number as the vendor's tool counts (nvidia-smi's index, which is PCI bus order), where
+    /// known: what an NVIDIA engine is shown it by when CUDA is told to number devices in bus
+    /// order too, since vLLM takes no UUID in `CUDA_VISIBLE_DEVICES`.
+    pub index: Option<u32>,
 }
 
 impl Device {
@@ -34,6 +39,7 @@ impl Device {
             reserve: gpu.total / 20,
             vendor: gpu.vendor,
             select_as: Some(gpu.selector()),
+            index: Some(gpu.index),
         }
     }
 }
@@ -118,25 +124,34 @@ fn device(d: &MapReader<'_>, name: String) -> Result<Device, ConfigError> {
     if reserve >= capacity {
         return Err(d.err("reserve", "must be less than the capacity"));
     }
-    let (vendor, select_as) = pinning(d, &name)?;
+    let (vendor, select_as, index) = pinning(d, &name)?;
     Ok(Device {
         name,
         capacity,
         reserve,
         vendor,
         select_as,
+        index,
     })
 }
 
-/// A device's vendor and what its selection variable names it by (`uuid`, else `index`, else
-/// the number its name ends with); a pinned device must have one of them.
-fn pinning(d: &MapReader<'_>, name: &str) -> Result<(Vendor, Option<String>), ConfigError> {
+/// A device's vendor, what corral knows it by (`uuid`, else `index`, else the number its name
+/// ends with; a pinned device must have one of them) and its index where the config gives one.
+/// A name's number counts as the index only when no `uuid` names the device, so that a `uuid`
+/// written alone still pins by that UUID.
+fn pinning(
+    d: &MapReader<'_>,
+    name: &str,
+) -> Result<(Vendor, Option<String>, Option<u32>), ConfigError> {
+    let uuid = d.string("uuid")?;
     let index = match d.int("index")? {
         Some(i) if i >= 0 => Some(i.to_string()),
         Some(_) => return Err(d.err("index", "must be 0 or more")),
-        None => trailing_index(name),
+        None if uuid.is_none() => trailing_index(name),
+        None => None,
     };
-    let select_as = d.string("uuid")?.or(index);
+    let number = index.as_deref().and_then(|i| i.parse().ok());
+    let select_as = uuid.or(index);
     let vendor = match d.string("vendor")? {
         // a name like cuda0 says both; one without a number is only budgeted
         None if select_as.is_some() => Vendor::from_name(name),
@@ -154,7 +169,7 @@ fn pinning(d: &MapReader<'_>, name: &str) -> Result<(Vendor, Option<String>), Co
             format!("{name} needs an index or a uuid to be pinned"),
         ));
     }
-    Ok((vendor, select_as))
+    Ok((vendor, select_as, number))
 }
 
 /// `devices: auto`: every NVIDIA GPU (NVML, else nvidia-smi), else every AMD one (rocm-smi),

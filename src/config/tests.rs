@@ -571,20 +571,23 @@ fn check_endpoint_means_the_same_for_a_model_and_its_replicas() {
 #[test]
 fn devices_say_how_an_engine_is_pinned_to_them() {
     let c = load(
-        "devices:\n  - {name: cuda1, capacity: 24GiB}\n  - {name: big, capacity: 8GiB}\n  - {name: r, capacity: 8GiB, vendor: amd, index: 2}\n  - {name: g, capacity: 8GiB, vendor: nvidia, uuid: GPU-x}\n",
+        "devices:\n  - {name: cuda1, capacity: 24GiB}\n  - {name: big, capacity: 8GiB}\n  - {name: r, capacity: 8GiB, vendor: amd, index: 2}\n  - {name: g, capacity: 8GiB, vendor: nvidia, uuid: GPU-x}\n  - {name: cuda3, capacity: 8GiB, uuid: GPU-y}\n  - {name: h, capacity: 8GiB, vendor: nvidia, index: 4, uuid: GPU-z}\n",
     );
-    let pins: Vec<(Vendor, Option<&str>)> = c
+    let pins: Vec<(Vendor, Option<&str>, Option<u32>)> = c
         .devices
         .iter()
-        .map(|d| (d.vendor, d.select_as.as_deref()))
+        .map(|d| (d.vendor, d.select_as.as_deref(), d.index))
         .collect();
     assert_eq!(
         pins,
         [
-            (Vendor::Nvidia, Some("1")),
-            (Vendor::None, None),
-            (Vendor::Amd, Some("2")),
-            (Vendor::Nvidia, Some("GPU-x")),
+            (Vendor::Nvidia, Some("1"), Some(1)),
+            (Vendor::None, None, None),
+            (Vendor::Amd, Some("2"), Some(2)),
+            (Vendor::Nvidia, Some("GPU-x"), None),
+            // a UUID written alone is not second-guessed by the number the name ends with
+            (Vendor::Nvidia, Some("GPU-y"), None),
+            (Vendor::Nvidia, Some("GPU-z"), Some(4)),
         ]
     );
     let err = load_err("devices:\n  - {name: g, capacity: 8GiB, vendor: nvidia}\n");
@@ -690,7 +693,7 @@ fn placement_is_spread_or_pack() {
 }
 
 #[test]
-fn a_found_gpu_is_budgeted_with_five_percent_in_reserve_and_pinned_by_its_selector() {
+fn a_found_gpu_is_budgeted_with_five_percent_in_reserve_and_known_by_its_selector_and_index() {
     let gpu = crate::gpu::Gpu {
         vendor: Vendor::Nvidia,
         index: 1,
@@ -706,6 +709,7 @@ fn a_found_gpu_is_budgeted_with_five_percent_in_reserve_and_pinned_by_its_select
             reserve: 1 << 30,
             vendor: Vendor::Nvidia,
             select_as: Some("GPU-abc".into()),
+            index: Some(1),
         }
     );
 }

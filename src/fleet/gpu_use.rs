@@ -186,6 +186,7 @@ mod tests {
             reserve: 0,
             vendor: Vendor::Nvidia,
             select_as: Some(uuid.into()),
+            index: None,
         }
     }
 

@@ -4,6 +4,12 @@
 //! `GGML_VK_VISIBLE_DEVICES`). Without it, llama-server spreads over every GPU it sees and vLLM
 //! takes GPU 0, whatever the ledger decided. A user who selects devices in the model's `env` or
 //! command keeps that choice.
+//!
+//! NVIDIA GPUs are shown by their index, with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so that CUDA counts
+//! them as nvidia-smi and NVML do: vLLM (through 0.20 at least) reads every entry of
+//! `CUDA_VISIBLE_DEVICES` as a number and fails to start on a UUID. In bus order an index names
+//! the same card from boot to boot. The UUID stays where an index would be wrong: a MIG instance,
+//! and an engine told to count devices in another order.
 
 use std::collections::BTreeMap;
 
@@ -52,6 +58,32 @@ fn is_program(word: &str, name: &str) -> bool {
     word.rsplit('/').next().is_some_and(|n| n.starts_with(name))
 }
 
+/// The variable that tells CUDA how to number devices, and the value that numbers them as
+/// nvidia-smi does.
+const ORDER: &str = "CUDA_DEVICE_ORDER";
+const BUS_ORDER: &str = "PCI_BUS_ID";
+
+/// True when the engine's CUDA will number devices in bus order, as nvidia-smi does: corral says
+/// so unless the model's `env` names an order, and a command may set one itself (`env
+/// CUDA_DEVICE_ORDER=FASTEST_FIRST vllm ...`, a shell wrapper), over corral's.
+fn counts_in_bus_order(env: &[(String, String)], argv: &[String]) -> bool {
+    let own = env.iter().rev().find(|(k, _)| k == ORDER);
+    let bus = format!("{ORDER}={BUS_ORDER}");
+    own.is_none_or(|(_, v)| v.trim() == BUS_ORDER)
+        && !argv.iter().any(|a| a.contains(ORDER) && !a.contains(&bus))
+}
+
+/// What `CUDA_VISIBLE_DEVICES` names an NVIDIA device by: its index when CUDA counts in bus order
+/// (vLLM refuses a UUID there, and in that order the index is nvidia-smi's, so the same card),
+/// else `id`, its UUID where known. A MIG instance (`MIG-...`) keeps its UUID: an index would name
+/// the whole GPU it is carved from.
+fn cuda_name(id: &str, index: Option<u32>, bus_order: bool) -> String {
+    match index {
+        Some(i) if bus_order && !id.starts_with("MIG-") => i.to_string(),
+        _ => id.to_string(),
+    }
+}
+
 /// The variables that show an engine exactly `placed` (indices into `devices`).
 pub fn visible_devices(
     devices: &[Device],
@@ -62,10 +94,15 @@ pub fn visible_devices(
     if user_selects(env, argv) {
         return Vec::new();
     }
-    let mut by_vendor: BTreeMap<Vendor, Vec<&str>> = BTreeMap::new();
+    let bus_order = counts_in_bus_order(env, argv);
+    let mut by_vendor: BTreeMap<Vendor, Vec<String>> = BTreeMap::new();
     for d in placed.iter().filter_map(|i| devices.get(*i)) {
         if let (Some(id), true) = (d.select_as.as_deref(), d.vendor != Vendor::None) {
-            by_vendor.entry(d.vendor).or_default().push(id);
+            let shown = match d.vendor {
+                Vendor::Nvidia => cuda_name(id, d.index, bus_order),
+                _ => id.to_string(),
+            };
+            by_vendor.entry(d.vendor).or_default().push(shown);
         }
     }
     let mut out = Vec::new();
@@ -90,8 +127,8 @@ pub fn visible_devices(
             // config number them as nvidia-smi does, in bus order
             Vendor::Nvidia => {
                 set(&mut out, "CUDA_VISIBLE_DEVICES", list);
-                if !env.iter().any(|(k, _)| k == "CUDA_DEVICE_ORDER") {
-                    set(&mut out, "CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
+                if !env.iter().any(|(k, _)| k == ORDER) {
+                    set(&mut out, ORDER, BUS_ORDER.into());
                 }
             }
             _ => {
@@ -185,14 +222,24 @@ pub fn memory_share_args(
 mod tests {
     use super::*;
 
+    /// A device known by `id`, whose index is the number its name ends with.
     fn device(name: &str, vendor: Vendor, id: &str) -> Device {
+        let digits = name.trim_start_matches(|c: char| !c.is_ascii_digit());
         Device {
             name: name.into(),
             capacity: 1 << 34,
             reserve: 0,
             vendor,
             select_as: Some(id.into()),
+            index: digits.parse().ok(),
         }
+    }
+
+    fn cuda(list: &str) -> [(String, String); 2] {
+        [
+            ("CUDA_VISIBLE_DEVICES".to_string(), list.to_string()),
+            ("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()),
+        ]
     }
 
     fn strings(v: &[&str]) -> Vec<String> {
@@ -210,14 +257,8 @@ mod tests {
         ];
         let argv = strings(&["llama-server"]);
         let pairs = |placed: &[usize]| visible_devices(&devices, placed, &[], &argv);
-        let cuda = |list: &str| {
-            [
-                ("CUDA_VISIBLE_DEVICES".to_string(), list.to_string()),
-                ("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()),
-            ]
-        };
-        assert_eq!(pairs(&[1]), cuda("GPU-bbb"));
-        assert_eq!(pairs(&[0, 1]), cuda("GPU-aaa,GPU-bbb"));
+        assert_eq!(pairs(&[1]), cuda("1"));
+        assert_eq!(pairs(&[0, 1]), cuda("0,1"));
         assert_eq!(
             pairs(&[2]),
             [
@@ -262,6 +303,82 @@ mod tests {
         let env = [("CUDA_DEVICE_ORDER".to_string(), "FASTEST_FIRST".to_string())];
         let pairs = visible_devices(&devices, &[0], &env, &strings(&["vllm"]));
         assert_eq!(pairs, [("CUDA_VISIBLE_DEVICES".into(), "1".into())]);
+    }
+
+    /// vLLM reads each entry of `CUDA_VISIBLE_DEVICES` as a number and fails to start on a UUID:
+    /// a GPU known by its UUID is shown by its index, which in bus order is nvidia-smi's.
+    #[test]
+    fn nvidia_gpus_are_shown_by_their_index_in_bus_order() {
+        let devices = [
+            device("cuda0", Vendor::Nvidia, "GPU-aaa"),
+            device("cuda1", Vendor::Nvidia, "GPU-bbb"),
+        ];
+        let vllm = strings(&["vllm", "serve", "org/m"]);
+        assert_eq!(visible_devices(&devices, &[1], &[], &vllm), cuda("1"));
+        assert_eq!(visible_devices(&devices, &[1, 0], &[], &vllm), cuda("1,0"));
+        // the model's own bus order is the same order
+        let env = [("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string())];
+        assert_eq!(
+            visible_devices(&devices, &[1], &env, &vllm),
+            [("CUDA_VISIBLE_DEVICES".into(), "1".into())]
+        );
+        let wrapped = strings(&["sh", "-c", "CUDA_DEVICE_ORDER=PCI_BUS_ID exec vllm serve m"]);
+        assert_eq!(visible_devices(&devices, &[1], &[], &wrapped), cuda("1"));
+    }
+
+    /// Counted fastest first, an index may name another card than nvidia-smi's: the UUID stays,
+    /// whether the model's `env` or its command sets the order.
+    #[test]
+    fn another_device_order_keeps_the_uuid() {
+        let devices = [
+            device("cuda0", Vendor::Nvidia, "GPU-aaa"),
+            device("cuda1", Vendor::Nvidia, "GPU-bbb"),
+        ];
+        let vllm = strings(&["vllm", "serve", "org/m"]);
+        let env = [("CUDA_DEVICE_ORDER".to_string(), "FASTEST_FIRST".to_string())];
+        assert_eq!(
+            visible_devices(&devices, &[1], &env, &vllm),
+            [("CUDA_VISIBLE_DEVICES".into(), "GPU-bbb".into())]
+        );
+        let own = strings(&[
+            "env",
+            "CUDA_DEVICE_ORDER=FASTEST_FIRST",
+            "vllm",
+            "serve",
+            "m",
+        ]);
+        assert_eq!(visible_devices(&devices, &[1], &[], &own), cuda("GPU-bbb"));
+    }
+
+    /// A MIG instance has no index of its own (its GPU's would show the whole card), and a device
+    /// the config names by UUID alone has no known index: both are shown by their UUID.
+    #[test]
+    fn mig_instances_and_devices_of_unknown_index_keep_their_uuid() {
+        let mut unknown = device("g", Vendor::Nvidia, "GPU-ccc");
+        unknown.index = None;
+        let devices = [device("mig0", Vendor::Nvidia, "MIG-abc"), unknown];
+        let vllm = strings(&["vllm", "serve", "org/m"]);
+        assert_eq!(visible_devices(&devices, &[0], &[], &vllm), cuda("MIG-abc"));
+        assert_eq!(visible_devices(&devices, &[1], &[], &vllm), cuda("GPU-ccc"));
+    }
+
+    /// Only NVIDIA devices are shown by index: the others are shown as before, by what corral
+    /// knows them by.
+    #[test]
+    fn other_vendors_are_shown_by_what_they_are_known_by() {
+        let mut amd = device("rocm0", Vendor::Amd, "3");
+        amd.index = Some(0);
+        let mut vk = device("vk0", Vendor::Vulkan, "2");
+        vk.index = Some(0);
+        let argv = strings(&["llama-server"]);
+        assert_eq!(
+            visible_devices(&[amd, vk], &[0, 1], &[], &argv),
+            [
+                ("HIP_VISIBLE_DEVICES".into(), "0".into()),
+                ("ROCR_VISIBLE_DEVICES".into(), "3".into()),
+                ("GGML_VK_VISIBLE_DEVICES".into(), "2".into()),
+            ]
+        );
     }
 
     /// SGLang's `--device cuda` names a kind of device, not which: the engine is still pinned.

@@ -17,6 +17,7 @@ fn gpu(name: &str, gib: u64) -> Device {
         reserve: 0,
         vendor: Vendor::None,
         select_as: None,
+        index: None,
     }
 }
 

@@ -83,7 +83,8 @@ pub struct ProcessUse {
     pub bytes: u64,
 }
 
-/// What an NVIDIA GPU is selected by: its UUID (renumbering cannot move an engine), else its index.
+/// What corral knows an NVIDIA GPU by: its UUID, which per-process readings name it by, else its
+/// index.
 fn nvidia_selector(index: u32, uuid: Option<&str>) -> String {
     match uuid {
         Some(u) if u.starts_with("GPU-") => u.to_string(),
@@ -102,8 +103,10 @@ impl Gpu {
         format!("{prefix}{}", self.index)
     }
 
-    /// What an engine is pinned to it by: the UUID for NVIDIA, the index for AMD (HIP and ROCr
-    /// take indices everywhere; UUIDs only on recent ROCm).
+    /// What corral knows it by, and matches per-process memory to it by: the UUID for NVIDIA,
+    /// the index for AMD, which is also what an AMD engine is pinned by (HIP and ROCr take
+    /// indices everywhere; UUIDs only on recent ROCm). An NVIDIA engine is shown its GPU by
+    /// [`Gpu::index`] where CUDA counts in bus order (vLLM takes no UUID): see `fleet::pinning`.
     pub fn selector(&self) -> String {
         match self.vendor {
             Vendor::Amd => self.index.to_string(),
@@ -188,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn nvidia_gpus_are_pinned_by_uuid_and_amd_ones_by_index() {
+    fn nvidia_gpus_are_known_by_uuid_and_amd_ones_by_index() {
         let g = gpu(Vendor::Nvidia, 1, Some("GPU-abc"));
         assert_eq!(
             (g.name().as_str(), g.selector().as_str()),

@@ -196,11 +196,12 @@ mod tests {
     }
 
     #[test]
-    fn nvml_cards_become_devices_pinned_by_uuid() {
+    fn nvml_cards_become_devices_known_by_uuid_beside_their_index() {
         let gpus = gpus_of(&Fake).unwrap();
         assert_eq!(gpus[0].name(), "cuda0");
         assert_eq!(gpus[1].name(), "cuda5");
         assert_eq!(gpus[1].selector(), "GPU-1");
+        assert_eq!(gpus[1].index, 5);
         assert_eq!(gpus[1].total, (141 << 30) + 1);
         assert_eq!(gpus[1].vendor, Vendor::Nvidia);
         assert_eq!(gpus[0].product, "NVIDIA H200");

@@ -76,6 +76,7 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
         // the devices it was given, as an engine's GPU runtime would read them
         let visible: serde_json::Map<String, Value> = [
             "CUDA_VISIBLE_DEVICES",
+            "CUDA_DEVICE_ORDER",
             "HIP_VISIBLE_DEVICES",
             "ROCR_VISIBLE_DEVICES",
             "ONEAPI_DEVICE_SELECTOR",

@@ -14,6 +14,7 @@ pub(super) fn gpu(name: &str, gib: u64) -> Device {
         reserve: 0,
         vendor: crate::config::Vendor::None,
         select_as: None,
+        index: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn devices() -> impl Strategy<Value = Vec<Device>> {
                 reserve: mib * MIB * reserve_pct / 100,
                 vendor: Vendor::None,
                 select_as: None,
+                index: None,
             })
             .collect()
     })
