@@ -1,7 +1,9 @@
 //! The gauges an inference gateway's endpoint picker reads from each model server (the Gateway API
 //! Inference Extension's model server protocol): requests waiting, requests running, and how full
 //! the KV cache is, per pod and per model. With `vllmMetricNames: true` the pod totals are also
-//! published under vLLM's names, for pickers that only know vLLM.
+//! published under vLLM's names, for pickers that only know vLLM: KV-cache use under both the
+//! name vLLM uses now and the one it used before (`vllm:gpu_cache_usage_perc`), which is what the
+//! Gateway API Inference Extension's picker reads by default in v1.0.x and earlier.
 //!
 //! KV-cache use is the share of slots busy on ready instances: llama-server gives each slot its
 //! part of the context up front, so a busy slot holds at most its part of the cache.
@@ -92,6 +94,7 @@ pub struct Gauges {
     vllm_waiting: Gauge,
     vllm_running: Gauge,
     vllm_kv: Gauge,
+    vllm_gpu_kv: Gauge,
 }
 
 fn int(r: &Registry, name: &str, help: &str) -> IntGauge {
@@ -163,6 +166,11 @@ impl Gauges {
                 "vllm:kv_cache_usage_perc",
                 "KV cache in use, 0 to 1 (corral_kv_cache_usage_ratio).",
             ),
+            vllm_gpu_kv: float(
+                &vllm,
+                "vllm:gpu_cache_usage_perc",
+                "KV cache in use, 0 to 1 (corral_kv_cache_usage_ratio), under vLLM's older name.",
+            ),
             vllm,
         }
     }
@@ -187,6 +195,7 @@ impl Gauges {
         self.vllm_waiting.set(pod.waiting as f64);
         self.vllm_running.set(pod.running as f64);
         self.vllm_kv.set(pod.kv_cache_usage());
+        self.vllm_gpu_kv.set(pod.kv_cache_usage());
     }
 
     /// The vLLM-named copies, as exposition families.
@@ -237,5 +246,38 @@ mod tests {
         );
         assert_eq!((pod.running, pod.waiting), (3, 7));
         assert_eq!(pod.kv_cache_usage(), 3.0 / 8.0);
+    }
+
+    /// Every vLLM-named gauge and its value, from what `vllm_families` exposes.
+    fn vllm_values(g: &Gauges) -> BTreeMap<String, f64> {
+        g.vllm_families()
+            .iter()
+            .map(|f| {
+                (
+                    f.name().to_string(),
+                    f.get_metric()[0].get_gauge().get_value(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kv_cache_use_is_published_under_both_of_vllms_names() {
+        let g = Gauges::new(&Registry::new());
+        let snapshot = [
+            instance("a", PhaseName::Ready, 4, 1, 3, 1),
+            instance("b", PhaseName::Ready, 4, 4, 0, 0),
+        ];
+        g.update(&snapshot, &BTreeMap::new());
+        let values = vllm_values(&g);
+        assert_eq!(
+            values,
+            BTreeMap::from([
+                ("vllm:gpu_cache_usage_perc".to_string(), 3.0 / 8.0),
+                ("vllm:kv_cache_usage_perc".to_string(), 3.0 / 8.0),
+                ("vllm:num_requests_running".to_string(), 3.0),
+                ("vllm:num_requests_waiting".to_string(), 1.0),
+            ])
+        );
     }
 }

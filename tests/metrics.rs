@@ -321,7 +321,8 @@ async fn a_real_prometheus_scrapes_corral() {
 
 /// The gauges an inference gateway's endpoint picker reads: with a pool of two one-slot replicas
 /// serving two streams and two more requests queued, corral reports 2 running, 2 waiting and a full
-/// KV cache, for the pod and for the pool, and the same under vLLM's names when asked to.
+/// KV cache, for the pod and for the pool, and the same under vLLM's names when asked to (KV-cache
+/// use under both names vLLM has used).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpoint_pickers_gauges_follow_queued_and_running_work() {
     let yaml = format!(
@@ -357,6 +358,7 @@ async fn the_endpoint_pickers_gauges_follow_queued_and_running_work() {
         ("vllm:num_requests_waiting", 2.0),
         ("vllm:num_requests_running", 2.0),
         ("vllm:kv_cache_usage_perc", 1.0),
+        ("vllm:gpu_cache_usage_perc", 1.0),
     ] {
         assert_eq!(value(&text, name), want, "{name} in:\n{text}");
     }
@@ -364,6 +366,7 @@ async fn the_endpoint_pickers_gauges_follow_queued_and_running_work() {
         "corral_requests_waiting",
         "corral_kv_cache_usage_ratio",
         "vllm:num_requests_waiting",
+        "vllm:gpu_cache_usage_perc",
     ] {
         assert!(text.contains(&format!("# TYPE {family} gauge")), "{family}");
     }
