@@ -43,6 +43,7 @@ fn the_shipped_configs_load() {
     for config in [
         "deploy/base/config.yaml",
         "deploy/overlays/nvidia/config.yaml",
+        "deploy/overlays/gateway/config.yaml",
     ] {
         let out = Command::new(CORRAL)
             .args(["check", "--config"])
