@@ -95,6 +95,8 @@ pub struct Gauges {
     vllm_running: Gauge,
     vllm_kv: Gauge,
     vllm_gpu_kv: Gauge,
+    /// The models (and pools) the per-model gauges were last set for.
+    models: crate::metrics::LabelSets,
 }
 
 fn int(r: &Registry, name: &str, help: &str) -> IntGauge {
@@ -172,6 +174,7 @@ impl Gauges {
                 "KV cache in use, 0 to 1 (corral_kv_cache_usage_ratio), under vLLM's older name.",
             ),
             vllm,
+            models: Default::default(),
         }
     }
 
@@ -188,6 +191,14 @@ impl Gauges {
             self.model_kv
                 .with_label_values(&[model])
                 .set(load.kv_cache_usage());
+        }
+        for gone in self
+            .models
+            .replace(models.keys().map(|m| vec![m.clone()]).collect())
+        {
+            let _ = self.model_waiting.remove_label_values(&[&gone[0]]);
+            let _ = self.model_running.remove_label_values(&[&gone[0]]);
+            let _ = self.model_kv.remove_label_values(&[&gone[0]]);
         }
         self.waiting.set(pod.waiting as i64);
         self.running.set(pod.running as i64);

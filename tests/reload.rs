@@ -438,7 +438,7 @@ async fn streams_end_at_a_reload() {
 /// they stood at their last values before; the counters stay, as counters must.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_removes_the_gauges_of_what_it_removed() {
-    const GAUGES: [&str; 9] = [
+    const GAUGES: [&str; 12] = [
         "corral_in_flight_requests{",
         "corral_slots{",
         "corral_slots_free{",
@@ -448,6 +448,9 @@ async fn a_reload_removes_the_gauges_of_what_it_removed() {
         "corral_instance_circuit_open{",
         "corral_instance_memory_estimate_bytes{",
         "corral_instance_memory_measured_bytes{",
+        "corral_model_requests_waiting{",
+        "corral_model_requests_running{",
+        "corral_model_kv_cache_usage_ratio{",
     ];
     let port = free_port_range(8);
     let config = |replicas: u32, with_a: bool| {

@@ -15,6 +15,9 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
 use crate::fleet::counters::FleetCounters;
 use crate::fleet::Snapshot;
 use present::PresentGauges;
@@ -44,6 +47,24 @@ pub struct Metrics {
 }
 
 /// Registers `c` in `r` and returns it.
+/// The label values a group of series was last set for. A reload can remove a model, an
+/// instance (fewer replicas), a pool or a device, and a series that is no longer set would stand
+/// at its last value for good: sums over it, and alerts on it, would stay wrong until a restart.
+/// Gone series are removed after the current ones are set, so a scrape never misses one that
+/// still exists.
+#[derive(Default)]
+pub(crate) struct LabelSets(Mutex<BTreeSet<Vec<String>>>);
+
+impl LabelSets {
+    /// Keeps `now` as the current label values; gives those set last time and not now.
+    pub(crate) fn replace(&self, now: BTreeSet<Vec<String>>) -> Vec<Vec<String>> {
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = last.difference(&now).cloned().collect();
+        *last = now;
+        gone
+    }
+}
+
 fn registered<C: Collector + Clone + 'static>(r: &Registry, c: C) -> C {
     r.register(Box::new(c.clone())).expect("registered once");
     c

@@ -2,13 +2,12 @@
 //! from a fleet snapshot at scrape time, so scraping costs one short lock and never blocks
 //! request handling.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 
 use prometheus::{GaugeVec, IntGaugeVec, Opts, Registry};
 use strum::IntoEnumIterator;
 
-use super::{gauge, registered};
+use super::{gauge, registered, LabelSets};
 use crate::fleet::{PhaseName, Snapshot};
 
 pub(super) struct PresentGauges {
@@ -32,24 +31,6 @@ pub(super) struct PresentGauges {
     models: LabelSets,
     pools: LabelSets,
     devices: LabelSets,
-}
-
-/// The label values a group of series was last set for. A reload can remove a model, an
-/// instance (fewer replicas), a pool or a device, and a series that is no longer set would stand
-/// at its last value for good: sums over it, and alerts on it, would stay wrong until a restart.
-/// Gone series are removed after the current ones are set, so a scrape never misses one that
-/// still exists.
-#[derive(Default)]
-struct LabelSets(Mutex<BTreeSet<Vec<String>>>);
-
-impl LabelSets {
-    /// Keeps `now` as the current label values; gives those set last time and not now.
-    fn replace(&self, now: BTreeSet<Vec<String>>) -> Vec<Vec<String>> {
-        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let gone = last.difference(&now).cloned().collect();
-        *last = now;
-        gone
-    }
 }
 
 /// Removes the series of `labels` from each of `vecs`; absent ones are no error.
