@@ -14,6 +14,7 @@ mod error;
 pub mod fdlimit;
 mod fleet;
 mod gpu;
+mod host_memory;
 mod logs;
 pub use logs::logging;
 mod matrix;

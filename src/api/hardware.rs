@@ -66,29 +66,16 @@ fn parse_stat(text: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// `/proc/meminfo` in bytes: (total, available, free, swap total, swap free).
-fn meminfo() -> (u64, u64, u64, u64, u64) {
-    let text = read("/proc/meminfo");
-    let get = |key: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
-    };
-    (
-        get("MemTotal"),
-        get("MemAvailable"),
-        get("MemFree"),
-        get("SwapTotal"),
-        get("SwapFree"),
-    )
-}
-
 /// One `sys_stats` entry, in llama-swap's fields (plus the whole CPU's percent).
 pub fn system_sample(cpu: &mut CpuTimes, now: SystemTime) -> Value {
     let (whole, cores) = cpu.busy_since();
-    let (total, available, free, swap_total, swap_free) = meminfo();
+    let crate::host_memory::HostMemory {
+        total,
+        available,
+        free,
+        swap_total,
+        swap_free,
+    } = crate::host_memory::read();
     let load: Vec<f64> = read("/proc/loadavg")
         .split_whitespace()
         .take(3)
@@ -242,7 +229,7 @@ pub async fn snapshot(config: &Config) -> Value {
         .filter(|l| l.starts_with("processor"))
         .count();
     let usable = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let (total, available, ..) = meminfo();
+    let memory = crate::host_memory::read();
     json!({
         "schema_version": 1,
         "architecture": std::env::consts::ARCH,
@@ -254,7 +241,7 @@ pub async fn snapshot(config: &Config) -> Value {
         "environment": {"container": std::path::Path::new("/.dockerenv").exists()
             || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()},
         "cpu": {"model": cpu_model(), "cores": usable.max(1), "logical_cores": logical.max(usable)},
-        "memory": {"capacity_bytes": total, "available_bytes": available},
+        "memory": {"capacity_bytes": memory.total, "available_bytes": memory.available},
         "accelerators": accelerators(config).await,
         "corral": {"version": env!("CARGO_PKG_VERSION")},
     })

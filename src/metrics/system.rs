@@ -33,7 +33,7 @@ impl SystemGauges {
             system_memory: gauge(
                 r,
                 "corral_system_memory_bytes",
-                "System memory (total, available).",
+                "System memory (total, available), within corral's cgroup memory limit where one is set.",
                 &["kind"],
             ),
             load_average: registered(r, load_average),
@@ -47,21 +47,13 @@ impl SystemGauges {
         self.uptime.set(self.started.elapsed().as_secs_f64());
     }
 
-    /// System gauges llama-swap users chart, read cheaply from /proc.
+    /// System gauges llama-swap users chart, read cheaply from /proc (and the cgroup's limit).
     fn read_proc(&self) {
-        if let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") {
-            for (key, label) in [("MemTotal:", "total"), ("MemAvailable:", "available")] {
-                let kib = meminfo
-                    .lines()
-                    .find(|l| l.starts_with(key))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse::<i64>().ok());
-                if let Some(kib) = kib {
-                    self.system_memory
-                        .with_label_values(&[label])
-                        .set(kib * 1024);
-                }
-            }
+        let memory = crate::host_memory::read();
+        for (bytes, kind) in [(memory.total, "total"), (memory.available, "available")] {
+            self.system_memory
+                .with_label_values(&[kind])
+                .set(bytes.min(i64::MAX as u64) as i64);
         }
         if let Ok(loadavg) = std::fs::read_to_string("/proc/loadavg") {
             for (value, interval) in loadavg.split_whitespace().zip(["1m", "5m", "15m"]) {
