@@ -229,12 +229,13 @@ fn skip(why: &str) -> Option<String> {
     None
 }
 
-/// Runs the browser script against `url`; a missing Chromium is a loud skip (a failure under CI).
-async fn browser(python: &str, args: &[&str]) {
+/// Runs the browser script against `url` (`corral`: the process it may send a reload); a missing Chromium is a loud skip (a failure under CI).
+async fn browser(python: &str, args: &[&str], corral: &std::process::Child) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/ui_browser.py");
     let run = tokio::process::Command::new(python)
         .arg(script)
         .args(args)
+        .env("CORRAL_PID", corral.id().to_string())
         .output();
     let out = tokio::time::timeout(Duration::from_secs(240), run)
         .await
@@ -257,7 +258,8 @@ async fn browser(python: &str, args: &[&str]) {
 
 /// Each page loads without console errors; Load and Unload change `/running`; a model loaded
 /// through the API shows as ready without a reload; the playground streams the engine's tokens;
-/// the logs page shows a line corral logged after it opened. `CORRAL_UI_SCREENSHOTS=DIR` saves a
+/// the logs page shows a line corral logged after it opened, and one logged after a reload ended
+/// its stream. `CORRAL_UI_SCREENSHOTS=DIR` saves a
 /// screenshot of each page there (docs/ holds the committed ones).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_a_browser() {
@@ -269,7 +271,7 @@ async fn dashboard_in_a_browser() {
     if !shots.is_empty() {
         args.push(&shots);
     }
-    browser(&python, &args).await;
+    browser(&python, &args, &proc.child).await;
 }
 
 /// With keys set, the page shows the key form and asks for no data until a key is given, refuses
@@ -284,5 +286,5 @@ async fn dashboard_with_keys_shows_nothing_before_the_key() {
     if !shots.is_empty() {
         args.push(&shots);
     }
-    browser(&python, &args).await;
+    browser(&python, &args, &proc.child).await;
 }

@@ -10,6 +10,8 @@ The corral at URL runs the config tests/ui.rs writes: models `m1` (chat), `m2` (
 """
 
 import json
+import os
+import signal
 import shutil
 import sys
 import threading
@@ -122,6 +124,10 @@ def http(method, url, key=None, body=None):
     req = urllib.request.Request(url, method=method, headers=headers, data=data)
     with urllib.request.urlopen(req, timeout=30) as resp:
         return resp.read()
+
+
+def metrics(url):
+    return http("GET", url + "/metrics").decode()
 
 
 def running(url):
@@ -262,7 +268,9 @@ def check_captures(page, url, shots):
 
 
 def check_logs(page, url, shots):
-    """The logs page shows, live, a line corral logs after it opened."""
+    """The logs page shows, live, a line corral logs after it opened; a config reload ends the
+    stream (its keys and masks may change) and the page opens it again, so a line logged after
+    the reload shows too (CORRAL_PID: corral's process, sent SIGHUP)."""
     page.open("/ui/logs")
     page.wait("corral's log", lambda: page.css("pre[data-log=proxy]") and page.text("pre[data-log=proxy]"))
     logged = lambda: [line for line in page.text("pre[data-log=proxy]").splitlines()
@@ -271,6 +279,15 @@ def check_logs(page, url, shots):
         fail("m3 was started before the check")
     http("POST", url + "/api/models/load/m3")
     page.wait("the line that says m3 is starting", logged)
+    pid = os.environ.get("CORRAL_PID")
+    if pid:
+        os.kill(int(pid), signal.SIGHUP)
+        reloaded = 'corral_config_reloads_total{result="success"} 1'
+        page.wait("the reload applied", lambda: reloaded in metrics(url))
+        http("POST", url + "/api/models/unload/m3")
+        page.wait("/running to drop m3", lambda: "m3" not in running(url))
+        http("POST", url + "/api/models/load/m3")
+        page.wait("m3's second start, logged after the reload", lambda: len(logged()) >= 2, timeout=20)
     page.no_console_errors("logs")
 
 
