@@ -1,6 +1,7 @@
 //! One upstream connection, driven by the task of the request that uses it ([`Conn`]), and the
 //! response body that drives it while the answer streams ([`UpstreamBody`]).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,11 +38,22 @@ pub(super) struct Conn {
 #[derive(Default)]
 struct Wakeup {
     woken: AtomicBool,
-    /// Set while the task itself reads the response body: taking a frame makes room for the
-    /// next, which wakes the connection, and the task need not be woken for it (see
-    /// [`next_frame`]).
-    quiet: AtomicBool,
     task: AtomicWaker,
+}
+
+thread_local! {
+    /// The connection whose task, on this thread, is doing something to it that wakes it (see
+    /// [`Wakeup::quietly`]); null outside such a window.
+    static QUIETED: Cell<*const Wakeup> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Ends a [`Wakeup::quietly`] window, even when what ran in it panicked.
+struct Quieted(*const Wakeup);
+
+impl Drop for Quieted {
+    fn drop(&mut self) {
+        QUIETED.set(self.0);
+    }
 }
 
 impl Wakeup {
@@ -51,12 +63,12 @@ impl Wakeup {
     }
 
     /// Runs `f`, something the task does to the connection itself and then drives it, without
-    /// the wake-up that `f` causes waking the task.
+    /// the wake-up that `f` causes waking the task. Only a wake-up on this thread is the task's
+    /// own: one from another thread (a multi-thread runtime's reactor finding the socket ready
+    /// meanwhile) still wakes the task, or it could sleep with work waiting.
     fn quietly<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.quiet.store(true, Ordering::Release);
-        let done = f();
-        self.quiet.store(false, Ordering::Release);
-        done
+        let _restore = Quieted(QUIETED.replace(self));
+        f()
     }
 }
 
@@ -67,7 +79,7 @@ impl std::task::Wake for Wakeup {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.mark();
-        if !self.quiet.load(Ordering::Acquire) {
+        if !std::ptr::eq(QUIETED.get(), Arc::as_ptr(self)) {
             self.task.wake();
         }
     }
@@ -261,6 +273,40 @@ impl Drop for UpstreamBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A waker that counts its wakes.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Inside a quiet window the task's own wake-up of its connection does not wake the task; one
+    /// from another thread (the reactor of a multi-thread runtime) does, or it would be lost.
+    #[test]
+    fn only_the_tasks_own_wake_up_is_quiet() {
+        let wakeup = Arc::new(Wakeup::default());
+        let task = Arc::new(Count(Default::default()));
+        wakeup.task.register(&Waker::from(task.clone()));
+        let conn_waker = Waker::from(wakeup.clone());
+        wakeup.quietly(|| conn_waker.wake_by_ref());
+        assert_eq!(task.0.load(Ordering::SeqCst), 0, "the task's own wake-up");
+        assert!(wakeup.woken.swap(false, Ordering::SeqCst));
+        wakeup.quietly(|| {
+            std::thread::scope(|s| {
+                s.spawn(|| conn_waker.wake_by_ref());
+            })
+        });
+        assert_eq!(task.0.load(Ordering::SeqCst), 1, "another thread's wake-up");
+        conn_waker.wake_by_ref();
+        assert_eq!(
+            task.0.load(Ordering::SeqCst),
+            1,
+            "woken once until registered again"
+        );
+    }
 
     /// A small frame no longer holds the read buffer it was cut from; a large one is passed on
     /// as it is.
