@@ -17,28 +17,35 @@ pub struct HostMemory {
 pub fn read() -> HostMemory {
     let text = |path: &str| std::fs::read_to_string(path).ok();
     let meminfo = text("/proc/meminfo").unwrap_or_default();
-    let own = text("/proc/self/cgroup").unwrap_or_default();
-    // cgroup v2 keeps the limit in memory.max, v1 in its memory controller's limit_in_bytes
-    let v2 = ["memory.max", "memory.current", "memory.stat"];
-    let v1 = [
-        "memory.limit_in_bytes",
-        "memory.usage_in_bytes",
-        "memory.stat",
-    ];
-    let found = (directories(&own, "0::", "/sys/fs/cgroup").into_iter())
-        .map(|dir| (dir, v2))
-        .chain(
-            directories(&own, ":memory:", "/sys/fs/cgroup/memory")
-                .into_iter()
-                .map(|dir| (dir, v1)),
-        )
-        .find_map(|(dir, files)| Some((text(&format!("{dir}/{}", files[0]))?, dir, files)));
-    let cgroup = found.and_then(|(max, dir, files)| {
-        let current = text(&format!("{dir}/{}", files[1]));
-        let stat = text(&format!("{dir}/{}", files[2]));
-        Cgroup::parse(Some(&max), current.as_deref(), stat.as_deref())
+    let cgroup = cgroup_files().and_then(|[max, current, stat]| {
+        let (current, stat) = (text(current), text(stat));
+        Cgroup::parse(text(max).as_deref(), current.as_deref(), stat.as_deref())
     });
     bounded(from_meminfo(&meminfo), cgroup)
+}
+
+/// The files of corral's cgroup that hold its memory limit, use and breakdown, found once (a
+/// process does not move between cgroups): v2 keeps the limit in `memory.max`, v1 in its memory
+/// controller's `memory.limit_in_bytes`. `None` where there is no cgroup to read.
+fn cgroup_files() -> Option<&'static [String; 3]> {
+    static FILES: std::sync::OnceLock<Option<[String; 3]>> = std::sync::OnceLock::new();
+    FILES
+        .get_or_init(|| {
+            let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            let v2 = ["memory.max", "memory.current", "memory.stat"];
+            let v1 = [
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+                "memory.stat",
+            ];
+            let v2_dirs = directories(&own, "0::", "/sys/fs/cgroup").into_iter();
+            let v1_dirs = directories(&own, ":memory:", "/sys/fs/cgroup/memory").into_iter();
+            (v2_dirs.map(|dir| (dir, v2)))
+                .chain(v1_dirs.map(|dir| (dir, v1)))
+                .map(|(dir, files)| files.map(|f| format!("{dir}/{f}")))
+                .find(|[max, ..]| std::path::Path::new(max).is_file())
+        })
+        .as_ref()
 }
 
 /// Where corral's cgroup directory may be under `mount`: at its path in `/proc/self/cgroup` (the
