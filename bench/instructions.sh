@@ -10,7 +10,9 @@
 # Each binary serves 200 warm-up and then REQUESTS (default 3,000) small chat requests at
 # concurrency 8 from the fake engine; the count covers the measured requests only. Needs valgrind
 # (apt-get install valgrind) and a release build of corral-load. With PROFILES=DIR, each binary's
-# callgrind profile is kept there (DIR/<n>.callgrind, n from 1 in the order given, and DIR/floor.callgrind) for callgrind_annotate.
+# callgrind profile is kept there (DIR/<n>.callgrind, n from 1 in the order given, DIR/floor.callgrind
+# and DIR/floor-least.callgrind) for callgrind_annotate. The floor is counted twice: with hyper's
+# client, and with the least client there can be (FLOOR_CLIENT=minimal; not with SSE=1).
 # BODY='{...}' sends another request body (a long conversation, say) instead of the small chat.
 # CORRAL_SETTINGS='captureBuffer: 0' (top-level config lines) measures corral with a feature off.
 # SSE=1 counts instructions per streamed chunk instead: 8 streams of CHUNKS (default 400) chunks,
@@ -93,10 +95,17 @@ YAML
 done
 
 engine_port=$(free_port)
-floor_port=$(free_port)
 "$ENGINE" fake-engine --port "$engine_port" --threads 1 >/dev/null 2>&1 &
-rm -f "$WORK"/cg.out*
-valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
-    "$LOAD" floor --route "127.0.0.1:$floor_port=127.0.0.1:$engine_port" >/dev/null 2>&1 &
-printf '| hyper floor (corral-load floor) | %s |\n' \
-    "$(count $! "http://127.0.0.1:$floor_port" "$WORK/cg.out" floor)"
+# The floor with hyper's client, then with the least client there can be (bench/load/src/floor.rs):
+# the second bounds what a client written for the engine link could save. It cannot stream.
+floors=(hyper)
+[[ -z "$SSE" ]] && floors+=(minimal)
+for client in "${floors[@]}"; do
+    floor_port=$(free_port)
+    rm -f "$WORK"/cg.out*
+    FLOOR_CLIENT=$client valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
+        "$LOAD" floor --route "127.0.0.1:$floor_port=127.0.0.1:$engine_port" >/dev/null 2>&1 &
+    name=floor label='hyper floor (corral-load floor)'
+    [[ $client == minimal ]] && name=floor-least label='least-client floor (FLOOR_CLIENT=minimal)'
+    printf '| %s | %s |\n' "$label" "$(count $! "http://127.0.0.1:$floor_port" "$WORK/cg.out" $name)"
+done

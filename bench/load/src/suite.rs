@@ -368,16 +368,27 @@ models:
     }
     // the bare hyper proxy in front of the same engines
     let floor_ports = (free_port(), free_port());
-    let floor = start_floor(work, floor_ports, engine_port, hold_port).await?;
+    let floor = start_floor(work, floor_ports, engine_port, hold_port, Client::Hyper).await?;
     targets.push(Target {
         name: "hyper",
         fast: addr(floor_ports.0),
         hold: addr(floor_ports.1),
         pids: vec![floor.pid()],
     });
+    // The floor again with the least client there can be: how much a client written for the
+    // engine link could save at most. It reads whole answers, so it runs scenarios 1 and 2 only.
+    let least_ports = (free_port(), free_port());
+    let least = start_floor(work, least_ports, engine_port, hold_port, Client::Least).await?;
+    let mut small_targets = targets.clone();
+    small_targets.push(Target {
+        name: LEAST,
+        fast: addr(least_ports.0),
+        hold: addr(least_ports.1),
+        pids: vec![least.pid()],
+    });
 
     // Warm-up: fill the keep-alive pools and the allocators.
-    for t in &targets {
+    for t in &small_targets {
         let out = http::run(&chat_load(
             t.fast,
             &small_body("m"),
@@ -392,8 +403,10 @@ models:
             )
             .into());
         }
-        let req = sse::post(t.fast, CHAT, &stream_body("m", 20, 1));
-        sse::run_stream(t.fast, &req, Duration::from_secs(10)).await?;
+        if t.name != LEAST {
+            let req = sse::post(t.fast, CHAT, &stream_body("m", 20, 1));
+            sse::run_stream(t.fast, &req, Duration::from_secs(10)).await?;
+        }
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let corral_rss_warm = procfs::rss_kib(corral.pid()).unwrap_or(0);
@@ -419,9 +432,9 @@ models:
     };
 
     eprintln!("bench: 1/5 small requests at concurrency 1");
-    results["c1"] = scenario_c1(&targets, opts.scale, &mut report).await?;
+    results["c1"] = scenario_c1(&small_targets, opts.scale, &mut report).await?;
     eprintln!("bench: 2/5 small requests at concurrency 64");
-    results["c64"] = scenario_c64(&targets, opts.scale, engine_pid, &mut report).await?;
+    results["c64"] = scenario_c64(&small_targets, opts.scale, engine_pid, &mut report).await?;
     eprintln!("bench: 3/5 SSE streams of {SSE_CHUNKS} chunks every {SSE_INTERVAL_MS} ms");
     results["sse"] = scenario_sse(&targets, opts.scale, &ev_hold, &mut report).await?;
     eprintln!("bench: 4/5 {HOLD_STREAMS} open streams");
@@ -441,6 +454,7 @@ models:
     }
     drop(nginx);
     drop(floor);
+    drop(least);
     drop(corral);
     // How much of the machine other processes used while this ran.
     let busy = procfs::machine_busy_ticks().saturating_sub(busy0) as f64;
@@ -521,23 +535,40 @@ async fn start_nginx(
     Ok(proc)
 }
 
+/// The name of the floor with the least client, in the results and the notes under the table.
+const LEAST: &str = "least client";
+
+/// The client a floor talks to the engines with.
+#[derive(Clone, Copy, PartialEq)]
+enum Client {
+    Hyper,
+    /// `FLOOR_CLIENT=minimal`: see `floor.rs`.
+    Least,
+}
+
 /// `corral-load floor` (this program) proxying `ports` to the engines.
 async fn start_floor(
     work: &Path,
     ports: (u16, u16),
     engine: u16,
     hold: u16,
+    client: Client,
 ) -> Result<Proc, BoxError> {
     let exe = std::env::current_exe()?;
     let route = |from: u16, to: u16| format!("127.0.0.1:{from}=127.0.0.1:{to}");
+    let (name, client, log) = match client {
+        Client::Hyper => ("hyper", "hyper", "floor.err"),
+        Client::Least => (LEAST, "minimal", "floor-least.err"),
+    };
     let proc = Proc {
-        name: "hyper",
+        name,
         child: Command::new(&exe)
             .args(["floor", "--route", &route(ports.0, engine)])
             .args(["--route", &route(ports.1, hold)])
+            .env("FLOOR_CLIENT", client)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(work.join("floor.err"))?)
+            .stderr(std::fs::File::create(work.join(log))?)
             .spawn()
             .map_err(|e| format!("cannot start {} floor: {e}", exe.display()))?,
     };
@@ -1206,6 +1237,34 @@ fn verdict(ok: Option<bool>) -> &'static str {
 }
 
 impl Report {
+    /// What the floor with the least client did in scenarios 1 and 2, beside the hyper floor:
+    /// the most a client written for the engine link could take off corral's figures.
+    fn least_client_note(&self) -> String {
+        let (Some(c1), Some(c64)) = (self.c1.get(LEAST), self.c64.get(LEAST)) else {
+            return String::new();
+        };
+        let direct_c1 = self.c1.get("direct").copied().unwrap_or_default();
+        let direct_rps = self.c64.get("direct").map_or(f64::NAN, |d| d.rps);
+        let hyper = self.c64.get("hyper").copied().unwrap_or_default();
+        format!(
+            "\nThe floor with the least client (`FLOOR_CLIENT=minimal`: hyper's server, and the \
+             request written whole and the answer's head parsed by httparse, its body read whole; \
+             the least any client for the engine link could cost): c=1 added p50 / p99 {} / {} µs; \
+             c=64 {} requests/s, throughput ratio {}; proxy CPU per request {} µs (user {} / \
+             system {}), against the hyper floor's {} µs (user {} / system {}).\n",
+            f0(c1.p50 - direct_c1.p50),
+            f0(c1.p99 - direct_c1.p99),
+            f0(c64.rps),
+            f2(c64.rps / direct_rps),
+            f1(c64.proxy_cpu_us_per_req),
+            f1(c64.proxy_user_us_per_req),
+            f1(c64.proxy_system_us_per_req),
+            f1(hyper.proxy_cpu_us_per_req),
+            f1(hyper.proxy_user_us_per_req),
+            f1(hyper.proxy_system_us_per_req),
+        )
+    }
+
     fn has(&self, name: &str) -> bool {
         self.names.contains(&name)
     }
@@ -1675,6 +1734,7 @@ impl Report {
             out.push_str(&r);
             out.push('\n');
         }
+        out.push_str(&self.least_client_note());
         if !self.hot_path.is_empty() {
             out.push_str("\n| hot path (criterion, `cargo bench --bench hot_path`) | mean time |\n|---|---:|\n");
             for (k, ns) in &self.hot_path {
