@@ -342,3 +342,46 @@ async fn placement_pack_keeps_a_gpu_whole() {
     let seen = gpus_of_both_replicas(&p, &events_dir).await;
     assert_eq!(seen.len(), 1, "both on one GPU: {seen:?}");
 }
+
+/// vLLM splits a model in equal shares (tensor parallelism), so with less room on one GPU (another
+/// program takes 4 GiB there) it is charged the same on both, and told the share each rank takes:
+/// a split in proportion to the room (16.4 and 13.6 GiB) would tell it 0.685 of each card, more
+/// than the second can give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_split_over_two_gpus_takes_equal_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let vllm = dir.path().join("vllm");
+    std::os::unix::fs::symlink(CORRAL, &vllm).unwrap();
+    outside_use(dir.path(), &[(GPU1, 4 * 1024)]);
+    let models = format!(
+        "  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\"]\n    memory: 30GiB\n",
+        vllm.display()
+    );
+    let (p, events_dir, _state) = corral_on_two_gpus(dir, &models);
+    let seen = format!(
+        "corral_device_memory_used_by_others_bytes{{device=\"cuda1\"}} {}",
+        4u64 << 30
+    );
+    until("the other program's use seen", || async {
+        get(&format!("{}/metrics", p.url))
+            .await
+            .text()
+            .contains(&seen)
+    })
+    .await;
+    let url = format!("{}/v1/chat/completions", p.url);
+    let answer = post_json(&url, &chat("big")).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let args = read_events(&events_dir.join("big.events"))[0]["args"].to_string();
+    assert!(
+        args.contains(r#""--tensor-parallel-size","2""#)
+            && args.contains(r#""--gpu-memory-utilization","0.625""#),
+        "{args}"
+    );
+    let running = get(&format!("{}/running", p.url)).await.json();
+    assert_eq!(
+        running["running"][0]["devices"],
+        serde_json::json!([{"device": "cuda0", "bytes": 15u64 << 30}, {"device": "cuda1", "bytes": 15u64 << 30}]),
+        "{running}"
+    );
+}

@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use super::ledger::Sharding;
 use crate::config::{Device, Vendor};
 
 /// Every variable that selects devices, by vendor.
@@ -141,6 +142,21 @@ pub fn visible_devices(
     out
 }
 
+/// How the engine `argv` runs splits a model over several devices: vLLM, SGLang and TGI by
+/// tensor parallelism, anything else (llama-server) by layer.
+pub fn sharding(argv: &[String]) -> Sharding {
+    if runs(argv, "vllm") || runs_sglang(argv) || runs(argv, "text-generation-launcher") {
+        Sharding::Tensors
+    } else {
+        Sharding::Layers
+    }
+}
+
+/// True for an SGLang command (`python -m sglang.launch_server`, `sglang serve`).
+fn runs_sglang(argv: &[String]) -> bool {
+    argv.iter().any(|a| a.contains("sglang"))
+}
+
 /// What a command split over several devices is told: llama-server the share of each
 /// (`--tensor-split` in the order the devices are made visible, by layer), vLLM and SGLang how many
 /// ways to split (tensor parallelism). Nothing when the command already says, or for one device.
@@ -173,7 +189,7 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
     if runs(argv, "vllm") && !has(&["--tensor-parallel-size", "-tp"]) {
         return vec!["--tensor-parallel-size".into(), n];
     }
-    if argv.iter().any(|a| a.contains("sglang")) && !has(&["--tp-size", "--tp"]) {
+    if runs_sglang(argv) && !has(&["--tp-size", "--tp"]) {
         return vec!["--tp-size".into(), n];
     }
     Vec::new()
@@ -191,7 +207,7 @@ pub fn memory_share_args(
 ) -> Vec<String> {
     let flag = if runs(argv, "vllm") {
         "--gpu-memory-utilization"
-    } else if argv.iter().any(|a| a.contains("sglang")) {
+    } else if runs_sglang(argv) {
         "--mem-fraction-static"
     } else if runs(argv, "text-generation-launcher") {
         "--cuda-memory-fraction"

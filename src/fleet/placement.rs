@@ -67,6 +67,7 @@ fn room_for(st: &State, id: &str) -> RoomPlan {
         need: &inst.need,
         pinned: &inst.model.memory.devices,
         pack: inst.model.memory.pack,
+        sharding: super::pinning::sharding(&inst.spec.argv),
     };
     plan_room(
         &st.config.devices,

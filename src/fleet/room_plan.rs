@@ -50,6 +50,8 @@ pub(super) struct Ask<'a> {
     pub pinned: &'a [String],
     /// Bin packing rather than spreading (`memory.pack`).
     pub pack: bool,
+    /// How its engine splits a model over several devices.
+    pub sharding: ledger::Sharding,
 }
 
 /// What must happen before the instance can start.
@@ -96,16 +98,19 @@ pub(super) fn plan_room(
             ask.need.source
         )
     };
-    match ledger::place_by(&seen, need, &pinned, &holders_of(occupants), ask.pack) {
+    let holders = holders_of(occupants);
+    match ledger::place_by(&seen, need, &pinned, &holders, ask.pack, ask.sharding) {
         Placement::Fits(on) => RoomPlan::Place(on),
         Placement::Evict(victims) => RoomPlan::Evict(victims),
         Placement::WaitForStops => RoomPlan::Wait,
         Placement::Blocked(why) => RoomPlan::NoRoom(needs(&format!("; {why}"))),
         // other programs' use comes and goes: worth waiting for if it alone is in the way
-        Placement::Never(why) => match ledger::place(devices, need, &pinned, &[]) {
-            Placement::Never(_) => RoomPlan::NeverFits(needs(&format!(" but {why}"))),
-            _ => RoomPlan::NoRoom(needs(&format!(" but {why}"))),
-        },
+        Placement::Never(why) => {
+            match ledger::place_by(devices, need, &pinned, &[], ask.pack, ask.sharding) {
+                Placement::Never(_) => RoomPlan::NeverFits(needs(&format!(" but {why}"))),
+                _ => RoomPlan::NoRoom(needs(&format!(" but {why}"))),
+            }
+        }
     }
 }
 

@@ -49,6 +49,7 @@ fn plan(devices: &[Device], others: &[u64], gib: u64, occupants: &[Occupant]) ->
         need: &need,
         pinned: &[],
         pack: false,
+        sharding: Default::default(),
     };
     plan_room(devices, others, &ask, occupants)
 }
@@ -138,6 +139,7 @@ fn a_pinned_model_is_split_over_its_devices_by_name() {
         need: &need,
         pinned: &["g1".into(), "g0".into()],
         pack: false,
+        sharding: Default::default(),
     };
     assert_eq!(
         plan_room(&[gpu("g0", 10), gpu("g1", 10)], &[], &ask, &[]),

@@ -24,6 +24,7 @@ pub use evict::over_capacity;
 pub use need::{need_of, Need};
 pub use place::{place, place_by, Placement};
 pub use report::{corrected, measured_by_device, measured_from_log};
+pub use split::Sharding;
 
 /// Bytes charged on each device an instance is placed on.
 pub type Charges = Vec<(usize, u64)>;

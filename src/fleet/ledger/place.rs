@@ -2,7 +2,7 @@
 //! and what must happen first when it cannot go anywhere yet.
 
 use super::evict::idle_to_evict;
-use super::split::split;
+use super::split::{split_by, Sharding};
 use super::{room, stopping_on, Charges, Holder};
 use crate::config::Device;
 use crate::memory;
@@ -25,20 +25,22 @@ pub enum Placement {
 /// be split across evenly; empty means any single device, or, for a model no single device can
 /// hold, a split over the fewest devices that can.
 pub fn place(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]) -> Placement {
-    place_by(devices, need, pinned, holders, false)
+    place_by(devices, need, pinned, holders, false, Sharding::Layers)
 }
 
 /// [`place`], choosing among the devices it fits on now by the least room left when `pack` (bin
-/// packing: whole devices stay free for big models) instead of the most (spreading).
+/// packing: whole devices stay free for big models) instead of the most (spreading), and
+/// splitting a model no device holds as its engine shards it.
 pub fn place_by(
     devices: &[Device],
     need: u64,
     pinned: &[usize],
     holders: &[Holder],
     pack: bool,
+    sharding: Sharding,
 ) -> Placement {
     let mut search = Search::default();
-    for c in candidates(devices, need, pinned, holders) {
+    for c in candidates(devices, need, pinned, holders, sharding) {
         search.judge(devices, holders, c, pack);
     }
     search.outcome()
@@ -46,10 +48,17 @@ pub fn place_by(
 
 /// Every way `need` could be charged: evenly over the pinned devices, else on any one device or
 /// split over several, so the search can compare them.
-fn candidates(devices: &[Device], need: u64, pinned: &[usize], holders: &[Holder]) -> Vec<Charges> {
+fn candidates(
+    devices: &[Device],
+    need: u64,
+    pinned: &[usize],
+    holders: &[Holder],
+    sharding: Sharding,
+) -> Vec<Charges> {
     if pinned.is_empty() {
         let singles = (0..devices.len()).map(|d| vec![(d, need)]);
-        singles.chain(split(devices, need, holders)).collect()
+        let split = split_by(sharding, devices, need, holders);
+        singles.chain(split).collect()
     } else {
         let per = need.div_ceil(pinned.len() as u64);
         vec![pinned.iter().map(|d| (*d, per)).collect()]
@@ -228,12 +237,12 @@ mod tests {
             "spread: the most room"
         );
         assert_eq!(
-            place_by(&devices, 4 * GIB, &[], &held, true),
+            place_by(&devices, 4 * GIB, &[], &held, true, Sharding::Layers),
             Placement::Fits(vec![(1, 4 * GIB)]),
             "pack: the least room that still fits"
         );
         assert_eq!(
-            place_by(&devices, 20 * GIB, &[], &held, true),
+            place_by(&devices, 20 * GIB, &[], &held, true, Sharding::Layers),
             Placement::Fits(vec![(0, 20 * GIB)]),
             "pack: only where it fits"
         );

@@ -66,7 +66,7 @@ proptest! {
     ) {
         let holders = holders(&devices, &seeds);
         let need = need_mib * MIB;
-        match place_by(&devices, need, &[], &holders, pack) {
+        match place_by(&devices, need, &[], &holders, pack, Sharding::Layers) {
             Placement::Fits(charges) => {
                 let charged: u64 = charges.iter().map(|(_, b)| b).sum();
                 prop_assert!(charged >= need, "charged {charged} for {need}");

@@ -3,6 +3,32 @@
 use super::{charged, Charges, Holder};
 use crate::config::Device;
 
+/// How an engine shares a model over several devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sharding {
+    /// By layer, any share on each device (llama.cpp's `--tensor-split`): split in proportion to
+    /// the devices' room.
+    #[default]
+    Layers,
+    /// Tensor parallelism (vLLM, SGLang, TGI): every device takes the same share, and the count
+    /// of devices must divide the model's attention heads, which a power of two does for the
+    /// models these engines serve.
+    Tensors,
+}
+
+/// `need` split over several devices the way `sharding` allows; see [`split`] and [`split_evenly`].
+pub(super) fn split_by(
+    sharding: Sharding,
+    devices: &[Device],
+    need: u64,
+    holders: &[Holder],
+) -> Option<Charges> {
+    match sharding {
+        Sharding::Layers => split(devices, need, holders),
+        Sharding::Tensors => split_evenly(devices, need, holders),
+    }
+}
+
 /// A model no single device can hold, split over the fewest devices that can (those with the most
 /// room first), each charged in proportion to its room: free memory now when that is enough, else
 /// usable memory (room that evicting idle holders would make). `None` when no split is needed or
@@ -37,6 +63,29 @@ pub(super) fn split(devices: &[Device], need: u64, holders: &[Holder]) -> Option
     proportional(need, &chosen, basis).filter(|c| c.iter().all(|(d, b)| *b <= devices[*d].usable()))
 }
 
+/// A model no single device can hold, in equal shares over the fewest devices that can hold one
+/// each, a power of two of them (the ones with the most free memory first). `None` when no split
+/// is needed or no such count of devices can ever hold it.
+fn split_evenly(devices: &[Device], need: u64, holders: &[Holder]) -> Option<Charges> {
+    if devices.len() < 2 || devices.iter().any(|d| d.usable() >= need) {
+        return None;
+    }
+    let free = |d: usize| devices[d].usable().saturating_sub(charged(holders, d));
+    let counts = std::iter::successors(Some(2usize), |n| n.checked_mul(2));
+    for n in counts.take_while(|n| *n <= devices.len()) {
+        let share = need.div_ceil(n as u64);
+        let mut able: Vec<usize> = (0..devices.len())
+            .filter(|d| devices[*d].usable() >= share)
+            .collect();
+        if able.len() < n {
+            continue;
+        }
+        able.sort_by_key(|d| (std::cmp::Reverse(free(*d)), *d));
+        return Some(able[..n].iter().map(|d| (*d, share)).collect());
+    }
+    None
+}
+
 /// `need` shared over `chosen` in proportion to `basis`, the last one taking the rounding.
 fn proportional(need: u64, chosen: &[usize], basis: impl Fn(usize) -> u64) -> Option<Charges> {
     let total: u128 = chosen.iter().map(|d| u128::from(basis(*d))).sum();
@@ -61,7 +110,55 @@ fn proportional(need: u64, chosen: &[usize], basis: impl Fn(usize) -> u64) -> Op
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::{gpu, holder, GIB};
-    use super::super::{place, Holder, Placement};
+    use super::super::{place, place_by, Holder, Placement};
+    use super::Sharding;
+
+    #[test]
+    fn tensor_parallel_engines_get_equal_shares_over_a_power_of_two_of_devices() {
+        let tensors = |devices: &[_], need, held: &[Holder]| {
+            place_by(devices, need, &[], held, false, Sharding::Tensors)
+        };
+        // 8 GiB busy on g1: a layer split would charge 18 and 12, but each rank takes 15
+        let two = [gpu("g0", 24), gpu("g1", 24)];
+        let held = [Holder {
+            devices: vec![(1, 8 * GIB)],
+            ..holder("a", 8, true, 0)
+        }];
+        assert_eq!(
+            tensors(&two, 30 * GIB, &held),
+            Placement::Fits(vec![(0, 15 * GIB), (1, 15 * GIB)])
+        );
+        // 20 GiB busy on g1: 15 does not fit there now, so waiting is the answer, not 24 and 6
+        let busy = [Holder {
+            devices: vec![(1, 20 * GIB)],
+            ..holder("a", 20, true, 0)
+        }];
+        assert!(matches!(
+            tensors(&two, 30 * GIB, &busy),
+            Placement::Blocked(_)
+        ));
+        // three devices can hold 50 GiB, but not in three ranks: four would, and there are none
+        let three = [gpu("g0", 24), gpu("g1", 24), gpu("g2", 24)];
+        assert!(matches!(
+            tensors(&three, 50 * GIB, &[]),
+            Placement::Never(_)
+        ));
+        assert!(
+            matches!(place(&three, 50 * GIB, &[], &[]), Placement::Fits(c) if c.len() == 3),
+            "layers split over three"
+        );
+        // the two with the most room take the ranks; a small device is left out
+        let mixed = [gpu("small", 8), gpu("g1", 24), gpu("g2", 24), gpu("g3", 24)];
+        assert_eq!(
+            tensors(&mixed, 40 * GIB, &[]),
+            Placement::Fits(vec![(1, 20 * GIB), (2, 20 * GIB)])
+        );
+        // one device that holds it beats a split
+        assert_eq!(
+            tensors(&mixed, 20 * GIB, &[]),
+            Placement::Fits(vec![(1, 20 * GIB)])
+        );
+    }
 
     #[test]
     fn a_model_no_device_holds_is_split_in_proportion_to_the_room() {
