@@ -543,3 +543,75 @@ async fn a_hub_snapshot_is_sized_from_its_safetensors_headers() {
     );
     h.stop().await;
 }
+
+/// Two models whose sources name one file (a quantization tag and the file it picks) download it
+/// once, and both show that download's progress while it runs, not only the one that asked first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_models_that_share_a_file_both_show_its_download() {
+    let hub = hub::Hub::start().await;
+    let data = bytes::Bytes::from(vec![7u8; 120_000]);
+    hub.add_repo(
+        "org/tiny-GGUF",
+        vec![hub::RepoFile {
+            path: "Tiny-Q4_K_M.gguf".into(),
+            data: data.clone(),
+            lfs: true,
+        }],
+    );
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let cdn = format!("/cdn/{}", hub::sha256(&data));
+    let stall = (50_000, gate.clone());
+    hub.state
+        .lock()
+        .unwrap()
+        .stall_after
+        .insert(cdn.clone(), stall);
+    let caches = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "{}groups:\n  both: {{swap: false, members: [tag, file]}}\nmodels:\n{}{}",
+        fake_llama_cpp(),
+        engine_model("tag", "hf://org/tiny-GGUF:Q4_K_M", ""),
+        engine_model("file", "hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf", ""),
+    );
+    let opts = corral::Options {
+        source_env: vec![
+            ("HF_ENDPOINT".into(), hub.url.clone()),
+            ("HF_HUB_CACHE".into(), caches.path().display().to_string()),
+        ],
+        ..Default::default()
+    };
+    let h = Harness::start_with(&yaml, opts).await;
+    let mut answers = Vec::new();
+    for id in ["tag", "file"] {
+        let url = format!("{}/v1/chat/completions", h.url);
+        answers.push(tokio::spawn(
+            async move { post_json(&url, &chat(id)).await },
+        ));
+        // the second asks once the first's download is under way
+        wait_for_download(&h, id).await;
+    }
+    assert_eq!(hub.hits(&cdn), 1, "one download for both");
+    gate.add_permits(1);
+    for answer in answers {
+        let answer = answer.await.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    assert_eq!(hub.hits(&cdn), 1);
+    h.stop().await;
+}
+
+/// Waits until model `id` shows a download of the shared file.
+async fn wait_for_download(h: &Harness, id: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let detail = get(&format!("{}/api/models/{id}", h.url)).await.json();
+        if detail["status"] == "downloading" && detail["download"]["file"] == "Tiny-Q4_K_M.gguf" {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{id} shows no download: {detail}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -22,9 +22,13 @@ pub(super) async fn prepare(
     };
     let written = engine.source.to_string();
     inner.update(id, |i| i.phase.set_download(Some(Download::default())));
+    // subscribed before the fetch begins, so no update of it is missed (the one that says a
+    // download under way for another source serves this one too may be the last for a while);
     // ends with this function, or when the start is aborted and this future dropped
+    let updates = inner.fetcher.subscribe();
     let _follower = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(follow_progress(
         inner.clone(),
+        updates,
         id.to_string(),
         written.clone(),
     )));
@@ -118,11 +122,15 @@ fn spec_port(spec: &ProcessSpec) -> u16 {
 }
 
 /// Copies the fetcher's progress for this source onto the instance while the fetch runs.
-async fn follow_progress(inner: Arc<Inner>, id: String, source: String) {
-    let mut updates = inner.fetcher.subscribe();
+async fn follow_progress(
+    inner: Arc<Inner>,
+    mut updates: tokio::sync::broadcast::Receiver<Progress>,
+    id: String,
+    source: String,
+) {
     loop {
         match updates.recv().await {
-            Ok(p) if p.source == source => inner.update(&id, |i| {
+            Ok(p) if p.source == source || p.also.contains(&source) => inner.update(&id, |i| {
                 // a late update must not bring back a download that has ended
                 if let Some(d) = i.phase.download_mut() {
                     *d = download_of(&p);

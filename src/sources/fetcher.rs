@@ -11,7 +11,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::broadcast;
 
 use super::download::{self, Job};
-use super::progress::{Board, Progress, Reporter};
+use super::progress::{Board, Joined, Progress, Reporter};
 use super::{hf, ollama, remote, FetchError, Fetched, Source, Want};
 
 type Flight = Shared<BoxFuture<'static, Result<u64, FetchError>>>;
@@ -33,7 +33,8 @@ pub(crate) struct Inner {
     /// `AWS_*` settings, read once.
     pub aws: Vec<(String, String)>,
     pub board: Arc<Board>,
-    flights: Mutex<HashMap<PathBuf, Flight>>,
+    /// Downloads under way, by destination, with the other sources that joined each.
+    flights: Mutex<HashMap<PathBuf, (Flight, Joined)>>,
 }
 
 /// The first set variable of `names`, non-empty.
@@ -134,41 +135,53 @@ impl Fetcher {
     }
 
     /// Makes `job.dest` complete, joining the download already under way for it if there is
-    /// one. The download runs in its own task, so a caller that gives up leaves it going for the
-    /// others (and a later fetch resumes from its partial file in any case).
+    /// one (its progress then names this job's source too). The download runs in its own task,
+    /// so a caller that gives up leaves it going for the others (and a later fetch resumes from
+    /// its partial file in any case).
     pub(crate) async fn ensure(&self, job: Job) -> Result<u64, FetchError> {
         let flight = {
             let mut flights = self.inner.flights.lock().unwrap();
             if let Ok(meta) = std::fs::metadata(&job.dest) {
                 return Ok(meta.len());
             }
-            let inner = self.inner.clone();
-            let dest = job.dest.clone();
-            flights
-                .entry(dest)
-                .or_insert_with(|| {
-                    let task = tokio::spawn(async move {
-                        let mut report = Reporter::new(
-                            inner.board.clone(),
-                            &job.dest,
-                            job.scheme,
-                            &job.src,
-                            &job.file,
-                        );
-                        let result = download::run(&job, &mut report).await;
-                        inner.flights.lock().unwrap().remove(&job.dest);
-                        result
-                    });
-                    async move {
-                        task.await
-                            .unwrap_or_else(|e| Err(FetchError::invalid("download", e.to_string())))
-                    }
-                    .boxed()
-                    .shared()
-                })
-                .clone()
+            if let Some((flight, joined)) = flights.get(&job.dest) {
+                let mut joined = joined.lock().unwrap();
+                if !joined.contains(&job.src) {
+                    joined.push(job.src.clone());
+                    self.inner.board.join(&job.dest, &job.src);
+                }
+                flight.clone()
+            } else {
+                let (dest, joined) = (job.dest.clone(), Joined::default());
+                let flight = self.fly(job, joined.clone());
+                flights.insert(dest, (flight.clone(), joined));
+                flight
+            }
         };
         flight.await
+    }
+
+    /// Starts the download of `job` in a task of its own.
+    fn fly(&self, job: Job, joined: Joined) -> Flight {
+        let inner = self.inner.clone();
+        let task = tokio::spawn(async move {
+            let mut report = Reporter::new(
+                inner.board.clone(),
+                &job.dest,
+                job.scheme,
+                &job.src,
+                &job.file,
+                joined,
+            );
+            let result = download::run(&job, &mut report).await;
+            inner.flights.lock().unwrap().remove(&job.dest);
+            result
+        });
+        let flight = async move {
+            task.await
+                .unwrap_or_else(|e| Err(FetchError::invalid("download", e.to_string())))
+        };
+        flight.boxed().shared()
     }
 }
 

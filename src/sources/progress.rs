@@ -19,6 +19,10 @@ pub struct Progress {
     pub total: Option<u64>,
     pub bytes_per_second: f64,
     pub eta_seconds: Option<f64>,
+    /// Other sources that wait on this same file (one blob that two names share is downloaded
+    /// once, under the source that asked first), so that each of them can show its progress.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
 }
 
 /// At most this many updates a second per download reach subscribers.
@@ -54,7 +58,23 @@ impl Board {
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Progress> {
         self.tx.subscribe()
     }
+
+    /// `source` waits on the download of `key` too: it is told at once where the download
+    /// stands (the next update may be a while off), and named by every update after.
+    pub(crate) fn join(&self, key: &Path, source: &str) {
+        let mut active = self.active.lock().unwrap();
+        let Some(entry) = active.get_mut(key) else {
+            return; // not reporting yet: its first update names the source
+        };
+        if entry.source != source && !entry.also.iter().any(|s| s == source) {
+            entry.also.push(source.to_string());
+            let _ = self.tx.send(entry.clone());
+        }
+    }
 }
+
+/// The sources that joined a download begun for another (see [`Progress::also`]).
+pub(crate) type Joined = Arc<Mutex<Vec<String>>>;
 
 /// One download's reporter; removes its entry from the list when dropped.
 pub(crate) struct Reporter {
@@ -62,6 +82,7 @@ pub(crate) struct Reporter {
     key: PathBuf,
     scheme: &'static str,
     state: Progress,
+    joined: Joined,
     started: Instant,
     /// Bytes held when this attempt began (a resumed part), left out of the rate.
     base: u64,
@@ -75,6 +96,7 @@ impl Reporter {
         scheme: &'static str,
         source: &str,
         file: &str,
+        joined: Joined,
     ) -> Reporter {
         let state = Progress {
             source: source.to_string(),
@@ -83,6 +105,7 @@ impl Reporter {
             total: None,
             bytes_per_second: 0.0,
             eta_seconds: None,
+            also: Vec::new(),
         };
         board
             .active
@@ -94,6 +117,7 @@ impl Reporter {
             key: key.to_path_buf(),
             scheme,
             state,
+            joined,
             started: Instant::now(),
             base: 0,
             last: None,
@@ -135,6 +159,10 @@ impl Reporter {
             }
             _ => None,
         };
+        let joined = self.joined.lock().unwrap();
+        let others = joined.iter().filter(|s| **s != self.state.source);
+        self.state.also = others.cloned().collect();
+        drop(joined);
         if let Some(entry) = self.board.active.lock().unwrap().get_mut(&self.key) {
             *entry = self.state.clone();
         }

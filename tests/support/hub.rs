@@ -86,6 +86,9 @@ pub struct State {
     /// Paths whose range requests get all of the file from its first byte, in a 206 that says so,
     /// as from a server that reads the range wrong.
     pub range_from_start: HashSet<String>,
+    /// Hold the next response for a path after this many bytes (once), until the semaphore
+    /// gives a permit.
+    pub stall_after: HashMap<String, (usize, Arc<tokio::sync::Semaphore>)>,
 }
 
 #[derive(Clone)]
@@ -378,8 +381,9 @@ fn content(
         None => (StatusCode::OK, data),
     };
     let len = body.len();
-    let body: Body = match s.drop_after.remove(path) {
-        Some(cut) if cut < len => cut_after(body.slice(..cut)),
+    let body: Body = match (s.drop_after.remove(path), s.stall_after.remove(path)) {
+        (Some(cut), _) if cut < len => cut_after(body.slice(..cut)),
+        (_, Some((at, gate))) if at < len => stalled(body, at, gate),
         _ => Full::new(body).map_err(|never| match never {}).boxed(),
     };
     let mut r = Response::builder()
@@ -391,6 +395,16 @@ fn content(
         r = r.header("content-range", format!("bytes {n}-{}/{total}", total - 1));
     }
     r.body(body).unwrap()
+}
+
+/// A body that sends `body` up to `at`, then the rest once `gate` gives a permit.
+fn stalled(body: Bytes, at: usize, gate: Arc<tokio::sync::Semaphore>) -> Body {
+    let head = futures_util::stream::once(std::future::ready(Ok(Frame::data(body.slice(..at)))));
+    let rest = futures_util::stream::once(async move {
+        let _ = gate.acquire().await;
+        Ok(Frame::data(body.slice(at..)))
+    });
+    StreamBody::new(futures_util::StreamExt::chain(head, rest)).boxed()
 }
 
 /// A body that sends `head`, then fails, which makes the server drop the connection. It yields
