@@ -323,6 +323,10 @@ async fn an_ollama_engine_serves_its_store_under_the_ollama_name() {
         environ.contains("OLLAMA_HOST=127.0.0.1:"),
         "its own address"
     );
+    assert!(
+        environ.contains("OLLAMA_NOPRUNE=1"),
+        "it leaves the store's other downloads alone"
+    );
     h.stop().await;
 }
 

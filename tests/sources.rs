@@ -239,8 +239,9 @@ async fn a_split_quantization_and_its_projector_land_in_the_hub_cache_layout() {
         "only the chosen files, each named by its sha256"
     );
     assert!(!snapshot.join("Tiny-Q4_K_M.gguf").exists());
-    // The resolve step redirected to the CDN path.
+    // The resolve step redirected to the CDN path, which was not told where from.
     assert_eq!(hub.hits(&format!("/cdn/{}", sha256(&files[5].data))), 1);
+    assert_eq!(hub.state.lock().unwrap().referers, Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -473,7 +474,8 @@ async fn hub_errors_say_what_is_missing_and_what_to_do() {
     let with_token = fetcher(&[
         ("HF_HUB_CACHE", dir.path().join("hf").display().to_string()),
         ("HF_ENDPOINT", hub.url.clone()),
-        ("HF_TOKEN", "hf_secret".into()),
+        // as a secret mounted from a file gives it
+        ("HF_TOKEN", "hf_secret\n".into()),
     ]);
     with_token
         .fetch(&src("hf://org/tiny-GGUF:Q4_K_M"), &FILE)
@@ -680,6 +682,25 @@ async fn a_part_of_a_file_changed_since_is_not_resumed() {
     assert_eq!(fetched().await, new);
     assert_eq!(ranges()[asked..], [50_000], "the same version is resumed");
     assert!(!version.exists() && leftovers(dir.path()).is_empty());
+}
+
+/// A connection that keeps dropping, each time after more of the file came, does not use up the
+/// tries: only tries in a row that bring nothing do.
+#[tokio::test]
+async fn drops_that_each_bring_more_of_the_file_do_not_use_up_the_tries() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let data = file_named(&files, "Tiny-Q4_K_M.gguf").data.clone();
+    let cdn = format!("/cdn/{}", sha256(&data));
+    // 200,000 bytes, 20,000 of them per connection: nine drops, then the rest
+    let cuts = (cdn.clone(), (20_000, 9));
+    hub.state.lock().unwrap().cut_each.extend([cuts]);
+    let got = local(&hub, dir.path())
+        .fetch(&src("hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf"), &FILE)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
+    assert_eq!(hub.hits(&cdn), 10);
 }
 
 const MODEL: &str = "application/vnd.ollama.image.model";

@@ -99,10 +99,15 @@ fn point_at(
         }
     }
     if engine.kind == crate::engines::EngineKind::Ollama {
-        // the engine reads the store corral filled
+        // the engine reads the store corral filled, and leaves it as it is: at its start
+        // `ollama serve` removes the blobs no manifest names yet, which are the downloads corral
+        // has under way for other models into the same store
         let store = ("OLLAMA_MODELS".to_string(), store.display().to_string());
-        if !spec.env.iter().any(|(k, _)| *k == store.0) {
-            spec.env.push(store);
+        let keep = ("OLLAMA_NOPRUNE".to_string(), "1".to_string());
+        for (key, value) in [store, keep] {
+            if !spec.env.iter().any(|(k, _)| *k == key) {
+                spec.env.push((key, value));
+            }
         }
     }
     let port = spec_port(spec);

@@ -15,9 +15,11 @@ use super::transport::{Failure, Transport};
 use super::verify::{Hasher, Verify};
 use super::{disk, FetchError};
 
-/// Tries per file before a network failure is final.
-const ATTEMPTS: u32 = 5;
+/// Tries in a row that bring no byte before a network failure is final: with the pauses between
+/// them (0.2 s, doubling, at most 30 s) they ride out about 25 s of network trouble.
+const ATTEMPTS: u32 = 8;
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
+const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 
 /// What to download and how to check it.
 #[derive(Clone)]
@@ -75,6 +77,7 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
     let mut version = None;
     loop {
         retries.pause(job).await?;
+        let before = state.at;
         match attempt(job, &part, dir, &mut state, &mut version, report).await? {
             Attempt::Whole => return finish(job, &part, state, report).await,
             Attempt::Held => match finish(job, &part, state, report).await {
@@ -82,7 +85,7 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
                 Err(FetchError::Checksum { .. }) => state = Digest::new(job),
                 done => return done,
             },
-            Attempt::Failed(why) => retries.failed(why),
+            Attempt::Failed(why) => retries.failed(why, state.at > before),
             Attempt::Again => {}
         }
     }
@@ -130,7 +133,7 @@ async fn attempt(
     if have > 0 && job.size == Some(have) {
         // every byte came before a run ended short of the rename: only the check is left
         // (asked for, the rest is an empty range, which S3 refuses)
-        state.rewind(job, part, have)?;
+        state.rewind(job, part, have).await?;
         return Ok(Attempt::Held);
     }
     let opened = match job
@@ -170,7 +173,7 @@ async fn attempt(
         *version = opened.version.clone();
         record_version(part, version.as_deref());
     }
-    state.rewind(job, part, opened.start)?;
+    state.rewind(job, part, opened.start).await?;
     report.restart(opened.start, total);
     match stream_into(job, part, opened, state, report).await {
         Ok(()) => {}
@@ -186,7 +189,7 @@ async fn attempt(
     })
 }
 
-/// Failed tries so far, and why the last one failed (the error once they run out).
+/// Failed tries in a row, and why the last one failed (the error once they run out).
 #[derive(Default)]
 struct Retries {
     failures: u32,
@@ -194,13 +197,15 @@ struct Retries {
 }
 
 impl Retries {
-    fn failed(&mut self, why: String) {
-        self.failures += 1;
+    /// A try failed; one that brought bytes first starts the count again, so a long download
+    /// over a connection that keeps dropping goes on for as long as it advances.
+    fn failed(&mut self, why: String, progressed: bool) {
+        self.failures = if progressed { 1 } else { self.failures + 1 };
         self.last_error = why;
     }
 
-    /// Waits before a try after a failure, twice as long after each; the final error once
-    /// [`ATTEMPTS`] tries have failed.
+    /// Waits before a try after a failure, twice as long after each (at most
+    /// [`LONGEST_PAUSE`]); the final error once [`ATTEMPTS`] tries in a row have failed.
     async fn pause(&self, job: &Job) -> Result<(), FetchError> {
         if self.failures == 0 {
             return Ok(());
@@ -213,7 +218,8 @@ impl Retries {
                 detail: self.last_error.clone(),
             });
         }
-        tokio::time::sleep(FIRST_PAUSE * 2u32.pow(self.failures - 1)).await;
+        let pause = FIRST_PAUSE.saturating_mul(1 << (self.failures - 1).min(16));
+        tokio::time::sleep(pause.min(LONGEST_PAUSE)).await;
         Ok(())
     }
 }
@@ -234,30 +240,42 @@ impl Digest {
     }
 
     /// Brings the digest to `start`: kept when it is already there (a resume within this run),
-    /// else computed again from the bytes on disk (a part left by an earlier run).
-    fn rewind(&mut self, job: &Job, part: &Path, start: u64) -> Result<(), FetchError> {
+    /// else computed again from the bytes on disk (a part left by an earlier run), on a thread
+    /// of its own: reading back gigabytes would otherwise hold up every task of the runtime.
+    async fn rewind(&mut self, job: &Job, part: &Path, start: u64) -> Result<(), FetchError> {
         if start == self.at {
             return Ok(());
         }
-        self.hasher = Hasher::new(&job.verify, job.size);
-        self.at = 0;
-        if start == 0 {
-            return Ok(());
+        let mut fresh = Digest::new(job);
+        if start > 0 {
+            let path = part.to_path_buf();
+            let read = tokio::task::spawn_blocking(move || {
+                let done = fresh.read_from(&path, start);
+                (fresh, done)
+            });
+            let (read, done) = read
+                .await
+                .map_err(|e| FetchError::invalid(&job.src, e.to_string()))?;
+            done.map_err(|e| FetchError::io(&job.src, part, e))?;
+            fresh = read;
         }
-        let file = std::fs::File::open(part).map_err(|e| FetchError::io(&job.src, part, e))?;
-        let mut reader = std::io::BufReader::new(file.take(start));
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Digests the first `len` bytes of `path`.
+    fn read_from(&mut self, path: &Path, len: u64) -> std::io::Result<()> {
+        let file = std::fs::File::open(path)?;
+        let mut reader = std::io::BufReader::new(file.take(len));
         let mut buf = vec![0u8; 1 << 20];
         loop {
-            let n = reader
-                .read(&mut buf)
-                .map_err(|e| FetchError::io(&job.src, part, e))?;
+            let n = reader.read(&mut buf)?;
             if n == 0 {
-                break;
+                return Ok(());
             }
             self.hasher.update(&buf[..n]);
             self.at += n as u64;
         }
-        Ok(())
     }
 }
 

@@ -53,8 +53,11 @@ impl Fetcher {
         let hf_home = first(env, &["HF_HOME"]).map_or(xdg.join("huggingface"), PathBuf::from);
         let hf_root = first(env, &["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"])
             .map_or(hf_home.join("hub"), PathBuf::from);
+        // no Referer on a redirect: a URL source's query may hold its token, and the server
+        // redirected to (a CDN) has no business seeing it
         let client = reqwest::Client::builder()
             .user_agent(concat!("corral/", env!("CARGO_PKG_VERSION")))
+            .referer(false)
             .connect_timeout(Duration::from_secs(30))
             .read_timeout(Duration::from_secs(120))
             .build()
@@ -71,7 +74,10 @@ impl Fetcher {
                     .unwrap_or_else(|| "https://huggingface.co".into())
                     .trim_end_matches('/')
                     .to_string(),
-                hf_token: first(env, &["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"]),
+                // a token read from a file (a Kubernetes secret) often ends in a newline
+                hf_token: first(env, &["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"])
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty()),
                 ollama_root: first(env, &["OLLAMA_MODELS"])
                     .map_or(home.join(".ollama/models"), PathBuf::from),
                 ollama_registry: first(env, &["OLLAMA_REGISTRY"])
@@ -173,15 +179,26 @@ impl Fetcher {
                 &job.file,
                 joined,
             );
-            let result = download::run(&job, &mut report).await;
-            inner.flights.lock().unwrap().remove(&job.dest);
-            result
+            // gone from the flights however the download ends, a panic included, so the next
+            // fetch of the file starts afresh instead of joining a flight that has failed
+            let _landed = Landed(&inner, &job.dest);
+            download::run(&job, &mut report).await
         });
         let flight = async move {
             task.await
                 .unwrap_or_else(|e| Err(FetchError::invalid("download", e.to_string())))
         };
         flight.boxed().shared()
+    }
+}
+
+/// Takes a download out of the flights when dropped.
+struct Landed<'a>(&'a Inner, &'a Path);
+
+impl Drop for Landed<'_> {
+    fn drop(&mut self) {
+        let mut flights = self.0.flights.lock().unwrap_or_else(|e| e.into_inner());
+        flights.remove(self.1);
     }
 }
 

@@ -9,7 +9,7 @@ use super::download::Job;
 use super::fetcher::{ensure_all, missing_bytes};
 use super::gguf_pick::{self, Pick, PickError};
 use super::hf_cache::{cached_pick, is_commit, within, RepoCache};
-use super::transport::{error_chain, http_failure, server_said, Failure, Transport};
+use super::transport::{http_error, http_failure, server_said, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, HfRef, Source, Want};
 
@@ -283,7 +283,7 @@ async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchE
         let resp = match f.inner.client.get(&url).headers(auth(f)).send().await {
             Ok(r) => r,
             Err(e) => {
-                last = error_chain(&e);
+                last = http_error(&e);
                 continue;
             }
         };
@@ -292,7 +292,7 @@ async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchE
             let body = resp
                 .bytes()
                 .await
-                .map_err(|e| FetchError::invalid(src, error_chain(&e)))?;
+                .map_err(|e| FetchError::invalid(src, http_error(&e)))?;
             return serde_json::from_slice(&body)
                 .map_err(|e| FetchError::invalid(src, format!("the Hub's answer for {url}: {e}")));
         }

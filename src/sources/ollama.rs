@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::download::Job;
 use super::fetcher::{ensure_all, missing_bytes};
-use super::transport::{error_chain, http_failure, server_said, Failure, Transport};
+use super::transport::{http_error, http_failure, server_said, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, Source, Want};
 
@@ -225,7 +225,7 @@ async fn manifest(
         let resp = match req.send().await {
             Ok(r) => r,
             Err(e) => {
-                last = error_chain(&e);
+                last = http_error(&e);
                 continue;
             }
         };
@@ -235,7 +235,7 @@ async fn manifest(
                 .bytes()
                 .await
                 .map(|b| b.to_vec())
-                .map_err(|e| FetchError::invalid(src, error_chain(&e)));
+                .map_err(|e| FetchError::invalid(src, http_error(&e)));
         }
         let what = format!("model {name}:{tag} in the registry");
         let said = server_said(resp).await;

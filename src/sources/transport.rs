@@ -110,7 +110,7 @@ async fn open_http(
     let resp = req
         .send()
         .await
-        .map_err(|e| Failure::Retry(error_chain(&e)))?;
+        .map_err(|e| Failure::Retry(http_error(&e)))?;
     let status = resp.status();
     let (start, total) = match status {
         StatusCode::OK => (0, resp.content_length()),
@@ -131,7 +131,7 @@ async fn open_http(
         }
     };
     let version = version_of(resp.headers());
-    let stream = resp.bytes_stream().map_err(|e| error_chain(&e)).boxed();
+    let stream = resp.bytes_stream().map_err(|e| http_error(&e)).boxed();
     Ok(Opened {
         start,
         total,
@@ -204,6 +204,16 @@ fn content_range(headers: &HeaderMap) -> Option<(u64, Option<u64>)> {
 }
 
 /// The error with its causes, which is where reqwest keeps the useful part.
+/// A reqwest error with its causes, the URL in it masked as sources are shown (no password, no
+/// query values: a URL source may carry its token there).
+pub(crate) fn http_error(e: &reqwest::Error) -> String {
+    let text = error_chain(e);
+    match e.url() {
+        Some(url) => text.replace(url.as_str(), &super::parse::mask_url(url.as_str())),
+        None => text,
+    }
+}
+
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
@@ -272,6 +282,25 @@ pub(crate) fn s3_failure(e: object_store::Error, src: &str, file: &str) -> Failu
 
 #[cfg(test)]
 mod tests {
+    /// A URL's password and query values stay out of an error about it.
+    #[tokio::test]
+    async fn an_error_about_a_url_hides_its_secrets() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let url = format!("http://user:hunter2@127.0.0.1:{port}/m.gguf?token=s3cret");
+        let e = reqwest::get(&url).await.unwrap_err();
+        assert!(error_chain(&e).contains("s3cret"), "reqwest names the URL");
+        let text = http_error(&e);
+        assert!(
+            !text.contains("hunter2") && !text.contains("s3cret") && text.contains("token=***"),
+            "{text}"
+        );
+    }
+
     use super::*;
 
     /// A resume asks for the rest of a version named by a strong ETag, else by the date when there

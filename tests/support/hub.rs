@@ -86,6 +86,10 @@ pub struct State {
     /// Paths whose range requests get all of the file from its first byte, in a 206 that says so,
     /// as from a server that reads the range wrong.
     pub range_from_start: HashSet<String>,
+    /// Every `Referer` a request came with.
+    pub referers: Vec<String>,
+    /// Cut each of the next responses for a path (the count) after this many bytes of it.
+    pub cut_each: HashMap<String, (usize, usize)>,
     /// Hold the next response for a path after this many bytes (once), until the semaphore
     /// gives a permit.
     pub stall_after: HashMap<String, (usize, Arc<tokio::sync::Semaphore>)>,
@@ -198,6 +202,9 @@ fn serve(state: &Mutex<State>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let mut s = state.lock().unwrap();
     *s.hits.entry(path.clone()).or_default() += 1;
+    if let Some(referer) = req.headers().get("referer") {
+        s.referers.push(referer.to_str().unwrap_or("?").to_string());
+    }
     let range = req
         .headers()
         .get("range")
@@ -381,7 +388,15 @@ fn content(
         None => (StatusCode::OK, data),
     };
     let len = body.len();
-    let body: Body = match (s.drop_after.remove(path), s.stall_after.remove(path)) {
+    let cut_each = match s.cut_each.get_mut(path) {
+        Some((cut, left)) if *left > 0 => {
+            *left -= 1;
+            Some(*cut)
+        }
+        _ => None,
+    };
+    let drop_after = s.drop_after.remove(path).or(cut_each);
+    let body: Body = match (drop_after, s.stall_after.remove(path)) {
         (Some(cut), _) if cut < len => cut_after(body.slice(..cut)),
         (_, Some((at, gate))) if at < len => stalled(body, at, gate),
         _ => Full::new(body).map_err(|never| match never {}).boxed(),
