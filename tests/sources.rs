@@ -324,6 +324,45 @@ async fn a_whole_snapshot_for_a_directory_engine() {
     );
 }
 
+/// A snapshot that another tool's config lookup left (its config and tokenizer, no weights) or
+/// that lacks a shard its index names is not taken for the model: the weights are fetched.
+#[tokio::test]
+async fn a_snapshot_without_its_weights_is_not_the_model() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let file = |path: &str, data: bytes::Bytes, lfs| RepoFile {
+        path: path.into(),
+        data,
+        lfs,
+    };
+    let index = r#"{"weight_map":{"a":"model-1.safetensors","b":"model-2.safetensors"}}"#;
+    let repo = vec![
+        file("config.json", "{}".into(), false),
+        file("model.safetensors.index.json", index.into(), false),
+        file("model-1.safetensors", bytes(31, 20_000), true),
+        file("model-2.safetensors", bytes(32, 20_000), true),
+    ];
+    hub.add_repo("org/sharded", repo.clone());
+    let f = local(&hub, dir.path());
+    // the Hub client's layout, written by hand as another tool would leave it
+    let repo_dir = dir.path().join("hf/models--org--sharded");
+    let snapshot = repo_dir.join("snapshots").join(COMMIT);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
+    std::fs::write(repo_dir.join("refs/main"), COMMIT).unwrap();
+    std::fs::write(snapshot.join("config.json"), "{}").unwrap();
+    let source = src("hf://org/sharded");
+    assert!(f.cached(&source, &DIR).is_none(), "a config alone");
+    std::fs::write(snapshot.join("model.safetensors.index.json"), index).unwrap();
+    std::fs::write(snapshot.join("model-1.safetensors"), &repo[2].data).unwrap();
+    assert!(f.cached(&source, &DIR).is_none(), "one shard of two");
+    let got = f.fetch(&source, &DIR).await.unwrap();
+    assert_eq!(
+        std::fs::read(got.model.join("model-2.safetensors")).unwrap(),
+        repo[3].data
+    );
+    assert!(f.cached(&source, &DIR).is_some());
+}
+
 /// A listing whose names would become paths outside the cache (a file `../../../../escape`, as
 /// an endpoint that is not the Hub could answer) is refused before anything is written.
 #[tokio::test]
