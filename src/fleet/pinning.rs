@@ -51,7 +51,20 @@ fn names_llama_server(argv: &[String]) -> bool {
 
 /// True when the command runs `name` (a program among its first words).
 fn runs(argv: &[String], name: &str) -> bool {
-    argv.iter().take(3).any(|a| is_program(a, name))
+    let launched = |i: usize| i == 0 || launches(argv, i - 1);
+    (argv.iter().take(3).enumerate()).any(|(i, a)| is_program(a, name) && launched(i))
+}
+
+/// True when the word at `i` starts the program the next word names: a launcher (`uv run`,
+/// `env`, `nohup`, a Python interpreter) or Python's `-m`. Not any flag: llama-server's `-m`
+/// takes a model path, which may contain an engine's name.
+fn launches(argv: &[String], i: usize) -> bool {
+    let name = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    let word = name(&argv[i]);
+    let python = name(&argv[0]).starts_with("python");
+    (word == "-m" && python)
+        || word.starts_with("python")
+        || ["uv", "uvx", "run", "env", "nohup", "exec"].contains(&word.as_str())
 }
 
 /// True when `word` is the program `name`, by its file name.
@@ -152,9 +165,10 @@ pub fn sharding(argv: &[String]) -> Sharding {
     }
 }
 
-/// True for an SGLang command (`python -m sglang.launch_server`, `sglang serve`).
+/// True for an SGLang command (`python -m sglang.launch_server`, `sglang serve`): the word is the
+/// program or the module run, not any argument (a model path or alias may contain it).
 fn runs_sglang(argv: &[String]) -> bool {
-    argv.iter().any(|a| a.contains("sglang"))
+    runs(argv, "sglang")
 }
 
 /// What a command split over several devices is told: llama-server the share of each
@@ -189,8 +203,12 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
     if runs(argv, "vllm") && !has(&["--tensor-parallel-size", "-tp"]) {
         return vec!["--tensor-parallel-size".into(), n];
     }
-    if runs_sglang(argv) && !has(&["--tp-size", "--tp"]) {
+    if runs_sglang(argv) && !has(&["--tp-size", "--tp", "--tensor-parallel-size"]) {
         return vec!["--tp-size".into(), n];
+    }
+    // TGI counts its shards from CUDA_VISIBLE_DEVICES alone, which AMD pinning does not set
+    if runs(argv, "text-generation-launcher") && !has(&["--num-shard", "--sharded"]) {
+        return vec!["--num-shard".into(), n];
     }
     Vec::new()
 }
@@ -444,6 +462,18 @@ mod tests {
         );
         let sglang = strings(&["python", "-m", "sglang.launch_server"]);
         assert_eq!(split_args(&sglang, &split), strings(&["--tp-size", "2"]));
+        let sglang_own = strings(&["sglang", "serve", "--tensor-parallel-size", "2"]);
+        assert!(split_args(&sglang_own, &split).is_empty());
+        let tgi = strings(&["text-generation-launcher", "--model-id", "/m"]);
+        assert_eq!(split_args(&tgi, &split), strings(&["--num-shard", "2"]));
+        // a llama-server whose model path names SGLang is still llama-server
+        let llama_named = strings(&["llama-server", "-m", "/models/sglang-test.gguf"]);
+        assert_eq!(
+            split_args(&llama_named, &split),
+            strings(&["--tensor-split", "18432,12288", "--split-mode", "layer"])
+        );
+        assert_eq!(sharding(&llama_named), Sharding::Layers);
+        assert_eq!(sharding(&tgi), Sharding::Tensors);
         assert!(
             split_args(&llama, &split[..1]).is_empty(),
             "one device: nothing to split"
@@ -474,6 +504,7 @@ mod tests {
             strings(&["--cuda-memory-fraction", "0.375"])
         );
         assert!(share(&["llama-server", "-m", "m.gguf"]).is_empty());
+        assert!(share(&["llama-server", "-m", "/m/sglang-tuned.gguf"]).is_empty());
         assert!(share(&["vllm", "serve", "/m", "--gpu-memory-utilization=0.5"]).is_empty());
         assert!(memory_share_args(&strings(&["vllm"]), &[], &devices).is_empty());
     }

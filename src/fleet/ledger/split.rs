@@ -64,8 +64,10 @@ pub(super) fn split(devices: &[Device], need: u64, holders: &[Holder]) -> Option
 }
 
 /// A model no single device can hold, in equal shares over the fewest devices that can hold one
-/// each, a power of two of them (the ones with the most free memory first). `None` when no split
-/// is needed or no such count of devices can ever hold it.
+/// each, a power of two of them, all of one size (the ones with the most free memory first):
+/// such an engine is told its share as a part of each card, the same part of every card, so on a
+/// larger card it would take more than it was charged. `None` when no split is needed or no such
+/// set of devices can ever hold it.
 fn split_evenly(devices: &[Device], need: u64, holders: &[Holder]) -> Option<Charges> {
     if devices.len() < 2 || devices.iter().any(|d| d.usable() >= need) {
         return None;
@@ -74,14 +76,24 @@ fn split_evenly(devices: &[Device], need: u64, holders: &[Holder]) -> Option<Cha
     let counts = std::iter::successors(Some(2usize), |n| n.checked_mul(2));
     for n in counts.take_while(|n| *n <= devices.len()) {
         let share = need.div_ceil(n as u64);
-        let mut able: Vec<usize> = (0..devices.len())
-            .filter(|d| devices[*d].usable() >= share)
-            .collect();
-        if able.len() < n {
-            continue;
+        let mut best: Option<Vec<usize>> = None;
+        for size in devices.iter().map(|d| d.capacity) {
+            let mut able: Vec<usize> = (0..devices.len())
+                .filter(|d| devices[*d].capacity == size && devices[*d].usable() >= share)
+                .collect();
+            if able.len() < n {
+                continue;
+            }
+            able.sort_by_key(|d| (std::cmp::Reverse(free(*d)), *d));
+            able.truncate(n);
+            let room = |set: &[usize]| set.iter().map(|d| free(*d)).min();
+            if best.as_ref().is_none_or(|b| room(&able) > room(b)) {
+                best = Some(able);
+            }
         }
-        able.sort_by_key(|d| (std::cmp::Reverse(free(*d)), *d));
-        return Some(able[..n].iter().map(|d| (*d, share)).collect());
+        if let Some(set) = best {
+            return Some(set.iter().map(|d| (*d, share)).collect());
+        }
     }
     None
 }
@@ -157,6 +169,21 @@ mod tests {
         assert_eq!(
             tensors(&mixed, 20 * GIB, &[]),
             Placement::Fits(vec![(1, 20 * GIB)])
+        );
+        // never a 48 and an 80 GiB card together: told 45/48 of each card, the engine would
+        // take 75 GiB of the larger one
+        let sizes = [gpu("a80", 80), gpu("b80", 80), gpu("c48", 48)];
+        let busy_b = [Holder {
+            devices: vec![(1, 40 * GIB)],
+            ..holder("b", 40, true, 0)
+        }];
+        assert!(matches!(
+            tensors(&sizes, 90 * GIB, &busy_b),
+            Placement::Blocked(_)
+        ));
+        assert_eq!(
+            tensors(&sizes, 90 * GIB, &[]),
+            Placement::Fits(vec![(0, 45 * GIB), (1, 45 * GIB)])
         );
     }
 
