@@ -105,7 +105,7 @@ pub(crate) fn cached_pick(snapshot: &Path, hf: &HfRef, form: Form) -> Option<Pic
                 mmproj: None,
             }
         }
-        (None, None, Form::Directory) if !dangling => Pick {
+        (None, None, Form::Directory) if !dangling && holds_weights(snapshot, &names) => Pick {
             model: String::new(),
             parts: files.clone(),
             mmproj: None,
@@ -116,6 +116,46 @@ pub(crate) fn cached_pick(snapshot: &Path, hf: &HfRef, form: Form) -> Option<Pic
     let whole = pick.parts.len() >= gguf_pick::part_count(&pick.model);
     let present = |f: &String| names.contains(&f.as_str());
     (whole && !pick.parts.is_empty() && pick.parts.iter().all(present)).then_some(pick)
+}
+
+/// True when a model folder holds its weights: some weights file, and every shard that an index
+/// (`*.index.json`) names. A tokenizer or config lookup by another tool (transformers, vLLM's
+/// config check) leaves a snapshot with those files alone, which is not a model yet.
+fn holds_weights(snapshot: &Path, names: &[&str]) -> bool {
+    let weights = |f: &&str| {
+        let name = f.rsplit('/').next().unwrap_or(f);
+        [".safetensors", ".pt", ".pth", ".gguf"]
+            .iter()
+            .any(|e| name.ends_with(e))
+            || (name.starts_with("pytorch_model") && name.ends_with(".bin"))
+    };
+    let indexes = names.iter().filter(|f| f.ends_with(".index.json"));
+    names.iter().any(weights)
+        && indexes
+            .into_iter()
+            .all(|i| shards_present(snapshot, i, names))
+}
+
+/// Every shard the index `index` names is in the snapshot (beside the index).
+fn shards_present(snapshot: &Path, index: &str, names: &[&str]) -> bool {
+    let Ok(text) = std::fs::read(snapshot.join(index)) else {
+        return false;
+    };
+    let Ok(index_json) = serde_json::from_slice::<serde_json::Value>(&text) else {
+        return false;
+    };
+    let Some(map) = index_json.get("weight_map").and_then(|m| m.as_object()) else {
+        return true; // not a shard index
+    };
+    let dir = index.rsplit_once('/').map_or("", |(d, _)| d);
+    map.values().filter_map(|v| v.as_str()).all(|shard| {
+        let path = if dir.is_empty() {
+            shard.to_string()
+        } else {
+            format!("{dir}/{shard}")
+        };
+        names.contains(&path.as_str())
+    })
 }
 
 /// `file` is `path` or lies under the folder `path`.
