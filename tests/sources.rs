@@ -324,6 +324,37 @@ async fn a_whole_snapshot_for_a_directory_engine() {
     );
 }
 
+/// A repository that carries its weights in several formats gives a model folder the safetensors
+/// alone: not the PyTorch copy, nor Meta's `original/` checkpoint.
+#[tokio::test]
+async fn a_model_folder_takes_its_weights_in_one_format() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let file = |path: &str, seed| RepoFile {
+        path: path.into(),
+        data: bytes(seed, 30_000),
+        lfs: true,
+    };
+    let repo = vec![
+        file("config.json", 40),
+        file("model.safetensors", 41),
+        file("pytorch_model.bin", 42),
+        file("original/consolidated.00.pth", 43),
+    ];
+    hub.add_repo("org/twice", repo.clone());
+    let got = local(&hub, dir.path())
+        .fetch(&src("hf://org/twice"), &DIR)
+        .await
+        .unwrap();
+    assert!(got.model.join("model.safetensors").exists());
+    assert!(got.model.join("config.json").exists());
+    assert!(!got.model.join("pytorch_model.bin").exists());
+    assert!(!got.model.join("original").exists());
+    for skipped in &repo[2..] {
+        assert_eq!(hub.hits(&format!("/cdn/{}", sha256(&skipped.data))), 0);
+    }
+    assert_eq!(got.bytes, 60_000, "the two files it took");
+}
+
 /// A snapshot that another tool's config lookup left (its config and tokenizer, no weights) or
 /// that lacks a shard its index names is not taken for the model: the weights are fetched.
 #[tokio::test]

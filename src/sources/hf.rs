@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::download::Job;
 use super::fetcher::{ensure_all, missing_bytes};
+use super::folder::folder_files;
 use super::gguf_pick::{self, Pick, PickError};
 use super::hf_cache::{cached_pick, is_commit, within, RepoCache};
 use super::transport::{http_error, http_failure, server_said, Failure, Transport};
@@ -250,7 +251,7 @@ fn select(src: &str, listing: &Revision, hf: &HfRef, form: Form) -> Result<Pick,
     if hf.quant.is_none() && form == Form::Directory {
         return Ok(Pick {
             model: String::new(),
-            parts: names.iter().map(|n| n.to_string()).collect(),
+            parts: folder_files(&names).iter().map(|n| n.to_string()).collect(),
             mmproj: None,
         });
     }
@@ -349,10 +350,18 @@ pub(crate) async fn safetensors_jobs(
     let src = source.to_string();
     let listing = revision(f, &src, hf).await?;
     let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
+    let names: Vec<&str> = (listing.siblings.iter())
+        .map(|s| s.rfilename.as_str())
+        .collect();
+    // the weights the folder takes, each once (see `folder`)
+    let taken = match &hf.path {
+        Some(_) => names,
+        None => folder_files(&names),
+    };
     Ok(listing
         .siblings
         .iter()
-        .filter(|s| s.rfilename.ends_with(".safetensors"))
+        .filter(|s| s.rfilename.ends_with(".safetensors") && taken.contains(&s.rfilename.as_str()))
         .filter(|s| hf.path.as_ref().is_none_or(|p| within(&s.rfilename, p)))
         .map(|s| job(f, &src, hf, &listing.sha, &cache, s))
         .collect())

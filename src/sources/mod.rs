@@ -17,6 +17,7 @@ mod disk;
 mod download;
 mod error;
 mod fetcher;
+mod folder;
 mod gguf_pick;
 mod hf;
 mod hf_cache;
