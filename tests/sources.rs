@@ -931,4 +931,18 @@ async fn s3_objects_download_resume_and_refuse_wrong_keys() {
         matches!(e, FetchError::Credentials { .. }) && e.to_string().contains("AWS_ACCESS_KEY_ID"),
         "{e}"
     );
+
+    // a sha256 the config gives is what the object is checked against (the ETag is no MD5 for
+    // an object encrypted with SSE-KMS)
+    let fresh = tempfile::tempdir().unwrap();
+    let f = s3_fetcher(fresh.path(), &server, &server.key, &server.secret);
+    let want = |sha: String| Want {
+        form: Form::File,
+        sha256: Some(sha),
+    };
+    let source = src("s3://models/tiny/m.gguf");
+    let e = f.fetch(&source, &want("0".repeat(64))).await.unwrap_err();
+    assert!(matches!(e, FetchError::Checksum { .. }), "{e}");
+    let got = f.fetch(&source, &want(sha256(&data))).await.unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
 }

@@ -331,8 +331,14 @@ async fn finish(
     state: Digest,
     report: &mut Reporter,
 ) -> Result<u64, FetchError> {
-    if let Err((expected, got)) = state.hasher.check(&job.verify) {
+    if let Err((mut expected, got)) = state.hasher.check(&job.verify) {
         remove_partial(part);
+        if matches!(job.verify, super::verify::Verify::Md5(_)) {
+            expected = format!(
+                "{expected} (the object's ETag, its MD5 unless it was encrypted with SSE-KMS or \
+                 SSE-C: give such a model `sha256:`)"
+            );
+        }
         return Err(FetchError::Checksum {
             src: job.src.clone(),
             file: job.file.clone(),

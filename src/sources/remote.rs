@@ -188,7 +188,12 @@ fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>
     };
     // Client options first: setting them later would replace what the variables set.
     let mut builder = AmazonS3Builder::new()
-        .with_client_options(ClientOptions::new().with_timeout_disabled())
+        // no limit on a whole download, but one on a stalled read, as for HTTP sources
+        .with_client_options(
+            ClientOptions::new()
+                .with_timeout_disabled()
+                .with_read_timeout(std::time::Duration::from_secs(120)),
+        )
         .with_retry(retry)
         .with_bucket_name(bucket);
     for (name, value) in &f.inner.aws {
@@ -255,13 +260,17 @@ pub(crate) async fn s3_job(
             Failure::Restart => return Err(FetchError::invalid(&src, "unexpected range answer")),
         },
     };
-    // A single-part upload's ETag is the MD5 of the content; a multipart one's has a `-N` suffix.
+    // The sha256 the config gives, else the ETag: a single-part upload's is the MD5 of the
+    // content (unless encrypted with SSE-KMS or SSE-C); a multipart one's has a `-N` suffix.
     let etag = meta
         .e_tag
         .as_deref()
         .map(|e| e.trim_matches('"').to_ascii_lowercase());
-    let verify = match etag {
-        Some(e) if e.len() == 32 && e.bytes().all(|b| b.is_ascii_hexdigit()) => Verify::Md5(e),
+    let verify = match (&want.sha256, etag) {
+        (Some(h), _) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
+        (None, Some(e)) if e.len() == 32 && e.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Verify::Md5(e)
+        }
         _ => Verify::Size,
     };
     let dest = s3_dest(f, bucket, key);
