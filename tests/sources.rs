@@ -754,6 +754,43 @@ async fn a_part_of_a_file_changed_since_is_not_resumed() {
     assert!(!version.exists() && leftovers(dir.path()).is_empty());
 }
 
+/// Two fetchers that share nothing but the cache (two processes, say) download a file once: the
+/// second waits for the first's lock, then finds the file whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_download_a_file_once() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let data = file_named(&files, "Tiny-Q4_K_M.gguf").data.clone();
+    let cdn = format!("/cdn/{}", sha256(&data));
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let stall = (cdn.clone(), (50_000, gate.clone()));
+    hub.state.lock().unwrap().stall_after.extend([stall]);
+    let source = src("hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf");
+    let fetch = |f: Fetcher| {
+        let source = source.clone();
+        tokio::spawn(async move { f.fetch(&source, &FILE).await })
+    };
+    let first = fetch(local(&hub, dir.path()));
+    while hub.hits(&cdn) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let second = fetch(local(&hub, dir.path()));
+    // the second has asked the Hub for the listing, and waits for the lock or the download
+    let listing = "/api/models/org/tiny-GGUF/revision/main";
+    while hub.hits(listing) < 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    gate.add_permits(1);
+    let (a, b) = (
+        first.await.unwrap().unwrap(),
+        second.await.unwrap().unwrap(),
+    );
+    assert_eq!(a, b);
+    assert_eq!(std::fs::read(&a.model).unwrap(), data);
+    assert_eq!(hub.hits(&cdn), 1, "one download");
+}
+
 /// A connection that keeps dropping, each time after more of the file came, does not use up the
 /// tries: only tries in a row that bring nothing do.
 #[tokio::test]

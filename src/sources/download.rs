@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use nix::fcntl::{Flock, FlockArg};
 use tokio::io::AsyncWriteExt;
 
 use super::progress::Reporter;
@@ -72,6 +73,13 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|e| FetchError::io(&job.src, dir, e))?;
+    // one download of a file at a time across processes too (another corral, `corral pull`,
+    // the Hub's own client): whoever waited finds the file whole
+    let _lock = lock(job).await?;
+    if let Ok(meta) = std::fs::metadata(&job.dest) {
+        report.finish();
+        return Ok(meta.len());
+    }
     let mut retries = Retries::default();
     let mut state = Digest::new(job);
     let mut version = None;
@@ -88,6 +96,51 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
             Attempt::Failed(why) => retries.failed(why, state.at > before),
             Attempt::Again => {}
         }
+    }
+}
+
+/// Where the lock on downloading `dest` lies: for a Hub blob the lock file the Hub's own client
+/// takes (`<cache>/.locks/models--org--name/<blob>.lock`), so that the two never write one part
+/// file at once; for an Ollama blob `<store>/.locks/<blob>.lock`; for any other,
+/// `.locks/<name>.lock` beside it.
+fn lock_path(dest: &Path) -> PathBuf {
+    let name = dest.file_name().unwrap_or_default().to_string_lossy();
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    let repo = dir.parent().filter(|_| dir.ends_with("blobs"));
+    let hub_repo = repo.and_then(|r| Some((r, r.file_name()?.to_str()?)));
+    match hub_repo {
+        Some((repo, repo_name)) if repo_name.starts_with("models--") => {
+            let root = repo.parent().unwrap_or(Path::new("."));
+            root.join(".locks")
+                .join(repo_name)
+                .join(format!("{name}.lock"))
+        }
+        // an Ollama store's blobs hold blobs alone
+        _ if dir.ends_with("blobs") => {
+            let store = dir.parent().unwrap_or(Path::new("."));
+            store.join(".locks").join(format!("{name}.lock"))
+        }
+        _ => dir.join(".locks").join(format!("{name}.lock")),
+    }
+}
+
+/// Takes the lock on downloading `job.dest`, waiting (off the runtime) while another process
+/// holds it; it is let go when the file is dropped, and by the kernel if the process dies.
+async fn lock(job: &Job) -> Result<Flock<std::fs::File>, FetchError> {
+    let path = lock_path(&job.dest);
+    let at = path.clone();
+    let taken = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(at.parent().unwrap_or(Path::new(".")))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&at)?;
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))
+    });
+    match taken.await {
+        Ok(taken) => taken.map_err(|e| FetchError::io(&job.src, &path, e)),
+        Err(e) => Err(FetchError::invalid(&job.src, e.to_string())),
     }
 }
 
@@ -375,4 +428,25 @@ fn record_version(part: &Path, version: Option<&str>) {
         Some(v) => write_atomic(&file, v.as_bytes()),
         None => std::fs::remove_file(&file),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hub_blob_is_locked_where_the_hubs_client_locks_it() {
+        assert_eq!(
+            lock_path(Path::new("/hub/models--org--m/blobs/abc")),
+            Path::new("/hub/.locks/models--org--m/abc.lock")
+        );
+        assert_eq!(
+            lock_path(Path::new("/ollama/blobs/sha256-ab")),
+            Path::new("/ollama/.locks/sha256-ab.lock")
+        );
+        assert_eq!(
+            lock_path(Path::new("/cache/url/host/0123/m.gguf")),
+            Path::new("/cache/url/host/0123/.locks/m.gguf.lock")
+        );
+    }
 }
