@@ -215,20 +215,24 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
 
 /// What a PyTorch engine is told of its share of each device it runs on: vLLM, SGLang and TGI
 /// otherwise take most of the card (vLLM 90%) whatever the ledger charged them, and fail to start
-/// beside anything else. The share is the largest charge's part of its device (tensor parallelism
-/// takes the same on each), rounded down. Nothing for other engines, unplaced instances, or a
-/// command that says already.
+/// beside anything else. vLLM's share is its own budget: the largest charge's part of its device
+/// (tensor parallelism takes the same on each). SGLang's and TGI's is a ceiling on the whole
+/// card's use, what others hold included (each sizes its cache as the free memory less the rest
+/// of the card), so theirs is the charge plus `beside[device]`, what other instances and other
+/// programs hold there. Rounded down; nothing for other engines, unplaced instances, or a command
+/// that says already.
 pub fn memory_share_args(
     argv: &[String],
     charges: &[(usize, u64)],
     devices: &[Device],
+    beside: &[u64],
 ) -> Vec<String> {
-    let flag = if runs(argv, "vllm") {
-        "--gpu-memory-utilization"
+    let (flag, whole_card) = if runs(argv, "vllm") {
+        ("--gpu-memory-utilization", false)
     } else if runs_sglang(argv) {
-        "--mem-fraction-static"
+        ("--mem-fraction-static", true)
     } else if runs(argv, "text-generation-launcher") {
-        "--cuda-memory-fraction"
+        ("--cuda-memory-fraction", true)
     } else {
         return Vec::new();
     };
@@ -242,7 +246,12 @@ pub fn memory_share_args(
         .iter()
         .filter_map(|(i, bytes)| {
             let capacity = devices.get(*i)?.capacity;
-            (capacity > 0).then(|| *bytes as f64 / capacity as f64)
+            let others = if whole_card {
+                beside.get(*i).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            (capacity > 0).then(|| bytes.saturating_add(others) as f64 / capacity as f64)
         })
         .fold(0.0_f64, f64::max);
     if share <= 0.0 {
@@ -490,7 +499,7 @@ mod tests {
         big.capacity = 80 * GIB;
         let devices = [big];
         let charged = [(0, 30 * GIB)];
-        let share = |argv: &[&str]| memory_share_args(&strings(argv), &charged, &devices);
+        let share = |argv: &[&str]| memory_share_args(&strings(argv), &charged, &devices, &[]);
         assert_eq!(
             share(&["vllm", "serve", "/m"]),
             strings(&["--gpu-memory-utilization", "0.375"])
@@ -506,7 +515,23 @@ mod tests {
         assert!(share(&["llama-server", "-m", "m.gguf"]).is_empty());
         assert!(share(&["llama-server", "-m", "/m/sglang-tuned.gguf"]).is_empty());
         assert!(share(&["vllm", "serve", "/m", "--gpu-memory-utilization=0.5"]).is_empty());
-        assert!(memory_share_args(&strings(&["vllm"]), &[], &devices).is_empty());
+        assert!(memory_share_args(&strings(&["vllm"]), &[], &devices, &[]).is_empty());
+        // 40 GiB held beside it: SGLang and TGI are told the whole card's ceiling (70 of 80),
+        // vLLM still its own budget
+        let beside = [40 * GIB];
+        let with = |argv: &[&str]| memory_share_args(&strings(argv), &charged, &devices, &beside);
+        assert_eq!(
+            with(&["python", "-m", "sglang.launch_server"]),
+            strings(&["--mem-fraction-static", "0.875"])
+        );
+        assert_eq!(
+            with(&["text-generation-launcher", "--model-id", "/m"]),
+            strings(&["--cuda-memory-fraction", "0.875"])
+        );
+        assert_eq!(
+            with(&["vllm", "serve", "/m"]),
+            strings(&["--gpu-memory-utilization", "0.375"])
+        );
     }
 
     #[test]

@@ -48,6 +48,18 @@ impl Fleet {
         holders_of(&occupants(st, except))
     }
 
+    /// What others hold on each device, beside `id`: the other instances' charges and what
+    /// other programs use.
+    pub(super) fn held_beside(st: &State, id: &str) -> Vec<u64> {
+        let holders = Self::holders(st, Some(id));
+        (0..st.config.devices.len())
+            .map(|d| {
+                let outside = st.used_by_others.get(d).copied().unwrap_or(0);
+                ledger::charged(&holders, d).saturating_add(outside)
+            })
+            .collect()
+    }
+
     /// True when `id` could be served without evicting anything.
     pub(super) fn conflict_free(&self, st: &State, id: &str) -> bool {
         let running = st

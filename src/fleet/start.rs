@@ -9,6 +9,7 @@ use crate::supervisor::Sinks;
 impl Fleet {
     /// Marks the instance starting and hands its life to a task. Returns the new generation.
     pub(super) fn start(&self, st: &mut State, id: &str) -> u64 {
+        let beside = Self::held_beside(st, id);
         let inst = st.instances.get_mut(id).expect("known instance");
         inst.generation += 1;
         let (stop, rx) = watch::channel(None);
@@ -45,7 +46,8 @@ impl Fleet {
         // a share the user sized (`memory:`); a size from the weights alone leaves no room for
         // the KV cache, and the engine is better left to take what it takes
         if inst.model.memory.bytes.is_some() {
-            let share = pinning::memory_share_args(&spec.argv, &inst.placed, &st.config.devices);
+            let devices = &st.config.devices;
+            let share = pinning::memory_share_args(&spec.argv, &inst.placed, devices, &beside);
             spec.argv.extend(share);
         }
         // supervision runs on the control runtime, whichever thread's request started it
