@@ -163,6 +163,7 @@ fn every_scheme_parses_and_bad_ones_name_the_fix() {
         ("hf://justname", "org/name"),
         ("hf://org/repo:Q4/file.gguf", "not both"),
         ("hf://org/repo@", "empty revision"),
+        ("hf://org/repo@../../escape", "not a branch, tag or commit"),
         ("s3://bucket", "s3://bucket/models/m.gguf"),
         ("ollama://a/b/c/d", "ollama://name[:tag]"),
         ("ollama://../../x:y", "ollama://name[:tag]"),

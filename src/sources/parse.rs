@@ -72,6 +72,13 @@ fn parse_hf(rest: &str) -> Result<HfRef, String> {
         Some(_) => return Err(format!("hf://{rest}: empty revision after '@', {example}")),
         None => (rest, "main".to_string()),
     };
+    // a revision names a file under the cache's refs/ (`refs/pr/1` included): none may leave it
+    let leaves = |r: &str| r.starts_with('/') || r.split('/').any(|s| s.is_empty() || s == "..");
+    if leaves(&revision) {
+        return Err(format!(
+            "hf://{rest}: the revision {revision:?} is not a branch, tag or commit, {example}"
+        ));
+    }
     let mut parts = body.splitn(3, '/');
     let org = parts.next().unwrap_or_default();
     let name = parts.next().unwrap_or_default();
