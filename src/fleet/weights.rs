@@ -2,6 +2,7 @@
 //! download however many instances and requests wait), show the progress on the instance, then
 //! point the engine's command at the files.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Download, Inner};
@@ -126,34 +127,56 @@ fn spec_port(spec: &ProcessSpec) -> u16 {
         .unwrap_or(0)
 }
 
-/// Copies the fetcher's progress for this source onto the instance while the fetch runs.
+/// Copies the fetcher's progress for this source onto the instance while the fetch runs: the
+/// files it takes together, since several download at once.
 async fn follow_progress(
     inner: Arc<Inner>,
     mut updates: tokio::sync::broadcast::Receiver<Progress>,
     id: String,
     source: String,
 ) {
+    let mut files = BTreeMap::new();
     loop {
         match updates.recv().await {
-            Ok(p) if p.source == source || p.also.contains(&source) => inner.update(&id, |i| {
-                // a late update must not bring back a download that has ended
-                if let Some(d) = i.phase.download_mut() {
-                    *d = download_of(&p);
-                }
-            }),
+            Ok(p) if p.source == source || p.also.contains(&source) => {
+                files.insert(p.file.clone(), p);
+                let download = download_of(&files);
+                inner.update(&id, |i| {
+                    // a late update must not bring back a download that has ended
+                    if let Some(d) = i.phase.download_mut() {
+                        *d = download;
+                    }
+                })
+            }
             Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
             Err(_) => return,
         }
     }
 }
 
-fn download_of(p: &Progress) -> Download {
+/// The download of a source's files (the latest word on each) as one: bytes and totals added
+/// up, the rate of those still coming, and the time left at that rate.
+fn download_of(files: &BTreeMap<String, Progress>) -> Download {
+    let done = |p: &Progress| p.total.is_some_and(|t| p.bytes >= t);
+    let bytes = files.values().map(|p| p.bytes).sum::<u64>();
+    let total = files.values().map(|p| p.total).sum::<Option<u64>>();
+    let rate: f64 = (files.values().filter(|p| !done(p)))
+        .map(|p| p.bytes_per_second)
+        .sum();
+    let eta_seconds = match total {
+        Some(t) if rate > 0.0 => Some(t.saturating_sub(bytes) as f64 / rate),
+        _ => None,
+    };
+    let file = match files.keys().collect::<Vec<_>>()[..] {
+        [one] => one.clone(),
+        ref all => format!("{} files", all.len()),
+    };
     Download {
-        file: p.file.clone(),
-        bytes: p.bytes,
-        total: p.total,
-        bytes_per_second: p.bytes_per_second,
-        eta_seconds: p.eta_seconds,
+        file,
+        bytes,
+        total,
+        bytes_per_second: rate,
+        eta_seconds,
     }
 }
 
@@ -258,5 +281,48 @@ impl Inner {
         }
         drop(st);
         self.touch();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(file: &str, bytes: u64, total: u64, rate: f64) -> Progress {
+        Progress {
+            source: "hf://org/m".into(),
+            file: file.into(),
+            bytes,
+            total: Some(total),
+            bytes_per_second: rate,
+            eta_seconds: None,
+            also: Vec::new(),
+        }
+    }
+
+    /// Four shards at once are one download: their bytes and totals added up, the rate of those
+    /// still coming, not whichever shard spoke last.
+    #[test]
+    fn a_download_of_several_files_is_shown_as_one() {
+        let mut files = BTreeMap::new();
+        for p in [
+            progress("model-1.safetensors", 100, 100, 50.0),
+            progress("model-2.safetensors", 40, 100, 20.0),
+            progress("model-3.safetensors", 60, 100, 30.0),
+        ] {
+            files.insert(p.file.clone(), p);
+        }
+        let d = download_of(&files);
+        assert_eq!(
+            (d.file.as_str(), d.bytes, d.total),
+            ("3 files", 200, Some(300))
+        );
+        assert_eq!(
+            d.bytes_per_second, 50.0,
+            "the finished shard's rate is over"
+        );
+        assert_eq!(d.eta_seconds, Some(2.0));
+        files.retain(|f, _| f == "model-2.safetensors");
+        assert_eq!(download_of(&files).file, "model-2.safetensors");
     }
 }
