@@ -385,3 +385,26 @@ async fn vllm_split_over_two_gpus_takes_equal_shares() {
         "{running}"
     );
 }
+
+/// A model whose env chooses its GPU runs on that one: it is told no split and no share of the
+/// devices the ledger would have given it, which it cannot see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_chooses_its_gpu_is_told_no_split_of_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let vllm = dir.path().join("vllm");
+    std::os::unix::fs::symlink(CORRAL, &vllm).unwrap();
+    let models = format!(
+        "  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\", \"CUDA_VISIBLE_DEVICES=1\"]\n    memory: 30GiB\n",
+        vllm.display()
+    );
+    let (p, events_dir, _state) = corral_on_two_gpus(dir, &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    let answer = post_json(&url, &chat("big")).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let args = read_events(&events_dir.join("big.events"))[0]["args"].to_string();
+    assert!(
+        !args.contains("--tensor-parallel-size") && !args.contains("--gpu-memory-utilization"),
+        "{args}"
+    );
+    assert_eq!(visible(&events_dir, "big"), ["1"], "its own choice stands");
+}

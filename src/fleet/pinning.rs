@@ -32,7 +32,7 @@ const ALL: [Vendor; 4] = [Vendor::Nvidia, Vendor::Amd, Vendor::Intel, Vendor::Vu
 /// True when the model already chooses its devices: a selection variable in its `env`, or in its
 /// command (`env CUDA_VISIBLE_DEVICES=1 ...`, a shell wrapper), or llama-server's `--device`
 /// (other engines' `--device`, such as SGLang's `--device cuda`, names a kind, not devices).
-fn user_selects(env: &[(String, String)], argv: &[String]) -> bool {
+pub fn user_selects(env: &[(String, String)], argv: &[String]) -> bool {
     let named = |text: &str| {
         ALL.iter()
             .flat_map(|v| variables(*v))

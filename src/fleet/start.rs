@@ -28,6 +28,9 @@ impl Fleet {
         let shown = st.config.redactor.command_line(&inst.spec.argv);
         tracing::info!(instance = id, "starting: {shown}");
         let mut spec = inst.spec.clone();
+        // a model that chooses its own devices runs on those, not on the ledger's: told a split
+        // or a share of those, it would be told of devices it cannot see
+        let own_choice = pinning::user_selects(&spec.env, &spec.argv);
         let pins = pinning::visible_devices(
             &st.config.devices,
             &ledger::devices_of(&inst.placed),
@@ -38,14 +41,17 @@ impl Fleet {
             tracing::info!(instance = id, "pinned to its devices: {pins:?}");
         }
         spec.env.extend(pins);
-        let split = pinning::split_args(&spec.argv, &inst.placed);
+        let split = match own_choice {
+            true => Vec::new(),
+            false => pinning::split_args(&spec.argv, &inst.placed),
+        };
         if !split.is_empty() {
             tracing::info!(instance = id, "split over its devices: {}", split.join(" "));
         }
         spec.argv.extend(split);
         // a share the user sized (`memory:`); a size from the weights alone leaves no room for
         // the KV cache, and the engine is better left to take what it takes
-        if inst.model.memory.bytes.is_some() {
+        if inst.model.memory.bytes.is_some() && !own_choice {
             let devices = &st.config.devices;
             let share = pinning::memory_share_args(&spec.argv, &inst.placed, devices, &beside);
             spec.argv.extend(share);
