@@ -196,6 +196,29 @@ fn outside_use(dir: &std::path::Path, gpus: &[(&str, u64)]) {
     std::fs::write(dir.join(COMPUTE_APPS), rows).unwrap();
 }
 
+/// Waits until corral has read that other programs use `gib` GiB on `device`.
+async fn until_used_by_others(url: &str, device: &str, gib: u64) {
+    let line = format!(
+        "corral_device_memory_used_by_others_bytes{{device=\"{device}\"}} {}",
+        gib << 30
+    );
+    until("the other programs' use read", || async {
+        get(&format!("{url}/metrics")).await.text().contains(&line)
+    })
+    .await;
+}
+
+/// Model `big` (`memory: 30GiB`), run by the fake engine behind a link named `vllm` in `dir`, so
+/// corral takes it for vLLM; `env` adds to its environment (YAML list items after the marker).
+fn big_vllm_model(dir: &std::path::Path, env: &str) -> String {
+    let vllm = dir.join("vllm");
+    std::os::unix::fs::symlink(CORRAL, &vllm).unwrap();
+    format!(
+        "  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\"{env}]\n    memory: 30GiB\n",
+        vllm.display()
+    )
+}
+
 const GPU0: &str = "GPU-aaaa-0000";
 const GPU1: &str = "GPU-bbbb-1111";
 
@@ -253,17 +276,7 @@ async fn memory_other_programs_take_never_stops_a_busy_model() {
     })
     .await;
     outside_use(&dir, &[(GPU0, 20 * 1024), (GPU1, 20 * 1024)]);
-    let taken = format!(
-        "corral_device_memory_used_by_others_bytes{{device=\"cuda1\"}} {}",
-        20u64 << 30
-    );
-    until("the outside use read", || async {
-        get(&format!("{}/metrics", p.url))
-            .await
-            .text()
-            .contains(&taken)
-    })
-    .await;
+    until_used_by_others(&p.url, "cuda1", 20).await;
     let asked = std::time::Instant::now();
     let refused = post_json(&url, &chat("b")).await;
     assert!(
@@ -350,25 +363,10 @@ async fn placement_pack_keeps_a_gpu_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_split_over_two_gpus_takes_equal_shares() {
     let dir = tempfile::tempdir().unwrap();
-    let vllm = dir.path().join("vllm");
-    std::os::unix::fs::symlink(CORRAL, &vllm).unwrap();
     outside_use(dir.path(), &[(GPU1, 4 * 1024)]);
-    let models = format!(
-        "  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\"]\n    memory: 30GiB\n",
-        vllm.display()
-    );
+    let models = big_vllm_model(dir.path(), "");
     let (p, events_dir, _state) = corral_on_two_gpus(dir, &models);
-    let seen = format!(
-        "corral_device_memory_used_by_others_bytes{{device=\"cuda1\"}} {}",
-        4u64 << 30
-    );
-    until("the other program's use seen", || async {
-        get(&format!("{}/metrics", p.url))
-            .await
-            .text()
-            .contains(&seen)
-    })
-    .await;
+    until_used_by_others(&p.url, "cuda1", 4).await;
     let url = format!("{}/v1/chat/completions", p.url);
     let answer = post_json(&url, &chat("big")).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
@@ -391,12 +389,7 @@ async fn vllm_split_over_two_gpus_takes_equal_shares() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_that_chooses_its_gpu_is_told_no_split_of_others() {
     let dir = tempfile::tempdir().unwrap();
-    let vllm = dir.path().join("vllm");
-    std::os::unix::fs::symlink(CORRAL, &vllm).unwrap();
-    let models = format!(
-        "  big:\n    cmd: {} fake-engine --port ${{PORT}} --events-file ${{env.DIR}}/big.events\n    env: [\"${{env.MARKER}}\", \"CUDA_VISIBLE_DEVICES=1\"]\n    memory: 30GiB\n",
-        vllm.display()
-    );
+    let models = big_vllm_model(dir.path(), ", \"CUDA_VISIBLE_DEVICES=1\"");
     let (p, events_dir, _state) = corral_on_two_gpus(dir, &models);
     let url = format!("{}/v1/chat/completions", p.url);
     let answer = post_json(&url, &chat("big")).await;
