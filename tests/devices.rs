@@ -145,12 +145,7 @@ async fn a_model_too_big_for_one_gpu_is_split_over_two() {
         args.contains(r#""--tensor-split","15360,15360","--split-mode","layer""#),
         "{args}"
     );
-    let running = get(&format!("{}/running", p.url)).await.json();
-    assert_eq!(
-        running["running"][0]["devices"],
-        serde_json::json!([{"device": "cuda0", "bytes": 15u64 << 30}, {"device": "cuda1", "bytes": 15u64 << 30}]),
-        "{running}"
-    );
+    assert_15_gib_on_each_gpu(&p.url).await;
     let metrics = get(&format!("{}/metrics", p.url)).await.text();
     for gpu in ["cuda0", "cuda1"] {
         let line = format!(
@@ -194,6 +189,16 @@ fn outside_use(dir: &std::path::Path, gpus: &[(&str, u64)]) {
         .map(|(uuid, mib)| format!("{uuid}, {}, {mib}\n", std::process::id()))
         .collect();
     std::fs::write(dir.join(COMPUTE_APPS), rows).unwrap();
+}
+
+/// `/running` shows the one instance charged 15 GiB on each GPU.
+async fn assert_15_gib_on_each_gpu(url: &str) {
+    let running = get(&format!("{url}/running")).await.json();
+    assert_eq!(
+        running["running"][0]["devices"],
+        serde_json::json!([{"device": "cuda0", "bytes": 15u64 << 30}, {"device": "cuda1", "bytes": 15u64 << 30}]),
+        "{running}"
+    );
 }
 
 /// Waits until corral has read that other programs use `gib` GiB on `device`.
@@ -376,12 +381,7 @@ async fn vllm_split_over_two_gpus_takes_equal_shares() {
             && args.contains(r#""--gpu-memory-utilization","0.625""#),
         "{args}"
     );
-    let running = get(&format!("{}/running", p.url)).await.json();
-    assert_eq!(
-        running["running"][0]["devices"],
-        serde_json::json!([{"device": "cuda0", "bytes": 15u64 << 30}, {"device": "cuda1", "bytes": 15u64 << 30}]),
-        "{running}"
-    );
+    assert_15_gib_on_each_gpu(&p.url).await;
 }
 
 /// A model whose env chooses its GPU runs on that one: it is told no split and no share of the
