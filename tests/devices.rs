@@ -323,24 +323,24 @@ async fn an_engine_that_takes_more_than_its_charge_crowds_out_idle_models() {
     assert_eq!(post_json(&url, &chat("a")).await.status, 200);
     assert_eq!(running_on(&p.url, "a").await.unwrap(), ["cuda0"]);
     assert_eq!(post_json(&url, &chat("b")).await.status, 200);
-    let running = get(&format!("{}/running", p.url)).await.json();
-    let b = running["running"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["model"] == "b")
-        .unwrap()
-        .clone();
-    assert_eq!(
-        b["devices"],
-        serde_json::json!([{"device": "cuda0", "bytes": 15700u64 << 20}]),
-        "{running}"
-    );
-    let metrics = get(&format!("{}/metrics", p.url)).await.text();
-    assert!(
-        metrics.contains(r#"corral_device_overrun_total{device="cuda0"} 1"#),
-        "{metrics}"
-    );
+    // the engine's report is read from its log, which may come after it answers
+    let reported = serde_json::json!([{"device": "cuda0", "bytes": 15700u64 << 20}]);
+    until("b charged what its engine reported", || async {
+        let running = get(&format!("{}/running", p.url)).await.json();
+        let entries = running["running"].as_array().cloned().unwrap_or_default();
+        entries
+            .iter()
+            .any(|r| r["model"] == "b" && r["devices"] == reported)
+    })
+    .await;
+    let overrun = r#"corral_device_overrun_total{device="cuda0"} 1"#;
+    until("the overrun counted", || async {
+        get(&format!("{}/metrics", p.url))
+            .await
+            .text()
+            .contains(overrun)
+    })
+    .await;
     until("a stopped to make room for b's overrun", || async {
         running_on(&p.url, "a").await.is_none()
     })

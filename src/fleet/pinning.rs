@@ -62,9 +62,14 @@ fn launches(argv: &[String], i: usize) -> bool {
     let name = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
     let word = name(&argv[i]);
     let python = name(&argv[0]).starts_with("python");
+    let launchers = [
+        "uv", "uvx", "run", "env", "nohup", "exec", "nice", "taskset", "numactl",
+    ];
     (word == "-m" && python)
         || word.starts_with("python")
-        || ["uv", "uvx", "run", "env", "nohup", "exec"].contains(&word.as_str())
+        || launchers.contains(&word.as_str())
+        // `env VAR=value program`
+        || (argv[i].contains('=') && !argv[i].starts_with('-'))
 }
 
 /// True when `word` is the program `name`, by its file name.
@@ -482,6 +487,10 @@ mod tests {
             strings(&["--tensor-split", "18432,12288", "--split-mode", "layer"])
         );
         assert_eq!(sharding(&llama_named), Sharding::Layers);
+        let behind_env = strings(&["env", "HF_HOME=/h", "vllm", "serve", "org/m"]);
+        assert_eq!(sharding(&behind_env), Sharding::Tensors);
+        let uv = strings(&["uv", "run", "vllm", "serve", "org/m"]);
+        assert_eq!(sharding(&uv), Sharding::Tensors);
         assert_eq!(sharding(&tgi), Sharding::Tensors);
         assert!(
             split_args(&llama, &split[..1]).is_empty(),
