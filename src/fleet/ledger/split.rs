@@ -16,6 +16,15 @@ pub enum Sharding {
     Tensors,
 }
 
+/// True for a device a split may use: not a MIG instance, since CUDA shows a process one MIG
+/// instance at most, so an engine split over two would see one of them.
+fn splittable(device: &Device) -> bool {
+    !device
+        .select_as
+        .as_deref()
+        .is_some_and(|id| id.starts_with("MIG-"))
+}
+
 /// `need` split over several devices the way `sharding` allows; see [`split`] and [`split_evenly`].
 pub(super) fn split_by(
     sharding: Sharding,
@@ -38,7 +47,9 @@ pub(super) fn split(devices: &[Device], need: u64, holders: &[Holder]) -> Option
         return None;
     }
     let free = |d: usize| devices[d].usable().saturating_sub(charged(holders, d));
-    let mut order: Vec<usize> = (0..devices.len()).collect();
+    let mut order: Vec<usize> = (0..devices.len())
+        .filter(|d| splittable(&devices[*d]))
+        .collect();
     order.sort_by_key(|d| {
         (
             std::cmp::Reverse(free(*d)),
@@ -80,6 +91,7 @@ fn split_evenly(devices: &[Device], need: u64, holders: &[Holder]) -> Option<Cha
         for size in devices.iter().map(|d| d.capacity) {
             let mut able: Vec<usize> = (0..devices.len())
                 .filter(|d| devices[*d].capacity == size && devices[*d].usable() >= share)
+                .filter(|d| splittable(&devices[*d]))
                 .collect();
             if able.len() < n {
                 continue;
@@ -184,6 +196,27 @@ mod tests {
         assert_eq!(
             tensors(&sizes, 90 * GIB, &[]),
             Placement::Fits(vec![(0, 45 * GIB), (1, 45 * GIB)])
+        );
+    }
+
+    /// CUDA shows a process one MIG instance at most: a model no instance holds is never split
+    /// over two of them, by layer or by tensor.
+    #[test]
+    fn mig_instances_are_never_split_over() {
+        let mig = |name: &str| super::Device {
+            select_as: Some(format!("MIG-{name}")),
+            ..gpu(name, 24)
+        };
+        let two = [mig("a"), mig("b")];
+        for sharding in [Sharding::Layers, Sharding::Tensors] {
+            let placed = place_by(&two, 30 * GIB, &[], &[], false, sharding);
+            assert!(matches!(placed, Placement::Never(_)), "{placed:?}");
+        }
+        // a whole GPU beside them still takes part in a split
+        let mixed = [mig("a"), gpu("g1", 24), gpu("g2", 24)];
+        assert_eq!(
+            place(&mixed, 30 * GIB, &[], &[]),
+            Placement::Fits(vec![(1, 15 * GIB), (2, 15 * GIB)])
         );
     }
 
