@@ -163,17 +163,31 @@ pub fn visible_devices(
 /// How the engine `argv` runs splits a model over several devices: vLLM, SGLang and TGI by
 /// tensor parallelism, anything else (llama-server) by layer.
 pub fn sharding(argv: &[String]) -> Sharding {
-    if runs(argv, "vllm") || runs_sglang(argv) || runs(argv, "text-generation-launcher") {
-        Sharding::Tensors
-    } else {
-        Sharding::Layers
+    match tensor_engine(argv) {
+        Some(_) => Sharding::Tensors,
+        None => Sharding::Layers,
     }
 }
 
-/// True for an SGLang command (`python -m sglang.launch_server`, `sglang serve`): the word is the
-/// program or the module run, not any argument (a model path or alias may contain it).
-fn runs_sglang(argv: &[String]) -> bool {
-    runs(argv, "sglang")
+/// The PyTorch engines, which split a model by tensor parallelism.
+#[derive(Clone, Copy)]
+enum TensorEngine {
+    Vllm,
+    Sglang,
+    Tgi,
+}
+
+/// The PyTorch engine `argv` runs, known by the program or module run, not by any argument (a
+/// model path or alias may contain an engine's name): `vllm serve`, `python -m
+/// sglang.launch_server`, `text-generation-launcher`.
+fn tensor_engine(argv: &[String]) -> Option<TensorEngine> {
+    [
+        ("vllm", TensorEngine::Vllm),
+        ("sglang", TensorEngine::Sglang),
+        ("text-generation-launcher", TensorEngine::Tgi),
+    ]
+    .into_iter()
+    .find_map(|(name, engine)| runs(argv, name).then_some(engine))
 }
 
 /// What a command split over several devices is told: llama-server the share of each
@@ -204,18 +218,20 @@ pub fn split_args(argv: &[String], charges: &[(usize, u64)]) -> Vec<String> {
         }
         return out;
     }
-    let n = charges.len().to_string();
-    if runs(argv, "vllm") && !has(&["--tensor-parallel-size", "-tp"]) {
-        return vec!["--tensor-parallel-size".into(), n];
-    }
-    if runs_sglang(argv) && !has(&["--tp-size", "--tp", "--tensor-parallel-size"]) {
-        return vec!["--tp-size".into(), n];
-    }
     // TGI counts its shards from CUDA_VISIBLE_DEVICES alone, which AMD pinning does not set
-    if runs(argv, "text-generation-launcher") && !has(&["--num-shard", "--sharded"]) {
-        return vec!["--num-shard".into(), n];
+    let (flag, own): (&str, &[&str]) = match tensor_engine(argv) {
+        Some(TensorEngine::Vllm) => ("--tensor-parallel-size", &["--tensor-parallel-size", "-tp"]),
+        Some(TensorEngine::Sglang) => (
+            "--tp-size",
+            &["--tp-size", "--tp", "--tensor-parallel-size"],
+        ),
+        Some(TensorEngine::Tgi) => ("--num-shard", &["--num-shard", "--sharded"]),
+        None => return Vec::new(),
+    };
+    match has(own) {
+        true => Vec::new(),
+        false => vec![flag.into(), charges.len().to_string()],
     }
-    Vec::new()
 }
 
 /// What a PyTorch engine is told of its share of each device it runs on: vLLM, SGLang and TGI
@@ -232,14 +248,11 @@ pub fn memory_share_args(
     devices: &[Device],
     beside: &[u64],
 ) -> Vec<String> {
-    let (flag, whole_card) = if runs(argv, "vllm") {
-        ("--gpu-memory-utilization", false)
-    } else if runs_sglang(argv) {
-        ("--mem-fraction-static", true)
-    } else if runs(argv, "text-generation-launcher") {
-        ("--cuda-memory-fraction", true)
-    } else {
-        return Vec::new();
+    let (flag, whole_card) = match tensor_engine(argv) {
+        Some(TensorEngine::Vllm) => ("--gpu-memory-utilization", false),
+        Some(TensorEngine::Sglang) => ("--mem-fraction-static", true),
+        Some(TensorEngine::Tgi) => ("--cuda-memory-fraction", true),
+        None => return Vec::new(),
     };
     if argv
         .iter()
