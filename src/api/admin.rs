@@ -77,6 +77,13 @@ const ROUTES: &[Route<Page>] = &[
     row(Post, "/api/models/unload/{id*}", Page::UnloadModel),
 ];
 
+/// The grant of the key a request presented, when keys are configured.
+fn caller<B>(req: &Request<B>) -> Option<&super::grant::Grant> {
+    req.extensions()
+        .get::<super::grant::Caller>()
+        .map(|c| &*c.0)
+}
+
 /// Answers a management route, or 404 where none matches.
 pub async fn route<B>(
     app: &Arc<App>,
@@ -132,7 +139,7 @@ where
     super::meter::settle_all();
     let query = req.uri().query();
     match page {
-        Page::ModelList => Ok(super::models::list(app, req.headers())),
+        Page::ModelList => Ok(super::models::list(app, req.headers(), caller(&req))),
         Page::Running => Ok(reports::running(app)),
         Page::State => Ok(json(StatusCode::OK, &super::state::state(app))),
         Page::Events => Ok(super::events::stream(app)),
@@ -148,7 +155,10 @@ where
         }
         Page::Lifecycle => Ok(json(StatusCode::OK, &reports::lifecycle(app))),
         Page::ModelDetail => model_detail(app, &params.get("id")),
-        Page::Load => Ok(json(StatusCode::OK, &reports::load_report(app))),
+        Page::Load => Ok(json(
+            StatusCode::OK,
+            &reports::load_report(app, caller(&req)),
+        )),
         Page::Version => Ok(json(StatusCode::OK, &reports::version())),
         Page::Logs => Ok(log_routes::history(app, req.headers())),
         Page::LogStream => log_routes::stream(app, req.uri()),

@@ -54,6 +54,8 @@ pub struct App {
     /// Shared by every App a reload builds, like the requests in flight.
     pub budget: budget::BodyBudget,
     pub(super) keys: auth::Keys,
+    /// corral listens on a loopback address: requests must name a loopback host (see `hosts.rs`).
+    pub(super) loopback_listener: bool,
     pub(super) clients: BTreeMap<String, Arc<Upstream>>,
 }
 
@@ -76,6 +78,7 @@ impl App {
         next.budget = self.budget.clone();
         next.replaced = self.closing.child_token();
         next.closing = self.closing.clone();
+        next.listening_on_loopback(self.loopback_listener);
         next
     }
 
@@ -121,7 +124,8 @@ impl App {
             inflight: Default::default(),
             activity,
             performance,
-            keys: auth::Keys::new(&config.api_keys),
+            keys: auth::Keys::for_config(&config, false),
+            loopback_listener: false,
             config,
             fleet,
             metrics,
@@ -130,6 +134,15 @@ impl App {
             budget: budget::BodyBudget::new(limits.buffered_bytes),
             clients,
         }
+    }
+}
+
+impl App {
+    /// Tells the service that corral listens on a loopback address, so that it answers only
+    /// requests that name a loopback host or an allowed one.
+    pub fn listening_on_loopback(&mut self, loopback: bool) {
+        self.loopback_listener = loopback;
+        self.keys = auth::Keys::for_config(&self.config, loopback);
     }
 }
 

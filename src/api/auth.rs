@@ -4,8 +4,12 @@
 use base64::Engine;
 use http::{header, HeaderMap, HeaderName, Method};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use std::sync::Arc;
 
+use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
+
+use super::grant::Grant;
+use super::hosts::HostRule;
 use crate::config::{ApiKey, Scope};
 use crate::error::Error;
 
@@ -14,55 +18,100 @@ use crate::error::Error;
 pub static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 static SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
 
-/// Digests of the configured keys with their scopes; comparing digests keeps the comparison
+/// Digests of the configured keys with their grants; comparing digests keeps the comparison
 /// length-independent.
-pub struct Keys(Vec<([u8; 32], Scope)>);
+pub struct Keys {
+    keys: Vec<([u8; 32], Arc<Grant>)>,
+    /// `/metrics` needs no key (`openMetrics`).
+    open_metrics: bool,
+    /// The names a loopback listener answers to; `None` on any other listener.
+    hosts: Option<HostRule>,
+}
 
 impl Keys {
     pub fn new(keys: &[ApiKey]) -> Keys {
-        Keys(
-            keys.iter()
-                .map(|k| (Sha256::digest(k.key.as_bytes()).into(), k.scope))
+        Keys {
+            keys: keys
+                .iter()
+                .map(|k| {
+                    (
+                        Sha256::digest(k.key.as_bytes()).into(),
+                        Arc::new(Grant::new(k)),
+                    )
+                })
                 .collect(),
-        )
+            open_metrics: false,
+            hosts: None,
+        }
+    }
+
+    /// The keys of a config, with its open routes, and its `Host` rule when corral listens on a
+    /// loopback address.
+    pub fn for_config(config: &crate::config::Config, loopback_listener: bool) -> Keys {
+        Keys {
+            open_metrics: config.open_metrics,
+            hosts: loopback_listener.then(|| HostRule::new(&config.allowed_hosts)),
+            ..Keys::new(&config.api_keys)
+        }
+    }
+
+    /// Ok unless a loopback listener is reached by a name it does not answer to.
+    pub fn admit_host(&self, headers: &HeaderMap, uri: &http::Uri) -> Result<(), Error> {
+        self.hosts
+            .as_ref()
+            .map_or(Ok(()), |rule| rule.admit(headers, uri))
     }
 
     pub fn required(&self) -> bool {
-        !self.0.is_empty()
+        !self.keys.is_empty()
     }
 
-    /// Ok when no key is configured, or the request presents a key whose scope reaches `needed`;
-    /// 401 for a missing or unknown key, 403 for a known key without the scope.
-    pub fn check(&self, headers: &HeaderMap, needed: Scope) -> Result<(), Error> {
-        if self.0.is_empty() {
-            return Ok(());
+    /// Whether `path` answers without a key although keys are configured.
+    pub fn open(&self, path: &str) -> bool {
+        self.open_metrics && path == "/metrics"
+    }
+
+    /// The grant of the key the request presents, when its scope reaches `needed`; `None` when no
+    /// key is configured. 401 for a missing or unknown key, 403 for a known key without the scope.
+    pub fn check(&self, headers: &HeaderMap, needed: Scope) -> Result<Option<Arc<Grant>>, Error> {
+        if self.keys.is_empty() {
+            return Ok(None);
         }
         // every key the request presents counts: a client may send corral's key in `x-api-key`
         // and its engine's own key in `Authorization`
-        let (known, allowed) = presented_keys(headers)
-            .map(|presented| self.lookup(&presented, needed))
-            .fold((false, false), |(k, a), (k2, a2)| (k || k2, a || a2));
-        match (known, allowed) {
-            (_, true) => Ok(()),
-            (true, false) => Err(Error::Forbidden(format!(
+        let mut known = false;
+        for presented in presented_keys(headers) {
+            let (k, granted) = self.lookup(&presented, needed);
+            if granted.is_some() {
+                return Ok(granted);
+            }
+            known |= k;
+        }
+        match known {
+            true => Err(Error::Forbidden(format!(
                 "forbidden: this API key lacks the {} scope",
                 needed.name()
             ))),
-            (false, _) => Err(Error::Unauthorized),
+            false => Err(Error::Unauthorized),
         }
     }
 
-    /// Whether `presented` is a configured key, and whether one of its entries reaches `needed`.
-    /// Every configured key is compared, so the time taken does not depend on which one matched.
-    fn lookup(&self, presented: &str, needed: Scope) -> (bool, bool) {
+    /// Whether `presented` is a configured key, and the grant of an entry of it that reaches
+    /// `needed`. Every configured key is compared, so the time taken does not depend on which one
+    /// matched.
+    fn lookup(&self, presented: &str, needed: Scope) -> (bool, Option<Arc<Grant>>) {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        let (mut known, mut allowed) = (0u8, 0u8);
-        for (key, scope) in &self.0 {
-            let hit = key.ct_eq(&digest).unwrap_u8();
+        let (mut known, mut allowed) = (Choice::from(0), Choice::from(0));
+        let mut chosen = 0u32;
+        for (i, (key, grant)) in self.keys.iter().enumerate() {
+            let hit = key.ct_eq(&digest);
+            let reaches = hit & Choice::from(u8::from(grant.scope.allows(needed)));
             known |= hit;
-            allowed |= hit & u8::from(scope.allows(needed));
+            allowed |= reaches;
+            chosen.conditional_assign(&(i as u32), reaches);
         }
-        (known == 1, allowed == 1)
+        let granted = bool::from(allowed).then(|| self.keys[chosen as usize].1.clone());
+        (known.into(), granted)
     }
 
     fn is_known(&self, presented: &str) -> bool {
@@ -73,7 +122,7 @@ impl Keys {
     /// when it carries a corral key (one meant for an engine's own `--api-key` passes). With no
     /// keys configured nothing is removed, as llama-swap forwards them.
     pub fn strip_own(&self, headers: &mut HeaderMap) {
-        if self.0.is_empty() {
+        if self.keys.is_empty() {
             return;
         }
         headers.remove(&X_API_KEY);
@@ -100,6 +149,14 @@ pub fn scope_for(path: &str) -> Scope {
 fn is_model_route(path: &str) -> bool {
     matches!(path, "/v1/models" | "/models" | "/api/load")
         || path.starts_with("/upstream/")
+        || super::inference::model_route(path).is_some()
+        || super::inference::query_route(path).is_some()
+}
+
+/// The peer paths corral's key for a peer is sent on: its model routes and its load report. An
+/// admin passing another path through to a peer sends it with no key of corral's.
+pub fn peer_key_route(path: &str) -> bool {
+    path == "/api/load"
         || super::inference::model_route(path).is_some()
         || super::inference::query_route(path).is_some()
 }
@@ -153,13 +210,15 @@ fn simple_body(headers: &HeaderMap) -> bool {
         })
 }
 
-/// True for a request a browser sent from another site. Browsers say so in `Sec-Fetch-Site`, which
-/// is trusted alone where present (a proxy that rewrites `Host` cannot confuse it); otherwise an
-/// `Origin` whose host is not the one the request was sent to (`Host`, or the HTTP/2 authority).
-/// Requests without either (curl, scripts, a same-origin GET) are not cross-site.
+/// True for a request a browser sent from another origin. Browsers say so in `Sec-Fetch-Site`,
+/// which is trusted alone where present (a proxy that rewrites `Host` cannot confuse it): only
+/// `same-origin` and `none` (typed in the address bar) pass, since `same-site` is also a page on
+/// another port of the same host (`localhost:3000`) or a sibling subdomain. Otherwise an `Origin`
+/// whose host is not the one the request was sent to (`Host`, or the HTTP/2 authority). Requests
+/// without either (curl, scripts, a same-origin GET) are not cross-site.
 pub fn cross_site(headers: &HeaderMap, uri: &http::Uri) -> bool {
     if let Some(site) = headers.get(&SEC_FETCH_SITE).and_then(|v| v.to_str().ok()) {
-        return site.eq_ignore_ascii_case("cross-site");
+        return !(site.eq_ignore_ascii_case("same-origin") || site.eq_ignore_ascii_case("none"));
     }
     let Some(origin) = headers.get(header::ORIGIN) else {
         return false;
@@ -230,6 +289,8 @@ mod tests {
         Keys::new(&[ApiKey {
             key: key.into(),
             scope: Scope::Admin,
+            name: None,
+            models: vec![],
         }])
     }
 
@@ -286,10 +347,14 @@ mod tests {
             ApiKey {
                 key: "inf".into(),
                 scope: Scope::Inference,
+                name: None,
+                models: vec![],
             },
             ApiKey {
                 key: "met".into(),
                 scope: Scope::Metrics,
+                name: None,
+                models: vec![],
             },
         ]);
         let with = |k: &str| headers(&[("x-api-key", k)]);
@@ -314,6 +379,27 @@ mod tests {
         assert_eq!(scope_for("/metrics"), Scope::Metrics);
         for admin_route in ["/running", "/unload", "/logs", "/api/events", "/upstream"] {
             assert_eq!(scope_for(admin_route), Scope::Admin, "{admin_route}");
+        }
+    }
+
+    #[test]
+    fn peer_keys_ride_on_model_routes_only() {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/embeddings",
+            "/api/load",
+            "/props",
+        ] {
+            assert!(peer_key_route(path), "{path}");
+        }
+        for path in [
+            "/logs",
+            "/api/captures/1",
+            "/api/models/unload",
+            "/running",
+            "/slots",
+        ] {
+            assert!(!peer_key_route(path), "{path}");
         }
     }
 
@@ -395,6 +481,12 @@ mod tests {
         assert!(!at(&[
             ("host", "corral:8080"),
             ("sec-fetch-site", "same-origin")
+        ]));
+        assert!(!at(&[("host", "corral:8080"), ("sec-fetch-site", "none")]));
+        // another port of the same host, or a sibling subdomain
+        assert!(at(&[
+            ("host", "localhost:8080"),
+            ("sec-fetch-site", "same-site")
         ]));
         // behind a proxy that rewrites Host, the browser's own word decides
         assert!(!at(&[

@@ -176,6 +176,7 @@ fn route<'a>(
     let name = routing::apply_profile(&app.config, &app.profiles, &sent)
         .filter(|n| !n.is_empty())
         .ok_or(Error::NoModel)?;
+    seen.named(&name);
     let (route, spill) =
         routing::resolve(&app.config, &app.catalog, &app.fleet, &app.spillover, &name)?;
     if let Some(s) = spill {
@@ -189,7 +190,7 @@ fn route<'a>(
     };
     Ok(match route {
         routing::Route::Peer { peer, model } => {
-            seen.found(app, format!("{peer}/{model}").into());
+            seen.found(app, format!("{peer}/{model}").into())?;
             let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
             let path_and_query = path_and_query.into_owned();
             let (parts, charge) = (incoming.parts, incoming.charge);
@@ -201,7 +202,7 @@ fn route<'a>(
         }
         routing::Route::Peers { owners, model } => {
             let ranked = app.peer_loads.rank(&owners, &model);
-            seen.found(app, format!("{}/{model}", ranked[0]).into());
+            seen.found(app, format!("{}/{model}", ranked[0]).into())?;
             let Incoming {
                 parts,
                 kind,
@@ -218,7 +219,7 @@ fn route<'a>(
         }
         routing::Route::Local { target, model } => {
             let model = app.config.models.get(&*model).ok_or(Error::UnknownModel)?;
-            seen.found(app, model.id.clone());
+            seen.found(app, model.id.clone())?;
             let to = Local {
                 model,
                 target,

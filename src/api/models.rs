@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use http::{header, HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
+use super::grant::Grant;
 use super::{json, App};
 use crate::body::Body;
 use crate::catalog::Catalog;
@@ -22,7 +23,8 @@ const CAPABILITY_KEYS: &[&str] = &[
     "context_length",
 ];
 
-pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
+/// The list, holding only the models a key with a model list may use.
+pub fn list(app: &App, headers: &HeaderMap, caller: Option<&Grant>) -> Response<Body> {
     let listing = Listing::new(app);
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
@@ -32,6 +34,9 @@ pub fn list(app: &App, headers: &HeaderMap) -> Response<Body> {
     data.extend(peer_entries(app, listing.created));
     data.extend(selector_entries(app, listing.created));
     data.extend(profile_pins(app, &data, listing.created));
+    if let Some(grant) = caller {
+        data.retain(|e| e["id"].as_str().is_some_and(|id| grant.may_use(id)));
+    }
     data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
     if let Some(origin) = headers.get(header::ORIGIN) {

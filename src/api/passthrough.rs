@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use super::seen::Seen;
@@ -17,7 +17,8 @@ use crate::error::Error;
 use crate::proxy::{self, Outgoing};
 
 /// `/upstream/<model>/<path>`: the longest prefix that names a model wins; the rest goes upstream as
-/// it was sent, percent-encoding included, with the request body streamed.
+/// it was sent, percent-encoding included, with the request body streamed. What comes back is
+/// sandboxed ([`SANDBOX`]).
 pub async fn upstream_passthrough<B>(
     app: &Arc<App>,
     req: Request<B>,
@@ -29,8 +30,54 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
+    let mut resp = pass(app, req, rest, remote, seen).await?;
+    resp.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(SANDBOX),
+    );
+    Ok(resp)
+}
+
+/// The policy of every page an engine or peer serves under `/upstream/`: a sandbox without
+/// `allow-same-origin`, so that its scripts run in an origin of their own and cannot read the
+/// storage of corral's origin (the dashboard keeps its key there) nor call corral's API with the
+/// browser's credentials.
+const SANDBOX: &str = "sandbox allow-scripts allow-forms allow-popups allow-downloads allow-modals";
+
+/// The engine paths an inference key may reach through `/upstream/`: read-only, and holding no
+/// prompt or answer (`/slots`, for one, shows every slot's conversation).
+const ENGINE_READS: &[&str] = &["/health", "/props", "/models", "/v1/models", "/metrics"];
+
+fn engine_read(method: &Method, tail: &str) -> bool {
+    matches!(*method, Method::GET | Method::HEAD) && ENGINE_READS.contains(&tail)
+}
+
+/// `.` or `..`, percent-encoded or not: a gateway that normalizes the path would take it out of
+/// the model's (or peer's) base path.
+fn dot_segment(segment: &str) -> bool {
+    let decoded = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+    matches!(&*decoded, "." | "..")
+}
+
+async fn pass<B>(
+    app: &Arc<App>,
+    req: Request<B>,
+    rest: String,
+    remote: SocketAddr,
+    seen: &mut Seen,
+) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
     let segments: Vec<&str> = rest.split('/').collect();
-    let (route, n) = longest_model_prefix(app, &segments).ok_or(Error::UnknownModel)?;
+    if segments.iter().any(|s| dot_segment(s)) {
+        return Err(Error::BadRequest(
+            "/upstream/ paths may not hold `.` or `..` segments".into(),
+        ));
+    }
+    let (route, n, name) = longest_model_prefix(app, &segments).ok_or(Error::UnknownModel)?;
+    seen.named(&name);
     let query = req
         .uri()
         .query()
@@ -79,11 +126,14 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    seen.found(app, model_id.clone());
+    seen.found(app, model_id.clone())?;
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));
     }
     let tail = format!("/{}", segments[n..].join("/"));
+    if !engine_read(req.method(), &tail) {
+        seen.needs_admin(&format!("{} {tail} on an engine", req.method()))?;
+    }
     if app.config.ignore_paths.iter().any(|re| re.is_match(&tail)) && !app.fleet.is_ready(&target) {
         return Err(Error::Conflict(format!(
             "{model_id} is not loaded and {tail} does not load it"
@@ -102,8 +152,8 @@ where
 }
 
 /// The longest run of leading segments that names a model, alias or peer model, after the active
-/// profile's pins, and how many segments it took.
-fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(routing::Route, usize)> {
+/// profile's pins, how many segments it took, and the name.
+fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(routing::Route, usize, String)> {
     let catalog = app.fleet.catalog();
     let reach = within_reach(segments, routing::longest_name(&app.config, &catalog));
     (1..=reach).rev().find_map(|n| {
@@ -112,7 +162,7 @@ fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(routing::Route,
         let name = routing::apply_profile(&app.config, &app.profiles, &decoded)?;
         routing::resolve_plain(&app.config, &catalog, &name)
             .ok()
-            .map(|route| (route, n))
+            .map(|route| (route, n, name.to_string()))
     })
 }
 
@@ -141,7 +191,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    seen.found(app, format!("{peer}/{model}").into());
+    seen.found(app, format!("{peer}/{model}").into())?;
+    seen.needs_admin("passing a request through to a peer")?;
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));
     }
@@ -222,7 +273,38 @@ fn slash_redirect(method: &Method, rest: &str, query: &str) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
-    use super::within_reach;
+    use super::{dot_segment, engine_read, within_reach};
+    use http::Method;
+
+    #[test]
+    fn dot_segments_are_found_encoded_or_not() {
+        for dot in [".", "..", "%2e", "%2E%2e", ".%2E"] {
+            assert!(dot_segment(dot), "{dot}");
+        }
+        for plain in ["...", "a.", ".a", "", "%2f", "v1"] {
+            assert!(!dot_segment(plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn only_prompt_free_reads_are_engine_reads() {
+        for path in ["/health", "/props", "/models", "/v1/models", "/metrics"] {
+            assert!(engine_read(&Method::GET, path), "{path}");
+            assert!(engine_read(&Method::HEAD, path), "{path}");
+        }
+        assert!(!engine_read(&Method::POST, "/props"));
+        for path in [
+            "/slots",
+            "/slots/0",
+            "/api/delete",
+            "/v1/chat/completions",
+            "/health/",
+            "//health",
+            "/",
+        ] {
+            assert!(!engine_read(&Method::GET, path), "{path}");
+        }
+    }
 
     #[test]
     fn only_prefixes_a_name_could_span_are_tried() {

@@ -42,17 +42,24 @@ pub async fn forward_body(
     remote: SocketAddr,
 ) -> Result<http::Response<Body>, Error> {
     let peer = &app.config.peers[peer_id];
-    if let Some(key) = &peer.api_key {
-        let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
-            .map_err(|e| Error::Internal(e.to_string()))?;
-        parts.headers.insert(header::AUTHORIZATION, bearer);
-        parts.headers.insert(
-            X_API_KEY.clone(),
-            HeaderValue::from_str(key).map_err(|e| Error::Internal(e.to_string()))?,
-        );
-    } else {
-        parts.headers.remove(header::AUTHORIZATION);
-        parts.headers.remove(&X_API_KEY);
+    // the client's own credentials for corral's origin are not the peer's to see
+    parts.headers.remove(header::COOKIE);
+    let path = path_and_query.split('?').next().unwrap_or_default();
+    match &peer.api_key {
+        // corral's key for the peer rides only where corral itself would send it
+        Some(key) if super::auth::peer_key_route(path) => {
+            let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            parts.headers.insert(header::AUTHORIZATION, bearer);
+            parts.headers.insert(
+                X_API_KEY.clone(),
+                HeaderValue::from_str(key).map_err(|e| Error::Internal(e.to_string()))?,
+            );
+        }
+        _ => {
+            parts.headers.remove(header::AUTHORIZATION);
+            parts.headers.remove(&X_API_KEY);
+        }
     }
     let base = peer.proxy.trim_end_matches('/').to_string();
     let out = Outgoing {

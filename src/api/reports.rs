@@ -4,8 +4,10 @@
 use http::{header, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::grant::Grant;
 use super::{json, App};
 use crate::body::Body;
+use crate::config::Scope;
 use crate::error::Error;
 use crate::fleet::PhaseName;
 
@@ -31,17 +33,26 @@ pub fn running(app: &App) -> Response<Body> {
 }
 
 /// `GET /api/load`: requests running and waiting per model and pool, for a corral that has this one
-/// as a peer (see `peer_load.rs`).
-pub fn load_report(app: &App) -> Value {
+/// as a peer (see `peer_load.rs`). A key that is not an admin's sees neither unlisted models nor
+/// models outside its model list.
+pub fn load_report(app: &App, caller: Option<&Grant>) -> Value {
+    let shown = |id: &str| match caller {
+        None => true,
+        Some(g) => {
+            let listed = app.config.models.get(id).is_none_or(|m| !m.unlisted);
+            (g.scope == Scope::Admin || listed) && g.may_use(id)
+        }
+    };
     // the figures the model-server gauges publish, so a peer and a picker see the same load
     let (loads, _) = crate::model_server::loads(&app.fleet.snapshot(), &app.fleet.queue_depths());
     let mut models: serde_json::Map<String, Value> = app
         .config
         .models
         .keys()
+        .filter(|id| shown(id))
         .map(|id| (id.clone(), json!({"running": 0, "waiting": 0})))
         .collect();
-    for (id, load) in loads {
+    for (id, load) in loads.into_iter().filter(|(id, _)| shown(id)) {
         models.insert(
             id,
             json!({"running": load.running, "waiting": load.waiting}),

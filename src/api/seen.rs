@@ -10,6 +10,7 @@ use http::{header, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use super::cancel::Cancel;
+use super::grant::{self, Grant};
 use super::{activity, captures, inflight, meter, App};
 use crate::body::Body;
 use crate::config::Config;
@@ -27,6 +28,10 @@ pub struct Seen {
     remote: SocketAddr,
     /// Its request, when captures are on.
     pub(super) capture: Option<captures::Capture>,
+    /// The grant of the key it presented; `None` when no keys are configured.
+    pub(super) caller: Option<Arc<Grant>>,
+    /// The model name it sent, once read (after the active profile).
+    named: Option<Arc<str>>,
 }
 
 impl Seen {
@@ -36,6 +41,7 @@ impl Seen {
         path: Cow<'static, str>,
         headers: &http::HeaderMap,
         remote: SocketAddr,
+        caller: Option<Arc<Grant>>,
     ) -> Seen {
         let capture = app
             .activity
@@ -51,7 +57,32 @@ impl Seen {
             path,
             remote,
             capture,
+            caller,
+            named: None,
         }
+    }
+
+    /// The model name the request sent, which a key's model list may name as well as the model
+    /// it resolves to.
+    pub(super) fn named(&mut self, name: &str) {
+        if self.caller.is_some() {
+            self.named = Some(name.into());
+        }
+    }
+
+    /// Ok when no key was checked or the key may use `model` (a local model's id or
+    /// `peer/model`) or the name the request sent for it.
+    fn may_use(&self, model: &str) -> Result<(), Error> {
+        let named = self.named.as_deref();
+        match &self.caller {
+            Some(g) if named.is_some_and(|n| g.may_use(n)) => Ok(()),
+            caller => grant::may_use(caller.as_deref(), model),
+        }
+    }
+
+    /// Ok when no key was checked or the key has the admin scope; `what` names what needs it.
+    pub(super) fn needs_admin(&self, what: &str) -> Result<(), Error> {
+        grant::needs_admin(self.caller.as_deref(), what)
     }
 
     /// Keeps something alive until the response body ends.
@@ -59,8 +90,10 @@ impl Seen {
         self.holds.push(thing);
     }
 
-    /// The model is known: list the request as in flight.
-    pub(super) fn found(&mut self, app: &App, model: Arc<str>) {
+    /// The model is known: refused when the request's key may not use it, else listed as in
+    /// flight.
+    pub(super) fn found(&mut self, app: &App, model: Arc<str>) -> Result<(), Error> {
+        self.may_use(&model)?;
         self.guard = Some(app.inflight.register(
             model.clone(),
             self.path.clone(),
@@ -69,6 +102,7 @@ impl Seen {
             self.cancel.clone(),
         ));
         self.model = Some(model);
+        Ok(())
     }
 }
 
@@ -94,6 +128,7 @@ pub(super) fn metered(
         model,
         route,
         status: meter::status_class(status),
+        key: seen.caller.as_ref().map(|g| g.label.clone()),
     };
     match result {
         Err(e) => Err(failed(app, labels, started, seen, status, e)),

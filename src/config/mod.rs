@@ -223,6 +223,12 @@ pub struct Config {
     pub global_ttl: Duration,
     pub unload_timeout: Duration,
     pub api_keys: Vec<ApiKey>,
+    /// `/metrics` answers without a key even when `apiKeys` are set (`openMetrics`), for an
+    /// endpoint picker or a scraper that sends none.
+    pub open_metrics: bool,
+    /// Host names accepted, beyond loopback names and addresses, while corral listens on a
+    /// loopback address (`allowedHosts`).
+    pub allowed_hosts: Vec<String>,
     /// Hides the secrets of this config wherever a command line or log text is shown.
     pub redactor: Redactor,
     /// Models by id, sorted.
@@ -243,6 +249,11 @@ pub struct Config {
 pub struct ApiKey {
     pub key: String,
     pub scope: Scope,
+    /// What usage records and metrics call the key; a short fingerprint of it when unnamed.
+    pub name: Option<String>,
+    /// The models (ids, aliases or `*` patterns, `peer/*` for a peer's) the key may use; empty
+    /// means every model.
+    pub models: Vec<String>,
 }
 
 /// What a key may reach.

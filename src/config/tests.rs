@@ -369,9 +369,35 @@ fn api_key_errors_name_the_entry() {
     assert!(no_key.contains("needs `key`"), "{no_key}");
     let spaced = load_err("apiKeys:\n  - {key: 'a b', scope: inference}\n");
     assert!(
-        spaced.contains("apiKeys[0]: keys must be non-empty"),
+        spaced.contains("apiKeys[0].key: keys must be non-empty"),
         "{spaced}"
     );
+    let bad_name = load_err("apiKeys:\n  - {key: k, name: 'my app'}\n");
+    assert!(
+        bad_name.contains("apiKeys[0].name: must be 1 to 64"),
+        "{bad_name}"
+    );
+    let empty_model = load_err("apiKeys:\n  - {key: k, models: [chat, '']}\n");
+    assert!(empty_model.contains("apiKeys[0].models"), "{empty_model}");
+    let host = load_err("allowedHosts: ['http://corral.lan']\n");
+    assert!(
+        host.contains("allowedHosts") && host.contains("no scheme"),
+        "{host}"
+    );
+}
+
+#[test]
+fn keys_carry_names_and_model_lists_and_access_settings_load() {
+    let yaml = "apiKeys:\n  - {key: k1, scope: inference, name: apps, models: [chat, 'gpu2/*']}\n  - k2\nopenMetrics: true\nallowedHosts: [Corral.LAN]\n";
+    let c = crate::config::load_str("t.yaml", yaml, &|_| None).unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let c = c.config;
+    assert_eq!(c.api_keys[0].name.as_deref(), Some("apps"));
+    assert_eq!(c.api_keys[0].models, ["chat", "gpu2/*"]);
+    assert_eq!(c.api_keys[1].name, None);
+    assert!(c.api_keys[1].models.is_empty());
+    assert!(c.open_metrics);
+    assert_eq!(c.allowed_hosts, ["corral.lan"]);
 }
 
 #[test]

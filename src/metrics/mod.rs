@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use crate::fleet::counters::FleetCounters;
 use crate::fleet::Snapshot;
 use present::PresentGauges;
-pub use requests::{status_class, RequestMetrics, RequestSeries};
+pub use requests::{status_class, KeySeries, RequestMetrics, RequestSeries};
 use system::SystemGauges;
 
 /// Buckets for LLM latencies: milliseconds to ten minutes.

@@ -21,6 +21,10 @@ pub struct RequestMetrics {
     prompt_tokens: IntCounterVec,
     completion_tokens: IntCounterVec,
     pub retries: IntCounterVec,
+    /// The same counts by API key, written only for requests that presented one.
+    key_requests: IntCounterVec,
+    key_prompt_tokens: IntCounterVec,
+    key_completion_tokens: IntCounterVec,
     /// Model, then route, then status class: bounded by the config's models, the routes corral
     /// serves and five classes.
     series: Mutex<SeriesCache>,
@@ -65,6 +69,13 @@ pub struct RequestSeries {
     pub completion_tokens: IntCounter,
 }
 
+/// The series one key, model and status class write.
+pub struct KeySeries {
+    pub answered: IntCounter,
+    pub prompt_tokens: IntCounter,
+    pub completion_tokens: IntCounter,
+}
+
 /// The status classes, as labelled.
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -89,6 +100,9 @@ impl RequestMetrics {
             prompt_tokens: counter(r, "corral_prompt_tokens_total", "Prompt tokens, from the responses' usage or timings.", &["model"]),
             completion_tokens: counter(r, "corral_completion_tokens_total", "Completion tokens, from the responses' usage or timings.", &["model"]),
             retries: counter(r, "corral_retries_total", "Requests retried on another replica after one could not be reached or answered 503.", &["model"]),
+            key_requests: counter(r, "corral_key_requests_total", "Requests answered, by API key (its name or fingerprint), model and status class.", &["key", "model", "status"]),
+            key_prompt_tokens: counter(r, "corral_key_prompt_tokens_total", "Prompt tokens, by API key and model.", &["key", "model"]),
+            key_completion_tokens: counter(r, "corral_key_completion_tokens_total", "Completion tokens, by API key and model.", &["key", "model"]),
             series: Mutex::default(),
             id: {
                 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -120,6 +134,16 @@ impl RequestMetrics {
         let made = Arc::new(self.make(model, route, CLASSES[class]));
         keep(&mut cache, model, route, class, &made);
         made
+    }
+
+    /// The series of a request that presented the key labelled `key`. Not cached: only keyed
+    /// requests pay for the lookup, and a key's label set is bounded by the configured keys.
+    pub fn key_series(&self, key: &str, model: &str, class: &str) -> KeySeries {
+        KeySeries {
+            answered: self.key_requests.with_label_values(&[key, model, class]),
+            prompt_tokens: self.key_prompt_tokens.with_label_values(&[key, model]),
+            completion_tokens: self.key_completion_tokens.with_label_values(&[key, model]),
+        }
     }
 
     fn make(&self, model: &str, route: &str, class: &str) -> RequestSeries {

@@ -84,7 +84,8 @@ pub async fn run_with_reloads(
     abort: CancellationToken,
     mut reloads: mpsc::Receiver<Reload>,
 ) -> std::io::Result<()> {
-    let mut server = Server::start(config, logs, opts)?;
+    let loopback = listener.local_addr()?.ip().to_canonical().is_loopback();
+    let mut server = Server::start(config, logs, opts, loopback)?;
     loop {
         let (stream, remote) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -133,7 +134,12 @@ struct Server {
 impl Server {
     /// Sweeps what a previous run left, then starts the fleet, the serving threads and the tasks
     /// beside them.
-    fn start(config: Config, logs: Arc<Logs>, opts: Options) -> std::io::Result<Server> {
+    fn start(
+        config: Config,
+        logs: Arc<Logs>,
+        opts: Options,
+        loopback: bool,
+    ) -> std::io::Result<Server> {
         let state_file = StateFile::new(opts.state_dir.clone(), &opts.state_key);
         let swept = state_file.sweep();
         if !swept.is_empty() {
@@ -146,7 +152,9 @@ impl Server {
         if let Some(n) = settings.max_buffered_bodies {
             limits.buffered_bytes = n;
         }
-        let app = Arc::new(App::new(fleet.clone(), logs, metrics.clone(), limits));
+        let mut app = App::new(fleet.clone(), logs, metrics.clone(), limits);
+        app.listening_on_loopback(loopback);
+        let app = Arc::new(app);
         let current = Arc::new(RwLock::new(app.clone()));
         let mut background = fleet_tasks(&fleet);
         let preload = tokio::spawn(preload(fleet.clone()));

@@ -2,12 +2,14 @@
 //! a browser on another site may not change state, and corral's own key headers are removed
 //! before the request goes on (to a model, they would leak).
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
 
 use super::{answer_now, Answer};
 use crate::api::auth::{self, Keys};
+use crate::api::grant::{Caller, Grant};
 use crate::body::Body;
 use crate::error::Error;
 
@@ -52,18 +54,25 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        if let Err(refused) = admit(self.keys, &req) {
-            return answer_now(Err(refused));
+        match admit(self.keys, &req) {
+            Err(refused) => return answer_now(Err(refused)),
+            // the handlers that decide by model or engine path read the grant here
+            Ok(Some(grant)) => drop(req.extensions_mut().insert(Caller(grant))),
+            Ok(None) => {}
         }
         self.keys.strip_own(req.headers_mut());
         futures_util::future::Either::Right(self.inner.call(req))
     }
 }
 
-/// A key whose scope reaches the route, and no cross-site request that changes state.
-fn admit<B>(keys: &Keys, req: &Request<B>) -> Result<(), Error> {
+/// A key whose scope reaches the route, and no cross-site request that changes state; the key's
+/// grant, when keys are configured and the route is not open.
+fn admit<B>(keys: &Keys, req: &Request<B>) -> Result<Option<Arc<Grant>>, Error> {
     let (method, path, headers) = (req.method(), req.uri().path(), req.headers());
-    keys.check(headers, auth::scope_for(path))?;
+    let grant = match keys.open(path) {
+        true => None,
+        false => keys.check(headers, auth::scope_for(path))?,
+    };
     let guarded =
         auth::changes_state(method, path) || auth::simple_model_request(method, path, headers);
     if guarded && auth::cross_site(headers, req.uri()) {
@@ -71,7 +80,7 @@ fn admit<B>(keys: &Keys, req: &Request<B>) -> Result<(), Error> {
             "forbidden: cross-site requests may not change state".into(),
         ));
     }
-    Ok(())
+    Ok(grant)
 }
 
 #[cfg(test)]
@@ -87,10 +96,14 @@ mod tests {
             ApiKey {
                 key: "admin-key".into(),
                 scope: Scope::Admin,
+                name: None,
+                models: vec![],
             },
             ApiKey {
                 key: "inference-key".into(),
                 scope: Scope::Inference,
+                name: Some("apps".into()),
+                models: vec![],
             },
         ])
     }

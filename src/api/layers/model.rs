@@ -14,6 +14,7 @@ use http::{Method, Request, Response};
 
 use super::Routed;
 use crate::api::cancel::Cancellable;
+use crate::api::grant::Caller;
 use crate::api::seen::{metered, Seen};
 use crate::api::{inference, passthrough, App};
 use crate::body::{Body, BoxError};
@@ -119,7 +120,8 @@ where
         ModelCall::Passthrough => ("/upstream", req.uri().path().to_string().into()),
         ModelCall::Dispatch(route, _) | ModelCall::Query(route) => (route, route.into()),
     };
-    let mut seen = Seen::new(app, req.method(), path, req.headers(), remote);
+    let caller = req.extensions().get::<Caller>().map(|c| c.0.clone());
+    let mut seen = Seen::new(app, req.method(), path, req.headers(), remote, caller);
     let started = std::time::Instant::now();
     let cancel = seen.cancel.clone();
     async move {

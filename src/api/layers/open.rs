@@ -1,5 +1,6 @@
 //! What needs no key, answered before auth: CORS preflight, health, the redirects to the UI, and
-//! the UI itself (its pages hold no data).
+//! the UI itself (its pages hold no data). A loopback listener first refuses hosts it does not
+//! answer to (`hosts.rs`), whatever the route.
 
 use std::task::{Context, Poll};
 
@@ -53,6 +54,9 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
+        if let Err(refused) = self.keys.admit_host(req.headers(), req.uri()) {
+            return answer_now(Err(refused));
+        }
         match open_route(self.keys, &req) {
             Some(resp) => answer_now(Ok(resp)),
             None => futures_util::future::Either::Right(self.inner.call(req)),
@@ -88,6 +92,8 @@ mod tests {
         Keys::new(&[ApiKey {
             key: "sekrit".into(),
             scope: Scope::Admin,
+            name: None,
+            models: vec![],
         }])
     }
 

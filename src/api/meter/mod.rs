@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
 
 use crate::body::{Body, BoxError};
-use crate::metrics::{Metrics, RequestSeries};
+use crate::metrics::{KeySeries, Metrics, RequestSeries};
 use idle::IdleLimit;
 pub use settle::{after_the_write, settle_all};
 pub(crate) use usage::Tokens;
@@ -30,6 +30,8 @@ pub struct Labels {
     /// The route as the client named it: one of the model routes, or `/upstream`.
     pub route: &'static str,
     pub status: &'static str,
+    /// The label of the API key the request presented, when keys are configured.
+    pub key: Option<Arc<str>>,
 }
 
 pub use crate::metrics::status_class;
@@ -40,6 +42,11 @@ impl Labels {
             .requests
             .series(&self.model, self.route, self.status)
     }
+
+    fn key_series(&self, metrics: &Metrics) -> Option<KeySeries> {
+        let key = self.key.as_deref()?;
+        Some(metrics.requests.key_series(key, &self.model, self.status))
+    }
 }
 
 /// Records a request that ended before any upstream body (an error answered by corral itself).
@@ -47,12 +54,17 @@ pub fn record_error(metrics: &Metrics, labels: &Labels, started: Instant) {
     let series = labels.series(metrics);
     series.answered.inc();
     series.duration.observe(started.elapsed().as_secs_f64());
+    if let Some(by_key) = labels.key_series(metrics) {
+        by_key.answered.inc();
+    }
 }
 
 pub struct Metered {
     inner: Body,
     /// Where this request's counts go, resolved once.
     series: Arc<RequestSeries>,
+    /// Where its counts by key go, for a request that presented a key.
+    key_series: Option<KeySeries>,
     labels: Labels,
     started: Instant,
     usage: UsageTap,
@@ -89,6 +101,7 @@ impl Metered {
         Metered {
             inner,
             series: labels.series(metrics),
+            key_series: labels.key_series(metrics),
             labels,
             started,
             usage: UsageTap::new(content_type),
@@ -191,6 +204,7 @@ impl Metered {
         }
         settle::queue(settle::Pending {
             series: self.series.clone(),
+            key_series: self.key_series.take(),
             model: self.labels.model.clone(),
             elapsed: self.started.elapsed(),
             ttft_ms: self.ttft_ms,

@@ -21,11 +21,12 @@ use super::usage::UsageTap;
 use super::ActivityRecord;
 use crate::api::activity::Entry;
 use crate::api::captures::Recording;
-use crate::metrics::RequestSeries;
+use crate::metrics::{KeySeries, RequestSeries};
 
 /// A finished request, as its bookkeeping needs it.
 pub(super) struct Pending {
     pub(super) series: Arc<RequestSeries>,
+    pub(super) key_series: Option<KeySeries>,
     pub(super) model: Arc<str>,
     /// From the request's start to its body's end, taken when the body ended.
     pub(super) elapsed: Duration,
@@ -66,6 +67,13 @@ impl Pending {
         if let Some(t) = tokens {
             self.series.prompt_tokens.inc_by(t.prompt);
             self.series.completion_tokens.inc_by(t.completion);
+        }
+        if let Some(by_key) = &self.key_series {
+            by_key.answered.inc();
+            if let Some(t) = tokens {
+                by_key.prompt_tokens.inc_by(t.prompt);
+                by_key.completion_tokens.inc_by(t.completion);
+            }
         }
         let Some(Logged {
             record: a,

@@ -39,6 +39,8 @@ pub(in crate::config) const TOP_KEYS: &[&str] = &[
     "vllmMetricNames",
     "clientTimeouts",
     "engines",
+    "openMetrics",
+    "allowedHosts",
 ];
 
 /// One `models.<id>` entry.

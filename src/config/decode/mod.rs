@@ -77,6 +77,8 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         global_ttl: secs(s.global_ttl),
         unload_timeout: secs(s.unload),
         api_keys: s.api_keys,
+        open_metrics: s.open_metrics,
+        allowed_hosts: s.allowed_hosts,
         redactor: Default::default(),
         models,
         groups: routing.groups,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::api_keys::decode_api_keys;
+use super::api_keys::{decode_allowed_hosts, decode_api_keys};
 use super::parse::parse_go_duration;
 use crate::config::read::MapReader;
 use crate::config::{ApiKey, ConfigError, LogToStdout};
@@ -22,6 +22,8 @@ pub(super) struct Settings<'n> {
     pub global_ttl: i64,
     pub unload: i64,
     pub api_keys: Vec<ApiKey>,
+    pub open_metrics: bool,
+    pub allowed_hosts: Vec<String>,
     pub send_loading_state: bool,
 }
 
@@ -51,6 +53,8 @@ pub(super) fn decode_settings<'n>(
         global_ttl,
         unload,
         api_keys: decode_api_keys(top, warnings)?,
+        open_metrics: top.boolean("openMetrics")?.unwrap_or(false),
+        allowed_hosts: decode_allowed_hosts(top)?,
         send_loading_state: top.boolean("sendLoadingState")?.unwrap_or(false),
     })
 }

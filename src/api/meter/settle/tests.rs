@@ -9,6 +9,7 @@ fn pending(series: &Arc<RequestSeries>, log: &Arc<Activity>) -> Pending {
     let mut usage = UsageTap::new("application/json");
     usage.observe(&bytes::Bytes::from_static(ANSWER));
     Pending {
+        key_series: None,
         series: series.clone(),
         model: "m".into(),
         elapsed: Duration::from_millis(12),
