@@ -120,7 +120,7 @@ async fn an_idle_kept_alive_http1_connection_is_closed() {
     ] {
         let h = Harness::start(&config(server)).await;
         let mut sock = TcpStream::connect(addr(&h.url)).await.unwrap();
-        sock.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        sock.write_all(b"GET /health HTTP/1.1\r\nhost: localhost\r\n\r\n")
             .await
             .unwrap();
         let mut head = [0; 12];
@@ -161,7 +161,7 @@ async fn a_trickled_body_gets_408() {
     .await;
     let mut sock = TcpStream::connect(addr(&h.url)).await.unwrap();
     sock.write_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n",
     )
     .await
     .unwrap();

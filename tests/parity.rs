@@ -550,7 +550,7 @@ async fn websockets_pass_through_upstream() {
     let mut sock = tokio::net::TcpStream::connect(h.url.trim_start_matches("http://"))
         .await
         .unwrap();
-    sock.write_all(b"GET /upstream/ws/socket?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await.unwrap();
+    sock.write_all(b"GET /upstream/ws/socket?x=1 HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await.unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {

@@ -410,7 +410,7 @@ async fn slow_headers_are_cut_off() {
     let mut sock = tokio::net::TcpStream::connect(h.url.trim_start_matches("http://"))
         .await
         .unwrap();
-    sock.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    sock.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
         .await
         .unwrap();
     let started = std::time::Instant::now();

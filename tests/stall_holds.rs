@@ -201,7 +201,7 @@ fn ws_config(port: u16, server: &str) -> String {
 /// A websocket through `/upstream/ws/`, echoed once to show it is joined.
 async fn open_tunnel(url: &str) -> TcpStream {
     let mut sock = TcpStream::connect(addr(url)).await.unwrap();
-    sock.write_all(b"GET /upstream/ws/socket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await.unwrap();
+    sock.write_all(b"GET /upstream/ws/socket HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await.unwrap();
     let head = tokio::time::timeout(Duration::from_secs(10), read_head(&mut sock))
         .await
         .expect("the upgrade is answered")
@@ -227,7 +227,7 @@ async fn health_answers(url: &str) -> bool {
         return false;
     };
     let _ = sock
-        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .write_all(b"GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
         .await;
     let mut answer = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(3), sock.read_to_end(&mut answer)).await;

@@ -153,12 +153,12 @@ fn is_model_route(path: &str) -> bool {
         || super::inference::query_route(path).is_some()
 }
 
-/// The peer paths corral's key for a peer is sent on: its model routes and its load report. An
-/// admin passing another path through to a peer sends it with no key of corral's.
+/// The peer paths corral's key for a peer is sent on: those an inference key reaches (its model
+/// routes, model list and load report), never its own `/upstream/`. An admin passing another path
+/// through to a peer sends it with no key of corral's, so no client borrows that key to read the
+/// peer's captures or logs or unload its models.
 pub fn peer_key_route(path: &str) -> bool {
-    path == "/api/load"
-        || super::inference::model_route(path).is_some()
-        || super::inference::query_route(path).is_some()
+    is_model_route(path) && !path.starts_with("/upstream/")
 }
 
 /// Routes that change state: a browser on another site must not reach them.

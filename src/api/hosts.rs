@@ -34,14 +34,14 @@ impl HostRule {
         let named = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
-            .map(str::to_string)
-            .or_else(|| uri.authority().map(|a| a.to_string()));
+            .or_else(|| uri.authority().map(|a| a.as_str()));
         // no Host (HTTP/1.0): no browser sent it
         let Some(named) = named else { return Ok(()) };
-        let host = host_part(&named);
-        if self.accepts(&host) {
+        let host = host_part(named);
+        if self.accepts(host) {
             return Ok(());
         }
+        let host = host.to_ascii_lowercase();
         Err(Error::Forbidden(format!(
             "forbidden: Host {host:?} is not a loopback name; corral listens on a loopback address \
              and answers only loopback names and addresses (DNS rebinding). Add {host:?} to \
@@ -49,24 +49,31 @@ impl HostRule {
         )))
     }
 
+    /// Runs for every request on a loopback listener, so it compares without allocating.
     fn accepts(&self, host: &str) -> bool {
+        let is = |name: &str| host.eq_ignore_ascii_case(name);
         // an address cannot be rebound: the browser sends the name it resolved, not the address
         host.parse::<std::net::IpAddr>().is_ok()
-            || host == "localhost"
-            || host.ends_with(".localhost")
-            || self.hostname.as_deref() == Some(host)
-            || self.allowed.iter().any(|a| a == host)
+            || is("localhost")
+            || ends_with_ignore_case(host, ".localhost")
+            || self.hostname.as_deref().is_some_and(is)
+            || self.allowed.iter().any(|a| is(a))
     }
 }
 
-/// The host of a `Host` value, lower case, without port, brackets or a final dot.
-fn host_part(value: &str) -> String {
+fn ends_with_ignore_case(text: &str, suffix: &str) -> bool {
+    text.len() >= suffix.len()
+        && text.as_bytes()[text.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
+/// The host of a `Host` value, without port, brackets or a final dot.
+fn host_part(value: &str) -> &str {
     let value = value.trim();
     let host = match value.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(v6),
         None => value.rsplit_once(':').map_or(value, |(h, _)| h),
     };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    host.trim_end_matches('.')
 }
 
 #[cfg(test)]
