@@ -14,10 +14,15 @@ use support::*;
 const COMPUTE_APPS: &str = "compute-apps.csv";
 
 fn fake_nvidia_smi(dir: &std::path::Path) -> String {
+    fake_nvidia_smi_reading_in(dir, "0")
+}
+
+/// The fake, taking `seconds` to list the processes (a busy machine's nvidia-smi can take that).
+fn fake_nvidia_smi_reading_in(dir: &std::path::Path, seconds: &str) -> String {
     let path = dir.join("nvidia-smi");
     let apps = dir.join(COMPUTE_APPS);
     let script = format!(
-        "#!/bin/sh\ncase \"$1\" in --query-compute-apps*) cat '{}' 2>/dev/null; exit 0;; esac\nprintf '0, GPU-aaaa-0000, 24576\\n1, GPU-bbbb-1111, 24576\\n'\n",
+        "#!/bin/sh\ncase \"$1\" in --query-compute-apps*) sleep {seconds}; cat '{}' 2>/dev/null; exit 0;; esac\nprintf '0, GPU-aaaa-0000, 24576\\n1, GPU-bbbb-1111, 24576\\n'\n",
         apps.display()
     );
     executable(&path, &script)
@@ -257,6 +262,32 @@ async fn memory_other_programs_take_evicts_an_idle_model() {
     );
     assert_eq!(post_json(&url, &chat("b")).await.status, 200);
     assert_eq!(running_on(&p.url, "b").await.unwrap(), ["cuda1"]);
+}
+
+/// Other programs hold 20 GiB of each 24 GiB GPU before corral starts, and nvidia-smi takes a
+/// second to say so: the first request for a 10 GiB model waits for that reading and is refused
+/// naming the use, as every later one is, instead of starting the model on memory that is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_placement_waits_for_the_first_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    outside_use(dir.path(), &[(GPU0, 20 * 1024), (GPU1, 20 * 1024)]);
+    let smi = fake_nvidia_smi_reading_in(dir.path(), "1");
+    let models = fake_model("b", "", "memory: 10GiB\nqueueTimeout: 1");
+    let (p, _dir, _state) =
+        spawn_corral_on_auto_devices(dir, &models, &[("CORRAL_NVIDIA_SMI", smi.as_str())]);
+    let url = format!("{}/v1/chat/completions", p.url);
+    for _ in 0..2 {
+        let refused = post_json(&url, &chat("b")).await;
+        assert_eq!(refused.status, 503, "{}", refused.text());
+        assert!(
+            refused
+                .text()
+                .contains("other programs use 20.00 GiB on cuda0"),
+            "{}",
+            refused.text()
+        );
+        assert!(running_on(&p.url, "b").await.is_none(), "b never started");
+    }
 }
 
 /// A model serving a request is never stopped for other programs' use, however much they take; a

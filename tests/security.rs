@@ -352,7 +352,7 @@ fn check_masks_secrets_unless_shown() {
     let path = dir.path().join("c.yaml");
     std::fs::write(
         &path,
-        "models:\n  m:\n    cmd: srv --port ${PORT} --auth ${env.ENGINE_SECRET} --api-key=literal-key\n",
+        "models:\n  m:\n    cmd: env HF_TOKEN=hf_check_token srv --port ${PORT} --auth ${env.ENGINE_SECRET} --api-key=literal-key\n",
     )
     .unwrap();
     let check = |extra: &[&str]| {
@@ -368,16 +368,108 @@ fn check_masks_secrets_unless_shown() {
         String::from_utf8(out.stdout).unwrap()
     };
     let masked = check(&[]);
+    assert!(masked.contains("env HF_TOKEN=*** srv"), "{masked}");
     assert!(masked.contains("--auth *** --api-key=***"), "{masked}");
     assert!(
-        !masked.contains(ENGINE_SECRET) && !masked.contains("literal-key"),
+        !masked.contains(ENGINE_SECRET)
+            && !masked.contains("literal-key")
+            && !masked.contains("hf_check_token"),
         "{masked}"
     );
     let shown = check(&["--show-secrets"]);
     assert!(
-        shown.contains(&format!("--auth {ENGINE_SECRET} '--api-key=literal-key'")),
+        shown.contains(&format!(
+            "env 'HF_TOKEN=hf_check_token' srv --port 5800 --auth {ENGINE_SECRET} '--api-key=literal-key'"
+        )),
         "{shown}"
     );
+}
+
+/// A token given to a command run through `env` is `***` in `/running` and the model's detail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_env_prefix_token_is_masked_in_running() {
+    let h = Harness::start(&format!(
+        "apiKeys: [{ADMIN}]\nmodels:\n  m:\n    cmd: env HF_TOKEN=hf_prefixed_token AWS_SESSION_TOKEN=aws_session_value ${{env.ENGINE}} --port ${{PORT}}\n    env: [\"${{env.MARKER}}\"]\n"
+    ))
+    .await;
+    let chat_url = format!("{}/v1/chat/completions", h.url);
+    let r = send("POST", &chat_url, ADMIN, &[], &chat("m").to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    for path in ["/running", "/api/models/m"] {
+        let shown = send("GET", &format!("{}{path}", h.url), ADMIN, &[], "").await;
+        let shown = shown.text();
+        assert!(
+            shown.contains("env HF_TOKEN=*** AWS_SESSION_TOKEN=*** "),
+            "{path}: {shown}"
+        );
+        assert!(
+            !shown.contains("hf_prefixed_token") && !shown.contains("aws_session_value"),
+            "{path}: {shown}"
+        );
+    }
+    h.stop().await;
+}
+
+const CORRAL_KEY: &str = "corral-key-from-env";
+
+/// An engine inherits none of corral's keys: neither the variable `apiKeys` names nor another that
+/// holds the same key. Other variables pass (`HF_TOKEN`, to download with), and the engine
+/// printing that token shows `***` in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engines_inherit_no_key_of_corrals() {
+    let dir = tempfile::tempdir().unwrap();
+    let dumped = dir.path().join("engine.env");
+    let engine = executable(
+        &dir.path().join("engine.sh"),
+        &format!(
+            "#!/bin/sh\nenv > '{}'\necho \"downloading with $HF_TOKEN\" >&2\nexec $ENGINE \"$@\"\n",
+            dumped.display()
+        ),
+    );
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "startPort: {}\nlogToStdout: both\napiKeys: [\"${{env.CORRAL_KEY}}\"]\nmodels:\n  m:\n    cmd: {engine} --port ${{PORT}}\n    env: [\"${{env.MARKER}}\", \"GIVEN=${{env.CORRAL_KEY}}\"]\n",
+            free_port_range(8)
+        ),
+    )
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let vars = [
+        ("CORRAL_KEY", CORRAL_KEY),
+        ("KEY_COPY", CORRAL_KEY),
+        ("HF_TOKEN", "hf_inherited_token"),
+    ];
+    let p = process::spawn_corral_env(dir, &config, state.path(), &[], &vars);
+    let chat_url = format!("{}/v1/chat/completions", p.url);
+    let r = send("POST", &chat_url, CORRAL_KEY, &[], &chat("m").to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let env = std::fs::read_to_string(&dumped).unwrap();
+    let lines: Vec<&str> = env.lines().collect();
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("CORRAL_KEY=") || l.starts_with("KEY_COPY=")),
+        "{env}"
+    );
+    // the model's own `env` is the config's word, and is kept
+    assert!(
+        lines.contains(&format!("GIVEN={CORRAL_KEY}").as_str()),
+        "{env}"
+    );
+    assert!(lines.contains(&"HF_TOKEN=hf_inherited_token"), "{env}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let logs = loop {
+        let logs = send("GET", &format!("{}/logs", p.url), CORRAL_KEY, &[], "").await;
+        let logs = logs.text();
+        if logs.contains("downloading with") || tokio::time::Instant::now() > deadline {
+            break logs;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(logs.contains("downloading with ***"), "{logs}");
+    assert!(!logs.contains("hf_inherited_token"), "{logs}");
 }
 
 /// `GET /unload` from another site is refused and unloads nothing; from the same origin, or from a

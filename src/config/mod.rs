@@ -159,7 +159,9 @@ pub fn load_texts(
     let tree = expand::resolve(tree)?;
     let mut warnings = Vec::new();
     let mut config = decode::decode(&tree, &mut warnings)?;
-    config.redactor = config.redactor_with(env_secrets.into_inner());
+    let mut secrets = env_secrets.into_inner();
+    secrets.extend(redact::CREDENTIAL_VARS.iter().filter_map(|name| env(name)));
+    config.redactor = config.redactor_with(secrets);
     Ok(Loaded { config, warnings })
 }
 
@@ -464,19 +466,29 @@ pub struct Peer {
 
 impl Config {
     /// A redactor for every secret this config holds: `extra` (values of secret-named `${env.X}`
-    /// substitutions), its API keys and peer keys, values of secret-named `env:` entries, and
-    /// values of secret flags in each command, so they are masked wherever they turn up, engine output included.
+    /// substitutions and of corral's own credential variables), its API keys and peer keys, values
+    /// of secret-named `env:` and `engines.<kind>.env` entries, and the secret values in each
+    /// command, so they are masked wherever they turn up, engine output included.
     pub fn redactor_with(&self, extra: Vec<String>) -> Redactor {
         let mut values = extra;
         values.extend(self.api_keys.iter().map(|k| k.key.clone()));
         values.extend(self.peers.values().filter_map(|p| p.api_key.clone()));
+        let secret_env = |env: &[(String, String)]| -> Vec<String> {
+            env.iter()
+                .filter(|(k, _)| redact::is_secret_name(k))
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
         for m in self.models.values() {
-            let secret_env = m.env.iter().filter(|(k, _)| redact::is_secret_name(k));
-            values.extend(secret_env.map(|(_, v)| v.clone()));
+            values.extend(secret_env(&m.env));
+            if let Some(engine) = &m.engine {
+                values.extend(secret_env(&engine.env));
+            }
             for inst in &m.instances {
-                values.extend(redact::secret_flag_values(&inst.argv));
+                values.extend(secret_env(&inst.env));
+                values.extend(redact::secret_values(&inst.argv));
                 if let Some(stop) = &inst.cmd_stop {
-                    values.extend(redact::secret_flag_values(stop));
+                    values.extend(redact::secret_values(stop));
                 }
             }
         }

@@ -413,6 +413,25 @@ fn secret_env_substitutions_and_flags_are_known_to_the_redactor() {
     );
 }
 
+#[test]
+fn engine_env_env_prefixes_and_corrals_credentials_are_known_to_the_redactor() {
+    let env = env_of(&[
+        ("HF_TOKEN", "hf_from_corral"),
+        ("AWS_SESSION_TOKEN", "aws-session"),
+    ]);
+    let yaml = "engines:\n  llama_cpp: {env: {LLAMA_API_KEY: engine-env-key, THREADS: '8'}}\nmodels:\n  e:\n    engine: llama_cpp\n    source: /m.gguf\n  m:\n    cmd: env HF_TOKEN=hf_prefixed CUDA_VISIBLE_DEVICES=1 vllm serve x\n    proxy: 'http://h:1'\n";
+    let c = load_str("t.yaml", yaml, &env).unwrap().config;
+    assert_eq!(
+        c.redactor.command_line(&c.models["m"].argv),
+        "env HF_TOKEN=*** CUDA_VISIBLE_DEVICES=1 vllm serve x"
+    );
+    assert_eq!(
+        c.redactor
+            .text("hf_prefixed engine-env-key hf_from_corral aws-session 8"),
+        "*** *** *** *** 8"
+    );
+}
+
 fn nested_list(depth: usize) -> String {
     format!("{}x\n", "- ".repeat(depth))
 }

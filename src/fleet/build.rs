@@ -56,6 +56,7 @@ fn process_spec(config: &Config, m: &ModelConfig, spec: &InstanceSpec, need: &Ne
         argv: spec.argv.clone(),
         base: spec.proxy.clone(),
         env,
+        withheld: withheld_from_engines(config),
         cmd_stop: spec.cmd_stop.clone(),
         health_url: spec.check_endpoint.as_ref().and_then(|p| {
             format!("{}{}", spec.proxy.trim_end_matches('/'), p)
@@ -66,6 +67,18 @@ fn process_spec(config: &Config, m: &ModelConfig, spec: &InstanceSpec, need: &Ne
         stall: config.load_stall,
         extend_on_progress: m.load_timeout.is_some() || load_timeout > config.health_check_timeout,
     }
+}
+
+/// The variables of corral's environment that hold one of its API keys or peer keys: an engine
+/// does not inherit them.
+fn withheld_from_engines(config: &Config) -> Vec<std::ffi::OsString> {
+    let keys = config.api_keys.iter().map(|k| k.key.as_str());
+    let peer_keys = config.peers.values().filter_map(|p| p.api_key.as_deref());
+    let secrets: Vec<&str> = keys.chain(peer_keys).collect();
+    if secrets.is_empty() {
+        return Vec::new();
+    }
+    crate::supervisor::holding_secrets(std::env::vars_os(), &secrets)
 }
 
 /// An instance as it is before its first start: stopped, idle, never failed.

@@ -88,6 +88,8 @@ impl Fleet {
                 if !self.used_by_others().is_empty() {
                     self.note_outside_use(Vec::new());
                 }
+                // should a reload turn it on, placements wait for its first reading
+                self.inner.lock().reading_due = true;
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
@@ -105,13 +107,16 @@ impl Fleet {
                     let used = used_by_others(&devices, &rows, visible, is_engine);
                     self.note_outside_use(used);
                 }
-                None if !warned => {
-                    warned = true;
-                    tracing::warn!(
-                        "no per-process GPU memory could be read (NVML, nvidia-smi, rocm-smi); keeping the last reading"
-                    );
+                None => {
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(
+                            "no per-process GPU memory could be read (NVML, nvidia-smi, rocm-smi); keeping the last reading"
+                        );
+                    }
+                    // nothing better will come soon: placements waiting for a reading go ahead
+                    self.reading_done();
                 }
-                None => {}
             }
             tokio::time::sleep(every).await;
         }
@@ -131,11 +136,20 @@ impl Fleet {
         self.inner.lock().used_by_others.clone()
     }
 
+    /// Ends the wait of placements for a reading (see `reading_due`), waking them if it was due.
+    pub(super) fn reading_done(&self) {
+        let was_due = std::mem::replace(&mut self.inner.lock().reading_due, false);
+        if was_due {
+            self.inner.touch();
+        }
+    }
+
     /// Records a reading and stops idle instances on devices it leaves over capacity (at every
     /// reading: an instance busy at the last one may be idle now).
-    fn note_outside_use(&self, used: Vec<u64>) {
+    pub(super) fn note_outside_use(&self, used: Vec<u64>) {
         let mut st = self.inner.lock();
-        let changed = st.used_by_others != used;
+        let changed = st.used_by_others != used || st.reading_due;
+        st.reading_due = false;
         for (d, bytes) in used.iter().enumerate() {
             if st.used_by_others.get(d) != Some(bytes) {
                 if let Some(device) = st.config.devices.get(d) {

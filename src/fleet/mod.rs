@@ -95,6 +95,9 @@ pub(crate) struct State {
     picks: u64,
     /// Memory other programs use on each configured device, as nvidia-smi last said.
     used_by_others: Vec<u64>,
+    /// True until the device refresh has read the devices once (since it was last turned on):
+    /// until then `used_by_others` says nothing, and placement waits for the reading.
+    reading_due: bool,
 }
 
 pub(crate) struct Inner {
@@ -140,6 +143,7 @@ impl Fleet {
             next_ticket: 0,
             picks: 0,
             used_by_others: Vec::new(),
+            reading_due: true,
             config,
             catalog,
         };

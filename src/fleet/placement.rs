@@ -71,8 +71,21 @@ impl Fleet {
     }
 }
 
-/// The make-room decision for `id` as the fleet stands.
+/// The make-room decision for `id` as the fleet stands. Before the first reading of what other
+/// programs use on the GPUs, a placement would take their memory for free: it waits for that
+/// reading (which wakes the fleet), unless the model is not placed or could never fit anyway.
 fn room_for(st: &State, id: &str) -> RoomPlan {
+    let plan = plan_for(st, id);
+    let reading_due = st.reading_due && st.config.device_refresh.is_some();
+    match plan {
+        RoomPlan::Unplaced | RoomPlan::NeverFits(_) => plan,
+        _ if reading_due => RoomPlan::Wait,
+        _ => plan,
+    }
+}
+
+/// The make-room decision for `id` on what is known of the devices now.
+fn plan_for(st: &State, id: &str) -> RoomPlan {
     let inst = &st.instances[id];
     let ask = Ask {
         id,
@@ -104,4 +117,49 @@ fn occupants(st: &State, except: Option<&str>) -> Vec<Occupant> {
             last_used: i.last_used,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fleet::testing::{config, fleet_of};
+
+    /// A 24 GiB device read every second, as `devices: auto` sets it up, and a 10 GiB model.
+    fn refreshed_fleet() -> Fleet {
+        let mut c = (*config(
+            "devices:\n  - {name: cuda0, capacity: 24GiB}\nmodels:\n  m:\n    cmd: srv --port ${PORT}\n    memory: 10GiB\n",
+        ))
+        .clone();
+        c.device_refresh = Some(Duration::from_secs(1));
+        fleet_of(Arc::new(c))
+    }
+
+    #[tokio::test]
+    async fn a_placement_waits_for_the_first_device_reading() {
+        let fleet = refreshed_fleet();
+        assert!(matches!(room_for(&fleet.inner.lock(), "m"), RoomPlan::Wait));
+        fleet.note_outside_use(vec![20 << 30]);
+        assert!(matches!(
+            room_for(&fleet.inner.lock(), "m"),
+            RoomPlan::NoRoom(_)
+        ));
+        fleet.note_outside_use(vec![0]);
+        assert!(matches!(
+            room_for(&fleet.inner.lock(), "m"),
+            RoomPlan::Place(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_reading_lets_placements_go_ahead() {
+        let fleet = refreshed_fleet();
+        fleet.reading_done();
+        assert!(matches!(
+            room_for(&fleet.inner.lock(), "m"),
+            RoomPlan::Place(_)
+        ));
+    }
 }

@@ -14,9 +14,14 @@ pub(super) fn config(yaml: &str) -> Arc<crate::config::Config> {
 
 /// A fleet for the config `yaml`, nothing started.
 pub(super) fn fleet(yaml: &str) -> Fleet {
+    fleet_of(config(yaml))
+}
+
+/// A fleet for `config`, nothing started.
+pub(super) fn fleet_of(config: Arc<crate::config::Config>) -> Fleet {
     let spawner = crate::supervisor::Spawner::start(tokio::runtime::Handle::current()).unwrap();
     Fleet::new(
-        config(yaml),
+        config,
         spawner,
         Arc::new(crate::logs::Logs::default()),
         crate::metrics::Metrics::new().fleet.clone(),

@@ -54,6 +54,9 @@ pub struct ProcessSpec {
     /// The engine's base URL (`proxy`).
     pub base: String,
     pub env: Vec<(String, String)>,
+    /// Variables of corral's own environment the process does not inherit: those holding one of
+    /// corral's keys (see [`holding_secrets`]). `env` may still set them.
+    pub withheld: Vec<std::ffi::OsString>,
     pub cmd_stop: Option<Vec<String>>,
     /// Full URL polled for readiness; `None` means ready once spawned.
     pub health_url: Option<http::Uri>,
@@ -64,6 +67,27 @@ pub struct ProcessSpec {
     /// the weights' size, or an explicit `loadTimeout`, is a floor; a plain `healthCheckTimeout`
     /// holds as llama-swap holds it.
     pub extend_on_progress: bool,
+}
+
+/// The names among `vars` (corral's environment) whose value is one of `secrets` (its API keys
+/// and peer keys), a trailing newline aside. Values are compared, not names: `apiKeys:
+/// ["${env.KEY}"]` keeps `KEY` from the engines, and so does any other variable that holds the
+/// same key. An engine that inherited them could read the keys that guard corral.
+pub fn holding_secrets(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    secrets: &[&str],
+) -> Vec<std::ffi::OsString> {
+    let secret = |value: &std::ffi::OsStr| {
+        let value = value.as_encoded_bytes();
+        let trimmed = value.trim_ascii();
+        secrets
+            .iter()
+            .any(|s| !s.is_empty() && (value == s.as_bytes() || trimmed == s.as_bytes()))
+    };
+    vars.into_iter()
+        .filter(|(_, value)| secret(value))
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// The pids listed in `/proc` (none where it cannot be read).
@@ -209,6 +233,7 @@ impl Process {
         }
         let output_from = sinks.model.mark();
         let mut cmd = tokio::process::Command::new(&spec.argv[0]);
+        withhold(&mut cmd, spec);
         cmd.args(&spec.argv[1..])
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env(sweep::MARKER_VAR, marker)
@@ -362,6 +387,7 @@ impl Process {
                     .map(|a| a.replace("${PID}", &self.pid.to_string()))
                     .collect();
                 let mut cmd = tokio::process::Command::new(&argv[0]);
+                withhold(&mut cmd, spec);
                 cmd.args(&argv[1..])
                     .envs(spec.env.iter().map(|(k, v)| (k, v)));
                 match spawner.spawn(cmd).await {
@@ -387,6 +413,14 @@ impl Process {
         }
         signal_group(self.pid, Signal::SIGKILL);
         self.exited().await;
+    }
+}
+
+/// Keeps the variables `spec` withholds out of what `cmd` inherits (before its own `env` is set,
+/// which wins).
+fn withhold(cmd: &mut tokio::process::Command, spec: &ProcessSpec) {
+    for name in &spec.withheld {
+        cmd.env_remove(name);
     }
 }
 
@@ -562,6 +596,20 @@ mod tests {
         );
     }
 
+    #[test]
+    fn variables_holding_a_secret_are_found_by_value() {
+        let vars = [
+            ("KEY", "k-secret"),
+            ("COPY_OF_KEY", "k-secret\n"),
+            ("PEER", "p-secret"),
+            ("OTHER", "k-secret-not"),
+            ("EMPTY", ""),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let names = holding_secrets(vars, &["k-secret", "p-secret", ""]);
+        assert_eq!(names, ["KEY", "COPY_OF_KEY", "PEER"]);
+    }
+
     /// A process `m` running `argv`, served at `base`, with no health check.
     fn spec(argv: &[&str], base: &str) -> ProcessSpec {
         ProcessSpec {
@@ -569,6 +617,7 @@ mod tests {
             argv: argv.iter().map(|a| a.to_string()).collect(),
             base: base.into(),
             env: vec![],
+            withheld: vec![],
             cmd_stop: None,
             health_url: None,
             load_timeout: Duration::from_secs(1),
