@@ -3,9 +3,12 @@
 validates every resource against the Kubernetes schemas (kubernetes-validate, strict) or, for the
 custom resources, against deploy/schemas/, checks what corral's pods rely on (probes, drain time,
 non-root, the picker's label, the pool's selector and port, a config the picker can read, a route
-that waits out a load), and lints the Dockerfile with hadolint.
+that waits out a load), that they are safe as shipped (API keys from a Secret, no captures, a
+NetworkPolicy, a route to the model routes alone, /metrics readable by whoever scrapes it), and
+lints the Dockerfile with hadolint.
 
-Usage: check-manifests.py [--kubernetes-version X.Y.Z]. Prints one line per problem; exit 1 if any.
+Usage: check-manifests.py [--kubernetes-version X.Y.Z] [--overlay DIR ...]. With --overlay, checks
+those kustomizations alone (and not the Dockerfile). Prints one line per problem; exit 1 if any.
 """
 
 import argparse
@@ -24,6 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 DRAIN_SECONDS = 30  # corral's drain bound after SIGTERM
 PORT = 8080
+PORT_NAME = "http"
+# The model routes (src/api/inference.rs): whole path segments under these prefixes, and these
+# paths. The rest (management, /logs, /upstream, /metrics, /ui) must not be routed by a gateway.
+MODEL_PREFIXES = ("/v1", "/v", "/sdapi", "/audioapi")
+MODEL_PATHS = ("/completion", "/infill", "/rerank", "/reranking", "/props")
+ENV_REFERENCE = re.compile(r"^\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
 def render(overlay: Path) -> list:
@@ -114,16 +123,16 @@ def corral_config(docs: list) -> dict:
 
 
 def gateway_problems(docs: list) -> list:
-    """Behind an InferencePool, the picker must be able to read each pod's gauges, and the route
-    must wait out a model's load."""
+    """Behind an InferencePool, the picker must be able to read each pod's gauges (without a key),
+    and the route must wait out a model's load."""
     if not any(d["kind"] == "InferencePool" for d in docs):
         return []
     config = corral_config(docs)
     problems = []
     if config.get("vllmMetricNames") is not True:
         problems.append("the config of pods in an InferencePool must set vllmMetricNames: true (a stock endpoint picker reads vLLM's names)")
-    if config.get("apiKeys"):
-        problems.append("the config of pods in an InferencePool must set no apiKeys (the endpoint picker sends no key, so /metrics would answer 401)")
+    if config.get("openMetrics") is not True:
+        problems.append("the config of pods in an InferencePool must set openMetrics: true (the endpoint picker sends no key, so /metrics would answer 401)")
     load = config.get("healthCheckTimeout", 120)
     for route in (d for d in docs if d["kind"] == "HTTPRoute"):
         for i, rule in enumerate(route["spec"].get("rules", [])):
@@ -138,6 +147,181 @@ def gateway_problems(docs: list) -> list:
     return problems
 
 
+def corral_container(docs: list) -> dict:
+    """The corral container of the overlay's StatefulSet ({} when there is none)."""
+    for sts in (d for d in docs if d["kind"] == "StatefulSet"):
+        for container in sts["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "corral":
+                return container
+    return {}
+
+
+def key_text(entry) -> str:
+    """An apiKeys entry's key: the entry itself, or its `key` field."""
+    return str(entry.get("key", "")) if isinstance(entry, dict) else str(entry)
+
+
+def secret_refs(docs: list) -> dict:
+    """The corral container's variables set from a Secret: name -> (secret, key)."""
+    refs = {}
+    for var in corral_container(docs).get("env", []):
+        ref = var.get("valueFrom", {}).get("secretKeyRef")
+        if ref:
+            refs[var["name"]] = (ref.get("name"), ref.get("key"))
+    return refs
+
+
+def key_problems(docs: list) -> list:
+    """Every route but /health needs a key, and the keys live in a Secret created in the cluster:
+    the config names them as `${env.NAME}`, and the pod sets NAME from that Secret."""
+    keys = corral_config(docs).get("apiKeys")
+    if not isinstance(keys, list) or not keys:
+        return ["the config must set apiKeys (without keys every route is open to whoever reaches the pod)"]
+    refs = secret_refs(docs)
+    rendered = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    problems = []
+    for i, entry in enumerate(keys):
+        reference = ENV_REFERENCE.match(key_text(entry))
+        if reference is None:
+            problems.append(f"apiKeys[{i}] must be ${{env.NAME}}, set from a Secret (no key in the config)")
+        elif reference.group(1) not in refs:
+            problems.append(f"apiKeys[{i}]: the corral container must set {reference.group(1)} from a Secret (env valueFrom.secretKeyRef)")
+        elif refs[reference.group(1)][0] in rendered:
+            problems.append(f"apiKeys[{i}]: the Secret {refs[reference.group(1)][0]} must be created in the cluster, not shipped in these files")
+    return problems
+
+
+def scope(entry) -> str:
+    """An apiKeys entry's scope: a plain string is an admin key."""
+    return entry.get("scope", "admin") if isinstance(entry, dict) else "admin"
+
+
+def scrape_problems(docs: list) -> list:
+    """Prometheus must be able to read /metrics: the config leaves it open (openMetrics), or the
+    PodMonitor sends the Secret's value of a key of scope metrics."""
+    config = corral_config(docs)
+    if config.get("openMetrics") is True:
+        return []
+    refs = secret_refs(docs)
+    metrics_keys = set()
+    for entry in config.get("apiKeys") or []:
+        reference = ENV_REFERENCE.match(key_text(entry))
+        if scope(entry) == "metrics" and reference and reference.group(1) in refs:
+            metrics_keys.add(refs[reference.group(1)])
+    problems = []
+    for monitor in (d for d in docs if d["kind"] == "PodMonitor"):
+        for i, endpoint in enumerate(monitor["spec"]["podMetricsEndpoints"]):
+            credentials = endpoint.get("authorization", {}).get("credentials", {})
+            if (credentials.get("name"), credentials.get("key")) not in metrics_keys:
+                problems.append(
+                    f"PodMonitor {monitor['metadata']['name']} endpoint {i}: /metrics needs a key here: set openMetrics: true "
+                    "in the config, or authorization.credentials to the Secret value of a key of scope metrics"
+                )
+    return problems
+
+
+def capture_problems(docs: list) -> list:
+    """Captures keep the latest prompts and answers in memory for /api/captures: off as shipped."""
+    value = corral_config(docs).get("captureBuffer")
+    if value != 0 or isinstance(value, bool):
+        shown = "unset" if value is None else repr(value)
+        return [f"the config must set captureBuffer: 0, not {shown} (captures keep prompts and answers; the default keeps 5 MB)"]
+    return []
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """Whether a label selector (matchLabels and matchExpressions) selects these labels."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    tests = {
+        "In": lambda e: labels.get(e["key"]) in e.get("values", []),
+        "NotIn": lambda e: labels.get(e["key"]) not in e.get("values", []),
+        "Exists": lambda e: e["key"] in labels,
+        "DoesNotExist": lambda e: e["key"] not in labels,
+    }
+    return all(tests[e["operator"]](e) for e in selector.get("matchExpressions", []))
+
+
+def selects_all(selector) -> bool:
+    """Whether a selector is present and selects everything (`{}`, or empty lists of labels)."""
+    return selector is not None and not selector.get("matchLabels") and not selector.get("matchExpressions")
+
+
+def open_peer(peer: dict) -> str:
+    """Why a NetworkPolicy peer admits too much, or "" when it names who it admits."""
+    cidr = peer.get("ipBlock", {}).get("cidr", "")
+    if cidr.endswith("/0"):
+        return f"ipBlock {cidr} admits every address"
+    if "ipBlock" in peer:
+        return ""
+    pods, namespaces = peer.get("podSelector"), peer.get("namespaceSelector")
+    if selects_all(namespaces) and (pods is None or selects_all(pods)):
+        return "namespaceSelector {} admits every pod of every namespace"
+    if selects_all(pods) and namespaces is None:
+        return "podSelector {} admits every pod of the namespace"
+    return ""
+
+
+def ingress_rule_problems(rule: dict) -> list:
+    """An ingress rule must name its sources and admit corral's serving port alone."""
+    problems = []
+    ports = rule.get("ports", [])
+    if not ports or any(p.get("port") not in (PORT, PORT_NAME) or "endPort" in p for p in ports):
+        problems.append(f"must admit port {PORT} ({PORT_NAME}) alone, not {ports or 'every port'}")
+    if not rule.get("from"):
+        problems.append("admits every source (no `from`)")
+    problems += [why for why in map(open_peer, rule.get("from", [])) if why]
+    return problems
+
+
+def network_problems(docs: list) -> list:
+    """Ingress to the corral pods is limited to named sources on the serving port: without a
+    NetworkPolicy every pod in the cluster reaches /health, /metrics and each route's 401."""
+    pods = [d["spec"]["template"]["metadata"].get("labels", {}) for d in docs if d["kind"] == "StatefulSet"]
+    policies = [
+        d for d in docs
+        if d["kind"] == "NetworkPolicy"
+        and "Ingress" in d["spec"].get("policyTypes", ["Ingress"])
+        and any(selects(d["spec"].get("podSelector", {}), labels) for labels in pods)
+    ]
+    if not policies:
+        return ["no NetworkPolicy limits ingress to the corral pods (every pod in the cluster reaches them)"]
+    problems = []
+    for policy in policies:
+        for i, rule in enumerate(policy["spec"].get("ingress", [])):
+            where = f"NetworkPolicy {policy['metadata']['name']} ingress {i}"
+            problems += [f"{where}: {p}" for p in ingress_rule_problems(rule)]
+    return problems
+
+
+def path_problem(match: dict) -> str:
+    """Why an HTTPRoute match reaches more than the model routes, or "" when it does not."""
+    path = match.get("path")
+    if path is None:
+        return "a match without a path routes every path (PathPrefix /)"
+    kind, value = path.get("type", "PathPrefix"), path.get("value", "/")
+    if kind == "PathPrefix" and value.rstrip("/") in MODEL_PREFIXES + MODEL_PATHS:
+        return ""
+    if kind == "Exact" and (value in MODEL_PATHS or any(value.startswith(p + "/") for p in MODEL_PREFIXES)):
+        return ""
+    allowed = ", ".join(MODEL_PREFIXES + MODEL_PATHS)
+    return f"{kind} {value} is not a model route (route only {allowed}: Exact or PathPrefix)"
+
+
+def route_problems(docs: list) -> list:
+    """An HTTPRoute sends the model routes alone to corral: the management routes, /logs and
+    /upstream stay off the gateway."""
+    problems = []
+    for route in (d for d in docs if d["kind"] == "HTTPRoute"):
+        for i, rule in enumerate(route["spec"].get("rules", [])):
+            where = f"HTTPRoute {route['metadata']['name']} rule {i}"
+            matches = rule.get("matches", [])
+            if not matches:
+                problems.append(f"{where}: a rule without matches routes every path (route only the model routes)")
+            problems += [f"{where}: {why}" for why in map(path_problem, matches) if why]
+    return problems
+
+
 def check_overlay(overlay: Path, version: str) -> list:
     docs = render(overlay)
     problems = []
@@ -148,9 +332,15 @@ def check_overlay(overlay: Path, version: str) -> list:
             problems += [f"{where}: {p}" for p in pod_problems(doc)]
     problems += pool_problems(docs)
     problems += gateway_problems(docs)
+    problems += key_problems(docs)
+    problems += scrape_problems(docs)
+    problems += capture_problems(docs)
+    problems += network_problems(docs)
+    problems += route_problems(docs)
     if not any(d["kind"] == "StatefulSet" for d in docs):
         problems.append("renders no corral StatefulSet")
-    return [f"{overlay.relative_to(ROOT)}: {p}" for p in problems]
+    where = overlay.relative_to(ROOT) if overlay.is_relative_to(ROOT) else overlay
+    return [f"{where}: {p}" for p in problems]
 
 
 def lint_dockerfile() -> list:
@@ -162,9 +352,13 @@ def lint_dockerfile() -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubernetes-version", default=kubernetes_validate.utils.latest_version())
+    parser.add_argument("--overlay", action="append", type=Path, help="check this kustomization alone (repeatable)")
     args = parser.parse_args()
-    overlays = sorted(p for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
-    problems = lint_dockerfile()
+    if args.overlay:
+        overlays, problems = [p.resolve() for p in args.overlay], []
+    else:
+        overlays = sorted(p for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
+        problems = lint_dockerfile()
     for overlay in overlays:
         problems += check_overlay(overlay, args.kubernetes_version)
     for p in problems:
