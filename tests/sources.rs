@@ -983,4 +983,268 @@ async fn s3_objects_download_resume_and_refuse_wrong_keys() {
     assert!(matches!(e, FetchError::Checksum { .. }), "{e}");
     let got = f.fetch(&source, &want(sha256(&data))).await.unwrap();
     assert_eq!(std::fs::read(&got.model).unwrap(), data);
+
+    // and a cached object that no longer matches it is refused, and left as it is
+    let mut tampered = data.to_vec();
+    tampered[5] ^= 1;
+    std::fs::write(&got.model, &tampered).unwrap();
+    let again = s3_fetcher(fresh.path(), &server, &server.key, &server.secret);
+    assert!(again.cached(&source, &want(sha256(&data))).is_none());
+    let e = again
+        .fetch(&source, &want(sha256(&data)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, FetchError::Tampered { .. }), "{e}");
+    assert_eq!(std::fs::read(&got.model).unwrap(), tampered);
+}
+
+/// A server that answers every request for a file with a chunked body (no declared length): the
+/// first `cut` answers end early and close the connection, the first inside a chunk, the others
+/// after a whole chunk and before the last; the answers after them send the file whole.
+async fn chunked_server(
+    data: bytes::Bytes,
+    cut: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/c.gguf", listener.local_addr().unwrap());
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let data = data.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => head.extend_from_slice(&buf[..k]),
+                    }
+                }
+                let half = data.len() / 2;
+                let mut out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+                match n {
+                    0 if cut > 0 => {
+                        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                        out.extend_from_slice(&data[..half]);
+                    }
+                    n if n < cut => {
+                        out.extend_from_slice(format!("{half:x}\r\n").as_bytes());
+                        out.extend_from_slice(&data[..half]);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    _ => {
+                        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                        out.extend_from_slice(&data);
+                        out.extend_from_slice(b"\r\n0\r\n\r\n");
+                    }
+                }
+                let _ = tcp.write_all(&out).await;
+                let _ = tcp.shutdown().await;
+            });
+        }
+    });
+    (url, served)
+}
+
+/// A chunked answer (no declared length) that ends early, inside a chunk or before the last one,
+/// is not kept as the whole file: it is fetched again.
+#[tokio::test]
+async fn a_chunked_answer_cut_short_is_not_kept_as_complete() {
+    let data = bytes(41, 40_000);
+    let (url, served) = chunked_server(data.clone(), 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fetcher(&[("CORRAL_CACHE", dir.path().display().to_string())]);
+    let got = f.fetch(&Source::Url(url), &FILE).await.unwrap();
+    assert_eq!(std::fs::read(&got.model).unwrap(), data);
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// An answer that goes on past the size the Hub's listing gives (chunked, so no length says when
+/// it ends) is stopped there, with an error: a server cannot fill the disk, and no part longer
+/// than the file is kept.
+#[tokio::test]
+async fn a_download_longer_than_its_listing_stops_at_the_listed_size() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let data = file_named(&files, "Tiny-Q4_K_M.gguf").data.clone();
+    let cdn = format!("/cdn/{}", sha256(&data));
+    hub.state
+        .lock()
+        .unwrap()
+        .overlong
+        .insert(cdn.clone(), 1 << 20);
+    let e = local(&hub, dir.path())
+        .fetch(&src("hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf"), &FILE)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("more than the 200000 bytes"), "{e}");
+    assert_eq!(hub.hits(&cdn), 1, "stopped, not tried again");
+    let blobs = dir.path().join("hf/models--org--tiny-GGUF/blobs");
+    for entry in std::fs::read_dir(&blobs).unwrap() {
+        let entry = entry.unwrap();
+        assert!(entry.metadata().unwrap().len() <= 200_000, "{entry:?}");
+    }
+    assert!(leftovers(dir.path()).is_empty());
+}
+
+/// A link planted in a shared cache where corral keeps a file's part (here to a file of the
+/// user's) is refused, naming it, and the file it points at is left untouched; so is a blobs
+/// folder that is a link.
+#[tokio::test]
+async fn a_link_planted_in_the_cache_is_refused_and_its_target_untouched() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let data = file_named(&files, "Tiny-Q4_K_M.gguf").data.clone();
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "precious").unwrap();
+    let blobs = dir.path().join("hf/models--org--tiny-GGUF/blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let part = blobs.join(format!("{}.incomplete", sha256(&data)));
+    std::os::unix::fs::symlink(&victim, &part).unwrap();
+    let source = src("hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf");
+    let e = local(&hub, dir.path())
+        .fetch(&source, &FILE)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&part.display().to_string()) && e.contains("symbolic link"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+
+    // the blobs folder itself a link to a folder of the user's
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::remove_file(&part).unwrap();
+    std::fs::remove_dir(&blobs).unwrap();
+    std::os::unix::fs::symlink(&theirs, &blobs).unwrap();
+    let e = local(&hub, dir.path())
+        .fetch(&source, &FILE)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("blobs is a symbolic link"), "{e}");
+    assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
+}
+
+/// A blob found in a store whose content does not match the digest it is named by is refused,
+/// naming the file and both digests, and left where it is; one that matches is checked once.
+#[tokio::test]
+async fn a_tampered_blob_in_a_store_is_refused() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let model = bytes(14, 40_000);
+    let manifest = hub.add_ollama("library/tiny/q4", &[(MODEL, model.clone())]);
+    let store = dir.path().join("ollama");
+    let mdir = store.join("manifests/registry.ollama.ai/library/tiny");
+    std::fs::create_dir_all(&mdir).unwrap();
+    std::fs::write(mdir.join("q4"), manifest).unwrap();
+    std::fs::create_dir_all(store.join("blobs")).unwrap();
+    let blob = store.join(format!("blobs/sha256-{}", sha256(&model)));
+    let mut tampered = model.to_vec();
+    tampered[1_000] ^= 1;
+    std::fs::write(&blob, &tampered).unwrap();
+    let f = local(&hub, dir.path());
+    let source = src("ollama://tiny:q4");
+    assert!(
+        f.cached(&source, &FILE).is_none(),
+        "not used before it is checked"
+    );
+    let e = f.fetch(&source, &FILE).await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, FetchError::Tampered { .. }), "{text}");
+    assert!(
+        text.contains(&blob.display().to_string())
+            && text.contains(&sha256(&model))
+            && text.contains(&sha256(&tampered)),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(&blob).unwrap(), tampered, "left as it is");
+
+    std::fs::write(&blob, &model).unwrap();
+    assert_eq!(f.fetch(&source, &FILE).await.unwrap().model, blob);
+    assert!(
+        f.cached(&source, &FILE).is_some(),
+        "checked once, remembered"
+    );
+    assert_eq!(hub.total_hits(), 0);
+}
+
+/// A Hub blob already in the cache that does not match its name is refused too, whether the
+/// snapshot's link names it or a fresh listing does.
+#[tokio::test]
+async fn a_tampered_hub_blob_is_refused() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let files = gguf_repo(&hub);
+    let source = src("hf://org/tiny-GGUF/Tiny-Q4_K_M.gguf");
+    let got = local(&hub, dir.path()).fetch(&source, &FILE).await.unwrap();
+    let data = file_named(&files, "Tiny-Q4_K_M.gguf").data.clone();
+    let blob = dir
+        .path()
+        .join("hf/models--org--tiny-GGUF/blobs")
+        .join(sha256(&data));
+    let mut tampered = data.to_vec();
+    tampered[7] ^= 1;
+    std::fs::write(&blob, &tampered).unwrap();
+    let f = local(&hub, dir.path());
+    assert!(f.cached(&source, &FILE).is_none());
+    let e = f.fetch(&source, &FILE).await.unwrap_err();
+    assert!(matches!(e, FetchError::Tampered { .. }), "{e}");
+    // with no ref, the listing names the blob, and the download finds it in place
+    std::fs::remove_file(dir.path().join("hf/models--org--tiny-GGUF/refs/main")).unwrap();
+    std::fs::remove_file(&got.model).unwrap();
+    let e = f.fetch(&source, &FILE).await.unwrap_err();
+    assert!(matches!(e, FetchError::Tampered { .. }), "{e}");
+    assert_eq!(std::fs::read(&blob).unwrap(), tampered);
+}
+
+/// An Ollama manifest past the bound on JSON answers is refused rather than read whole.
+#[tokio::test]
+async fn an_answer_past_the_json_bound_is_refused() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    let model = bytes(15, 10_000);
+    let manifest = hub.add_ollama("library/big/latest", &[(MODEL, model)]);
+    // still a valid manifest, padded past 8 MiB
+    let padded = format!("{}{}", " ".repeat(9 << 20), manifest);
+    let key = "library/big/latest".to_string();
+    hub.state.lock().unwrap().manifests.insert(key, padded);
+    let e = local(&hub, dir.path())
+        .fetch(&src("ollama://big"), &FILE)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the registry's manifest is over 8388608 bytes"),
+        "{e}"
+    );
+    assert!(!dir.path().join("ollama/manifests").exists());
+}
+
+/// Links that loop in a snapshot (as anyone who can write a shared cache may leave) do not make
+/// the walk over it endless: they are refused, named.
+#[tokio::test]
+async fn links_that_loop_in_a_snapshot_are_refused() {
+    let (hub, dir) = (Hub::start().await, tempfile::tempdir().unwrap());
+    gguf_repo(&hub);
+    let source = src("hf://org/tiny-GGUF:Q4_K_M");
+    let f = local(&hub, dir.path());
+    let got = f.fetch(&source, &FILE).await.unwrap();
+    let snapshot = got.model.parent().unwrap().to_path_buf();
+    for name in ["a", "b"] {
+        std::os::unix::fs::symlink(".", snapshot.join(name)).unwrap();
+    }
+    let (done, answer) = std::sync::mpsc::channel();
+    let (f2, source2) = (local(&hub, dir.path()), source.clone());
+    std::thread::spawn(move || done.send(f2.cached(&source2, &FILE)));
+    let found = answer
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the walk ends");
+    assert!(found.is_none());
+    let e = f.fetch(&source, &FILE).await.unwrap_err().to_string();
+    let named = |link: &str| e.contains(&format!("{}/{link} links to .", snapshot.display()));
+    assert!(named("a") || named("b"), "{e}");
 }

@@ -1,18 +1,23 @@
 //! One file's download: streamed to `<dest>.incomplete` beside its destination (the suffix the
 //! Hub's own client uses, so either side resumes the other's part), resumed with a range request
-//! after a dropped connection, digested while it streams, and renamed into place only once whole
-//! and verified.
+//! after a dropped connection, digested while it streams, stopped the moment it passes the size
+//! the source gave, and renamed into place only once whole and verified. The cache may be shared
+//! with other users: no folder, part or lock file there is used through a link (see `cache_fs`),
+//! and a file found already in place is checked against its digest before it is used.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::io::AsyncWriteExt;
 
+use super::cache_fs;
 use super::progress::Reporter;
 use super::transport::{Failure, Transport};
+use super::verified::Ledger;
 use super::verify::{Hasher, Verify};
 use super::{disk, FetchError};
 
@@ -30,6 +35,8 @@ pub(crate) struct Job {
     pub scheme: &'static str,
     /// The file's name within the source, for progress and errors.
     pub file: String,
+    /// The cache `dest` lies in, as configured: the folders below it are never links.
+    pub root: PathBuf,
     pub dest: PathBuf,
     pub size: Option<u64>,
     pub verify: Verify,
@@ -43,42 +50,42 @@ pub(crate) fn partial(dest: &Path) -> PathBuf {
     dest.with_file_name(name)
 }
 
-/// Writes a small file whole or not at all (a reader never sees half a manifest or ref).
-pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let tmp = unique_beside(path);
-    std::fs::write(&tmp, data)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// A name beside `path` no other writer uses, for a file that is then renamed over `path`: the
-/// requests that waited on one download all write its manifests and links at once, from threads
-/// of their own (and another corral, or `corral pull`, may write the same cache).
-pub(crate) fn unique_beside(path: &Path) -> std::path::PathBuf {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut tmp = path.as_os_str().to_os_string();
-    tmp.push(format!(".corral-tmp.{}.{n}", std::process::id()));
-    tmp.into()
-}
-
-/// Bytes of `dest` already held in its partial file.
+/// Bytes of `dest` already held in its partial file (none when that is not a plain file).
 pub(crate) fn held(dest: &Path) -> u64 {
-    std::fs::metadata(partial(dest)).map_or(0, |m| m.len())
+    std::fs::symlink_metadata(partial(dest))
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len())
 }
 
-/// Downloads `job.dest` and returns its size.
-pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchError> {
+/// The bytes of `part` already held: none when there is no part, an error naming it when it is a
+/// link (whose target a resume would write to) or not a plain file.
+fn held_part(part: &Path) -> std::io::Result<u64> {
+    match std::fs::symlink_metadata(part) {
+        Ok(m) if m.file_type().is_symlink() => Err(cache_fs::linked(part)),
+        Ok(m) if !m.is_file() => Err(std::io::Error::other("not a plain file; remove it")),
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Downloads `job.dest` and returns its size; a file already there is checked against the job's
+/// digest instead (`ledger` remembers the files checked).
+pub(crate) async fn run(
+    job: &Job,
+    report: &mut Reporter,
+    ledger: &Arc<Ledger>,
+) -> Result<u64, FetchError> {
     let part = partial(&job.dest);
     let dir = job.dest.parent().unwrap_or(Path::new("."));
-    tokio::fs::create_dir_all(dir)
-        .await
-        .map_err(|e| FetchError::io(&job.src, dir, e))?;
+    cache_fs::make_dirs(&job.root, dir).map_err(|e| FetchError::io(&job.src, dir, e))?;
     // one download of a file at a time across processes too (another corral, `corral pull`,
     // the Hub's own client): whoever waited finds the file whole
     let _lock = lock(job).await?;
-    if let Ok(meta) = std::fs::metadata(&job.dest) {
+    if let Some(size) = in_place(job, ledger).await? {
         report.finish();
-        return Ok(meta.len());
+        return Ok(size);
     }
     let mut retries = Retries::default();
     let mut state = Digest::new(job);
@@ -87,8 +94,8 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
         retries.pause(job).await?;
         let before = state.at;
         match attempt(job, &part, dir, &mut state, &mut version, report).await? {
-            Attempt::Whole => return finish(job, &part, state, report).await,
-            Attempt::Held => match finish(job, &part, state, report).await {
+            Attempt::Whole => return finish(job, &part, state, report, ledger).await,
+            Attempt::Held => match finish(job, &part, state, report, ledger).await {
                 // not the file after all (another tool's part, say): it is gone, fetch it whole
                 Err(FetchError::Checksum { .. }) => state = Digest::new(job),
                 done => return done,
@@ -97,6 +104,24 @@ pub(crate) async fn run(job: &Job, report: &mut Reporter) -> Result<u64, FetchEr
             Attempt::Again => {}
         }
     }
+}
+
+/// The size of `job.dest` when it is in place already and matches the job's digest; `None` when
+/// it is missing. A link or a file that does not match is an error that leaves it as it is.
+async fn in_place(job: &Job, ledger: &Arc<Ledger>) -> Result<Option<u64>, FetchError> {
+    let meta = match std::fs::symlink_metadata(&job.dest) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(FetchError::io(&job.src, &job.dest, e)),
+    };
+    if meta.file_type().is_symlink() {
+        let e = cache_fs::linked(&job.dest);
+        return Err(FetchError::io(&job.src, &job.dest, e));
+    }
+    ledger
+        .check_async(&job.src, &job.file, &job.dest, &job.verify)
+        .await?;
+    Ok(Some(meta.len()))
 }
 
 /// Where the lock on downloading `dest` lies: for a Hub blob the lock file the Hub's own client
@@ -128,14 +153,10 @@ fn lock_path(dest: &Path) -> PathBuf {
 /// holds it; it is let go when the file is dropped, and by the kernel if the process dies.
 async fn lock(job: &Job) -> Result<Flock<std::fs::File>, FetchError> {
     let path = lock_path(&job.dest);
-    let at = path.clone();
+    let (root, at) = (job.root.clone(), path.clone());
     let taken = tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(at.parent().unwrap_or(Path::new(".")))?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&at)?;
+        cache_fs::make_dirs(&root, at.parent().unwrap_or(Path::new(".")))?;
+        let file = cache_fs::open_lock(&at)?;
         Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))
     });
     match taken.await {
@@ -166,7 +187,7 @@ async fn attempt(
     version: &mut Option<String>,
     report: &mut Reporter,
 ) -> Result<Attempt, FetchError> {
-    let mut have = std::fs::metadata(part).map_or(0, |m| m.len());
+    let mut have = held_part(part).map_err(|e| FetchError::io(&job.src, part, e))?;
     if job.size.is_some_and(|s| have > s) {
         // longer than the file: not a part of it; tried again once it is gone (and an error,
         // not another try at once, when it cannot go)
@@ -175,7 +196,7 @@ async fn attempt(
         return Ok(Attempt::Again);
     }
     if have > 0 && version.is_none() {
-        *version = std::fs::read_to_string(version_file(part)).ok();
+        *version = read_version(part);
         if version.is_none() && !job.verify.is_digest() {
             // which version of the file it holds is not known, and no digest would tell a
             // part of one version followed by the rest of another: it cannot be resumed
@@ -228,7 +249,7 @@ async fn attempt(
     }
     state.rewind(job, part, opened.start).await?;
     report.restart(opened.start, total);
-    match stream_into(job, part, opened, state, report).await {
+    match stream_into(job, part, opened, total, state, report).await {
         Ok(()) => {}
         Err(Step::Retry(why)) => return Ok(Attempt::Failed(why)),
         Err(Step::Fatal(e)) => return Err(e),
@@ -318,7 +339,7 @@ impl Digest {
 
     /// Digests the first `len` bytes of `path`.
     fn read_from(&mut self, path: &Path, len: u64) -> std::io::Result<()> {
-        let file = std::fs::File::open(path)?;
+        let file = cache_fs::open_existing(path, false)?;
         let mut reader = std::io::BufReader::new(file.take(len));
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -337,21 +358,24 @@ enum Step {
     Fatal(FetchError),
 }
 
+/// Streams the answer into the part from `opened.start`, stopping with an error the moment it
+/// passes `total`, the size the source gave: more is not the file, and would fill the disk.
 async fn stream_into(
     job: &Job,
     part: &Path,
     opened: super::transport::Opened,
+    total: Option<u64>,
     state: &mut Digest,
     report: &mut Reporter,
 ) -> Result<(), Step> {
     let io = |e| Step::Fatal(FetchError::io(&job.src, part, e));
-    let file = tokio::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(part)
-        .await
-        .map_err(io)?;
+    // a fresh part is a new file (the old one was removed), never a link's target; a resumed
+    // one is the file that is there, never through a link
+    let file = match opened.start {
+        0 => cache_fs::create_new(part),
+        _ => cache_fs::open_existing(part, true),
+    };
+    let file = tokio::fs::File::from_std(file.map_err(io)?);
     file.set_len(opened.start).await.map_err(io)?;
     let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
     tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(opened.start))
@@ -362,6 +386,10 @@ async fn stream_into(
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(data) => {
+                if let Some(t) = total.filter(|&t| state.at + data.len() as u64 > t) {
+                    remove_partial(part);
+                    return Err(Step::Fatal(too_long(job, t)));
+                }
                 file.write_all(&data).await.map_err(io)?;
                 state.hasher.update(&data);
                 state.at += data.len() as u64;
@@ -378,11 +406,24 @@ async fn stream_into(
     outcome
 }
 
+/// The error for an answer that goes on past the `size` its source gave.
+fn too_long(job: &Job, size: u64) -> FetchError {
+    FetchError::invalid(
+        &job.src,
+        format!(
+            "{}: the server sent more than the {size} bytes the file has; the download was \
+             stopped there and its part removed",
+            job.file
+        ),
+    )
+}
+
 async fn finish(
     job: &Job,
     part: &Path,
     state: Digest,
     report: &mut Reporter,
+    ledger: &Ledger,
 ) -> Result<u64, FetchError> {
     if let Err((mut expected, got)) = state.hasher.check(&job.verify) {
         remove_partial(part);
@@ -403,6 +444,8 @@ async fn finish(
         .await
         .map_err(|e| FetchError::io(&job.src, &job.dest, e))?;
     let _ = std::fs::remove_file(version_file(part));
+    // checked as it streamed: not read again before its first use
+    ledger.record(&job.dest, &job.verify);
     report.finish();
     Ok(state.at)
 }
@@ -421,11 +464,18 @@ fn version_file(part: &Path) -> PathBuf {
     name.into()
 }
 
+/// The version a partial file was recorded to hold: a short line, never read through a link
+/// (it goes to the server with the resume).
+fn read_version(part: &Path) -> Option<String> {
+    let data = cache_fs::read_at_most(&version_file(part), 1024).ok()?;
+    String::from_utf8(data).ok()
+}
+
 /// Records (or, when the source names none, forgets) the version a partial file holds.
 fn record_version(part: &Path, version: Option<&str>) {
     let file = version_file(part);
     let _ = match version {
-        Some(v) => write_atomic(&file, v.as_bytes()),
+        Some(v) => cache_fs::write_atomic(&file, v.as_bytes()),
         None => std::fs::remove_file(&file),
     };
 }

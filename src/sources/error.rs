@@ -39,6 +39,17 @@ pub enum FetchError {
         got: String,
     },
     #[error(
+        "{src}: {path} ({file}) in the cache does not match its digest: expected {expected}, got \
+         {got}; it was left as it is: find out what changed it, then delete it to fetch it again"
+    )]
+    Tampered {
+        src: String,
+        file: String,
+        path: String,
+        expected: String,
+        got: String,
+    },
+    #[error(
         "{src}: not enough free disk in {dir}: need {need} bytes more, {free} free; free space \
          there or point the cache elsewhere"
     )]
@@ -72,9 +83,15 @@ fn list_or_none(items: &[String]) -> String {
 impl FetchError {
     /// An I/O error on a local file, with the file named.
     pub(crate) fn io(source: &str, what: &std::path::Path, e: std::io::Error) -> FetchError {
+        let (what, e) = (what.display().to_string(), e.to_string());
         FetchError::Io {
             src: source.to_string(),
-            detail: format!("{}: {e}", what.display()),
+            // an error that names the file already is not told twice
+            detail: if e.starts_with(&what) {
+                e
+            } else {
+                format!("{what}: {e}")
+            },
         }
     }
 

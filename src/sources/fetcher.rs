@@ -12,6 +12,8 @@ use tokio::sync::broadcast;
 
 use super::download::{self, Job};
 use super::progress::{Board, Joined, Progress, Reporter};
+use super::verified::Ledger;
+use super::verify::Verify;
 use super::{hf, ollama, remote, FetchError, Fetched, Source, Want};
 
 type Flight = Shared<BoxFuture<'static, Result<u64, FetchError>>>;
@@ -33,8 +35,35 @@ pub(crate) struct Inner {
     /// `AWS_*` settings, read once.
     pub aws: Vec<(String, String)>,
     pub board: Arc<Board>,
+    /// The files of the caches found to match their digest (in corral's cache, `verified/`).
+    pub ledger: Arc<Ledger>,
     /// Downloads under way, by destination, with the other sources that joined each.
     flights: Mutex<HashMap<PathBuf, (Flight, Joined)>>,
+}
+
+/// What the caches hold complete for a source: where it lies, and the files in it whose digest is
+/// known, to check before their first use.
+pub(crate) struct Found {
+    pub fetched: Fetched,
+    pub checks: Vec<Check>,
+}
+
+/// A file to check against its digest.
+pub(crate) struct Check {
+    /// Its name within the source, for errors.
+    pub file: String,
+    pub path: PathBuf,
+    pub verify: Verify,
+}
+
+impl Found {
+    /// A file of a source whose content cannot be checked (a path, a URL without `sha256:`).
+    pub(crate) fn unchecked(fetched: Fetched) -> Found {
+        Found {
+            fetched,
+            checks: Vec::new(),
+        }
+    }
 }
 
 /// The first set variable of `names`, non-empty.
@@ -66,6 +95,8 @@ impl Fetcher {
             .iter()
             .filter_map(|n| env(n).map(|v| (n.to_string(), v)))
             .collect();
+        let corral_root =
+            first(env, &["CORRAL_CACHE"]).map_or(xdg.join("corral/models"), PathBuf::from);
         Fetcher {
             inner: Arc::new(Inner {
                 client,
@@ -82,8 +113,8 @@ impl Fetcher {
                     .map_or(home.join(".ollama/models"), PathBuf::from),
                 ollama_registry: first(env, &["OLLAMA_REGISTRY"])
                     .map(|r| r.trim_end_matches('/').to_string()),
-                corral_root: first(env, &["CORRAL_CACHE"])
-                    .map_or(xdg.join("corral/models"), PathBuf::from),
+                ledger: Arc::new(Ledger::new(corral_root.join("verified"))),
+                corral_root,
                 aws,
                 board: Arc::new(Board::new()),
                 flights: Mutex::default(),
@@ -92,11 +123,19 @@ impl Fetcher {
     }
 
     /// Downloads what is missing (one download per file however many callers wait on it),
-    /// verifies it, and returns where it lies. What the caches hold complete is used as is,
-    /// without asking the network.
+    /// verifies it, and returns where it lies. What the caches hold complete is used without
+    /// asking the network, once checked against its digest where that is known (a file that
+    /// does not match is an error, and is left as it is).
     pub async fn fetch(&self, source: &Source, want: &Want) -> Result<Fetched, FetchError> {
-        if let Some(done) = self.cached(source, want) {
-            return Ok(done);
+        if let Some(found) = self.find(source, want)? {
+            let src = source.to_string();
+            for c in &found.checks {
+                let ledger = &self.inner.ledger;
+                ledger
+                    .check_async(&src, &c.file, &c.path, &c.verify)
+                    .await?;
+            }
+            return Ok(found.fetched);
         }
         match source {
             Source::Path(p) => remote::path_missing(source, p, want),
@@ -107,16 +146,29 @@ impl Fetcher {
         }
     }
 
-    /// What is already complete in the caches, without touching the network (`None` when
-    /// anything is missing).
+    /// What is already complete in the caches and checked against its digest, without touching
+    /// the network or reading any file whole (`None` when anything is missing, or not checked
+    /// yet: [`Fetcher::fetch`] checks it).
     pub fn cached(&self, source: &Source, want: &Want) -> Option<Fetched> {
-        match source {
-            Source::Path(p) => remote::cached_path(p, want),
+        let found = self.find(source, want).ok()??;
+        let ledger = &self.inner.ledger;
+        let checked = found
+            .checks
+            .iter()
+            .all(|c| ledger.holds(&c.path, &c.verify));
+        checked.then_some(found.fetched)
+    }
+
+    /// What the caches hold complete, with the files to check; an error for a cache laid out as
+    /// no tool lays it out (a link where corral makes folders, a snapshot link out of its blobs).
+    fn find(&self, source: &Source, want: &Want) -> Result<Option<Found>, FetchError> {
+        Ok(match source {
+            Source::Path(p) => remote::cached_path(p, want).map(Found::unchecked),
             Source::Url(url) => remote::cached_url(self, url, want),
-            Source::HuggingFace(h) => hf::cached(self, h, want),
-            Source::S3 { bucket, key } => remote::cached_s3(self, bucket, key),
-            Source::Ollama { name, tag } => ollama::cached(self, name, tag, want),
-        }
+            Source::HuggingFace(h) => hf::cached(self, source, h, want)?,
+            Source::S3 { bucket, key } => remote::cached_s3(self, bucket, key, want),
+            Source::Ollama { name, tag } => ollama::cached(self, source, name, tag, want)?,
+        })
     }
 
     /// The Ollama store this fetcher fills (`OLLAMA_MODELS`), which an `ollama serve` must read.
@@ -147,7 +199,11 @@ impl Fetcher {
     pub(crate) async fn ensure(&self, job: Job) -> Result<u64, FetchError> {
         let flight = {
             let mut flights = self.inner.flights.lock().unwrap();
-            if let Ok(meta) = std::fs::metadata(&job.dest) {
+            // in place and checked already; else the flight checks it, once for every caller
+            let meta = std::fs::symlink_metadata(&job.dest)
+                .ok()
+                .filter(|m| m.is_file());
+            if let Some(meta) = meta.filter(|_| self.inner.ledger.holds(&job.dest, &job.verify)) {
                 return Ok(meta.len());
             }
             if let Some((flight, joined)) = flights.get(&job.dest) {
@@ -182,7 +238,7 @@ impl Fetcher {
             // gone from the flights however the download ends, a panic included, so the next
             // fetch of the file starts afresh instead of joining a flight that has failed
             let _landed = Landed(&inner, &job.dest);
-            download::run(&job, &mut report).await
+            download::run(&job, &mut report, &inner.ledger).await
         });
         let flight = async move {
             task.await

@@ -6,11 +6,11 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
 use super::download::Job;
-use super::fetcher::{ensure_all, missing_bytes};
+use super::fetcher::{ensure_all, missing_bytes, Check, Found};
 use super::folder::folder_files;
 use super::gguf_pick::{self, Pick, PickError};
 use super::hf_cache::{cached_pick, is_commit, within, RepoCache};
-use super::transport::{http_error, http_failure, server_said, Failure, Transport};
+use super::transport::{http_error, http_failure, json_body, server_said, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, HfRef, Source, Want};
 
@@ -61,19 +61,47 @@ impl Sibling {
     }
 }
 
-pub(crate) fn cached(f: &Fetcher, hf: &HfRef, want: &Want) -> Option<Fetched> {
+/// The model in the snapshot its revision points at, with the blobs it takes to check against
+/// the digests they are named by; `None` when anything is missing, an error when the snapshot
+/// is not as the Hub's client lays it out (a link out of the repository's blobs, a folder that
+/// is a link).
+pub(crate) fn cached(
+    f: &Fetcher,
+    source: &Source,
+    hf: &HfRef,
+    want: &Want,
+) -> Result<Option<Found>, FetchError> {
     let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
-    let commit = cache.commit_of(&hf.revision)?;
+    let Some(commit) = cache.commit_of(&hf.revision) else {
+        return Ok(None);
+    };
     let snapshot = cache.snapshot(&commit);
-    let pick = cached_pick(&snapshot, hf, want.form)?;
-    let bytes = pick
-        .parts
-        .iter()
-        .chain(&pick.mmproj)
-        .filter_map(|p| std::fs::metadata(snapshot.join(p)).ok())
+    let files = match cache.files(&snapshot) {
+        Ok(files) => files,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(FetchError::io(&source.to_string(), &snapshot, e)),
+    };
+    let Some(pick) = cached_pick(&files, hf, want.form) else {
+        return Ok(None);
+    };
+    let taken: Vec<_> = (pick.parts.iter().chain(&pick.mmproj))
+        .filter_map(|p| files.file(p))
+        .collect();
+    let bytes = (taken.iter())
+        .filter_map(|file| std::fs::metadata(&file.real).ok())
         .map(|m| m.len())
         .sum();
-    Some(fetched(&snapshot, &pick, bytes))
+    let checks = taken.iter().filter_map(|file| {
+        Some(Check {
+            file: file.rel.clone(),
+            path: file.real.clone(),
+            verify: file.verify()?,
+        })
+    });
+    Ok(Some(Found {
+        checks: checks.collect(),
+        fetched: fetched(&snapshot, &pick, bytes),
+    }))
 }
 
 fn fetched(snapshot: &std::path::Path, pick: &Pick, bytes: u64) -> Fetched {
@@ -136,11 +164,12 @@ pub(crate) async fn fetch(
             .map_err(io)?;
     }
     cache.write_ref(&hf.revision, &listing.sha).map_err(io)?;
-    Ok(fetched(
-        &cache.snapshot(&listing.sha),
-        &pick,
-        sizes.iter().sum(),
-    ))
+    let snapshot = cache.snapshot(&listing.sha);
+    // the snapshot goes to an engine whole (a model folder): no link in it may lead elsewhere
+    cache
+        .files(&snapshot)
+        .map_err(|e| FetchError::io(&src, &snapshot, e))?;
+    Ok(fetched(&snapshot, &pick, sizes.iter().sum()))
 }
 
 /// The names the Hub gave that become paths in the cache: the commit, each file's path in the
@@ -191,6 +220,7 @@ fn job(f: &Fetcher, src: &str, hf: &HfRef, commit: &str, cache: &RepoCache, s: &
         src: src.to_string(),
         scheme: "huggingface",
         file: s.rfilename.clone(),
+        root: cache.root.clone(),
         dest: cache.blob(etag),
         size: s.size(),
         verify: if s.lfs.is_some() {
@@ -290,10 +320,7 @@ async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchE
         };
         let status = resp.status();
         if status.is_success() {
-            let body = resp
-                .bytes()
-                .await
-                .map_err(|e| FetchError::invalid(src, http_error(&e)))?;
+            let body = json_body(resp, src, "the Hub's listing of the revision").await?;
             return serde_json::from_slice(&body)
                 .map_err(|e| FetchError::invalid(src, format!("the Hub's answer for {url}: {e}")));
         }

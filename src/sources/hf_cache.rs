@@ -7,19 +7,72 @@
 //! <root>/models--org--name/refs/<revision>              the commit the revision pointed at
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::{Component, Path, PathBuf};
 
+use super::cache_fs;
 use super::gguf_pick::{self, Pick};
+use super::verify::Verify;
 use super::{Form, HfRef};
+
+/// How deep a snapshot's folders go at most: a repository's paths are a few folders deep.
+const DEEPEST: usize = 32;
 
 /// One repository's folder in the cache.
 pub(crate) struct RepoCache {
+    /// The cache as configured, whose folders below are never links.
+    pub root: PathBuf,
     pub dir: PathBuf,
+}
+
+/// The files of a snapshot.
+pub(crate) struct Snapshot {
+    pub files: Vec<SnapshotFile>,
+    /// Whether a link names a blob that is not there (deleted since).
+    pub dangling: bool,
+}
+
+/// One file of a snapshot.
+pub(crate) struct SnapshotFile {
+    /// Its path in the snapshot (and the repository).
+    pub rel: String,
+    /// What holds its bytes: the blob its link names, or the file itself when it is a plain file
+    /// (as a tool that copies rather than links leaves it).
+    pub real: PathBuf,
+    /// The blob's name, for a link.
+    pub blob: Option<String>,
+}
+
+impl SnapshotFile {
+    /// What its blob's name says of its content: an LFS blob is named by its sha256, a git blob
+    /// by its git id.
+    pub(crate) fn verify(&self) -> Option<Verify> {
+        let name = self.blob.as_deref()?;
+        if !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        match name.len() {
+            64 => Some(Verify::Sha256(name.to_string())),
+            40 => Some(Verify::GitBlob(name.to_string())),
+            _ => None,
+        }
+    }
+}
+
+impl Snapshot {
+    fn names(&self) -> Vec<&str> {
+        self.files.iter().map(|f| f.rel.as_str()).collect()
+    }
+
+    pub(crate) fn file(&self, rel: &str) -> Option<&SnapshotFile> {
+        self.files.iter().find(|f| f.rel == rel)
+    }
 }
 
 impl RepoCache {
     pub(crate) fn new(root: &Path, repo: &str) -> RepoCache {
         RepoCache {
+            root: root.to_path_buf(),
             dir: root.join(format!("models--{}", repo.replace('/', "--"))),
         }
     }
@@ -39,42 +92,52 @@ impl RepoCache {
     /// The commit a revision points at, from `refs/` (or the revision itself when it is a commit
     /// already in the cache).
     pub(crate) fn commit_of(&self, revision: &str) -> Option<String> {
-        if is_commit(revision) && self.snapshot(revision).is_dir() {
+        let is_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        if is_commit(revision) && is_dir(&self.snapshot(revision)) {
             return Some(revision.to_string());
         }
-        let text = std::fs::read_to_string(self.ref_file(revision)).ok()?;
+        let text = cache_fs::read_at_most(&self.ref_file(revision), 256).ok()?;
+        let text = String::from_utf8(text).ok()?;
         Some(text.trim().to_string()).filter(|c| is_commit(c))
     }
 
     /// Records where `revision` points; a commit needs no ref.
-    pub(crate) fn write_ref(&self, revision: &str, commit: &str) -> std::io::Result<()> {
+    pub(crate) fn write_ref(&self, revision: &str, commit: &str) -> io::Result<()> {
         if revision == commit {
             return Ok(());
         }
         let path = self.ref_file(revision);
-        std::fs::create_dir_all(path.parent().expect("refs has a parent"))?;
-        super::download::write_atomic(&path, commit.as_bytes())
+        cache_fs::make_dirs(&self.root, path.parent().expect("refs has a parent"))?;
+        cache_fs::write_atomic(&path, commit.as_bytes())
     }
 
     /// Points `snapshots/<commit>/<path>` at its blob with a relative link, as the Hub's client
     /// does, so the cache can be moved or mounted elsewhere.
-    pub(crate) fn link(&self, commit: &str, path: &str, etag: &str) -> std::io::Result<()> {
+    pub(crate) fn link(&self, commit: &str, path: &str, etag: &str) -> io::Result<()> {
         let link = self.snapshot(commit).join(path);
-        std::fs::create_dir_all(link.parent().expect("a snapshot path has a parent"))?;
+        let folder = link.parent().expect("a snapshot path has a parent");
+        cache_fs::make_dirs(&self.root, folder)?;
         let ups = path.split('/').count() + 1;
         let target = format!("{}blobs/{etag}", "../".repeat(ups));
         match std::fs::read_link(&link) {
             Ok(t) if t == Path::new(&target) => return Ok(()),
-            Err(_) if link.exists() => return Ok(()),
+            Err(_) if std::fs::symlink_metadata(&link).is_ok() => return Ok(()),
             _ => {}
         }
-        // made aside and renamed over: a link another caller is making at once, or an old one,
-        // is replaced whole, never found half made
-        let tmp = super::download::unique_beside(&link);
-        std::os::unix::fs::symlink(target, &tmp)?;
-        std::fs::rename(&tmp, &link).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+        // an old link, or one another caller makes at once, is replaced whole, never half made
+        cache_fs::symlink_atomic(Path::new(&target), &link)
+    }
+
+    /// The files of the snapshot at `snapshot`: an error when a folder on the way is a link, when
+    /// a link in it points anywhere but this repository's blobs, or when it is missing
+    /// (`NotFound`).
+    pub(crate) fn files(&self, snapshot: &Path) -> io::Result<Snapshot> {
+        cache_fs::check_dirs(&self.root, snapshot)?;
+        let blobs = self.dir.join("blobs");
+        match cache_fs::check_dirs(&self.root, &blobs) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => walk(snapshot, &blobs),
+        }
     }
 }
 
@@ -85,9 +148,8 @@ pub(crate) fn is_commit(s: &str) -> bool {
 
 /// What a complete snapshot holds for this reference: the model path and its projector, and in
 /// `parts` every file it takes, all relative to the snapshot. `None` when something is missing.
-pub(crate) fn cached_pick(snapshot: &Path, hf: &HfRef, form: Form) -> Option<Pick> {
-    let (files, dangling) = walk(snapshot);
-    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+pub(crate) fn cached_pick(snapshot: &Snapshot, hf: &HfRef, form: Form) -> Option<Pick> {
+    let names = snapshot.names();
     let pick = match (&hf.path, &hf.quant, form) {
         (Some(path), _, _) if gguf_pick::part_count(path) > 1 => Pick {
             model: path.clone(),
@@ -105,9 +167,9 @@ pub(crate) fn cached_pick(snapshot: &Path, hf: &HfRef, form: Form) -> Option<Pic
                 mmproj: None,
             }
         }
-        (None, None, Form::Directory) if !dangling && holds_weights(snapshot, &names) => Pick {
+        (None, None, Form::Directory) if !snapshot.dangling && holds_weights(snapshot) => Pick {
             model: String::new(),
-            parts: files.clone(),
+            parts: names.iter().map(|n| n.to_string()).collect(),
             mmproj: None,
         },
         (None, None, Form::Directory) => return None,
@@ -121,7 +183,8 @@ pub(crate) fn cached_pick(snapshot: &Path, hf: &HfRef, form: Form) -> Option<Pic
 /// True when a model folder holds its weights: some weights file, and every shard that an index
 /// (`*.index.json`) names. A tokenizer or config lookup by another tool (transformers, vLLM's
 /// config check) leaves a snapshot with those files alone, which is not a model yet.
-fn holds_weights(snapshot: &Path, names: &[&str]) -> bool {
+fn holds_weights(snapshot: &Snapshot) -> bool {
+    let names = snapshot.names();
     let weights = |f: &&str| {
         let name = f.rsplit('/').next().unwrap_or(f);
         [".safetensors", ".pt", ".pth", ".gguf"]
@@ -133,12 +196,15 @@ fn holds_weights(snapshot: &Path, names: &[&str]) -> bool {
     names.iter().any(weights)
         && indexes
             .into_iter()
-            .all(|i| shards_present(snapshot, i, names))
+            .all(|i| shards_present(snapshot, i, &names))
 }
 
 /// Every shard the index `index` names is in the snapshot (beside the index).
-fn shards_present(snapshot: &Path, index: &str, names: &[&str]) -> bool {
-    let Ok(text) = std::fs::read(snapshot.join(index)) else {
+fn shards_present(snapshot: &Snapshot, index: &str, names: &[&str]) -> bool {
+    let Some(file) = snapshot.file(index) else {
+        return false;
+    };
+    let Ok(text) = cache_fs::read_at_most(&file.real, cache_fs::JSON_AT_MOST) else {
         return false;
     };
     let Ok(index_json) = serde_json::from_slice::<serde_json::Value>(&text) else {
@@ -166,28 +232,93 @@ pub(crate) fn within(file: &str, path: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
-/// Every file under a snapshot whose link resolves, as sorted relative paths, and whether any
-/// link dangles (its blob deleted).
-fn walk(snapshot: &Path) -> (Vec<String>, bool) {
-    let (mut out, mut dangling) = (Vec::new(), false);
-    let mut stack = vec![snapshot.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => stack.push(path),
-                Ok(_) => {
-                    if let Ok(rel) = path.strip_prefix(snapshot) {
-                        out.push(rel.to_string_lossy().into_owned());
-                    }
+/// Every file under a snapshot, as sorted relative paths, and whether any link dangles (its blob
+/// deleted). Folders are entered as themselves, never through a link, so links that loop cannot
+/// make the walk endless; a link is followed only into `blobs`, and one that leads anywhere else
+/// is an error naming it.
+fn walk(snapshot: &Path, blobs: &Path) -> io::Result<Snapshot> {
+    let (mut files, mut dangling) = (Vec::new(), false);
+    let mut stack = vec![(snapshot.to_path_buf(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            // a link another writer is making at once, renamed into place under its own name
+            if entry
+                .file_name()
+                .as_encoded_bytes()
+                .starts_with(cache_fs::TMP.as_bytes())
+            {
+                continue;
+            }
+            let (path, kind) = (entry.path(), entry.file_type()?);
+            let rel = || {
+                path.strip_prefix(snapshot)
+                    .map(|r| r.to_string_lossy().into_owned())
+            };
+            if kind.is_dir() && depth < DEEPEST {
+                stack.push((path, depth + 1));
+            } else if kind.is_dir() {
+                let detail = format!("{} is nested deeper than {DEEPEST} folders", path.display());
+                return Err(io::Error::other(detail));
+            } else if kind.is_symlink() {
+                match linked_blob(&path, blobs)? {
+                    Some((real, name)) => files.extend(rel().ok().map(|rel| SnapshotFile {
+                        rel,
+                        real,
+                        blob: Some(name),
+                    })),
+                    None => dangling = true,
                 }
-                Err(_) => dangling = true,
+            } else if kind.is_file() {
+                let real = path.clone();
+                files.extend(rel().ok().map(|rel| SnapshotFile {
+                    rel,
+                    real,
+                    blob: None,
+                }));
             }
         }
     }
-    out.sort();
-    (out, dangling)
+    files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(Snapshot { files, dangling })
+}
+
+/// The blob a snapshot's link names, and its name: `None` when the blob is missing, an error when
+/// the link leads out of `blobs` or the blob is not a plain file.
+fn linked_blob(link: &Path, blobs: &Path) -> io::Result<Option<(PathBuf, String)>> {
+    let target = match std::fs::read_link(link) {
+        Ok(target) => target,
+        // replaced since it was listed: another writer's rename, seen as missing
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut at = link.parent().unwrap_or(Path::new("/")).to_path_buf();
+    for part in target.components() {
+        match part {
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::CurDir => {}
+            Component::Normal(name) => at.push(name),
+            Component::RootDir | Component::Prefix(_) => at = PathBuf::from("/"),
+        }
+    }
+    let name = at.file_name().and_then(|n| n.to_str()).map(str::to_string);
+    let Some(name) = name.filter(|_| at.parent() == Some(blobs)) else {
+        return Err(io::Error::other(format!(
+            "{} links to {}, not to a blob of its repository (../blobs/); a link elsewhere \
+             could hand an engine any file: remove it",
+            link.display(),
+            target.display()
+        )));
+    };
+    match std::fs::symlink_metadata(&at) {
+        Ok(m) if m.is_file() => Ok(Some((at, name))),
+        Ok(_) => Err(io::Error::other(format!(
+            "{} is not a plain file",
+            at.display()
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }

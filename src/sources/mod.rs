@@ -10,9 +10,15 @@
 //!   else `~/.cache/corral/models`: `url/<host>/<sha256 of the URL, 16 hex>/<file name>` and
 //!   `s3/<bucket>/<key>`. S3 settings are the standard `AWS_*` variables.
 //!
+//! Caches may be shared with other users: no folder or file corral writes in them is reached
+//! through a symbolic link it did not make, a file found there is checked against its digest
+//! before its first use (remembered in corral's cache, `verified/`), and nothing read from a
+//! server is held or written past the size it was given.
+//!
 //! Bytes received are counted in [`Fetcher::download_bytes`], a `corral_download_bytes_total`
 //! counter by `scheme` that the metrics registry registers.
 
+mod cache_fs;
 mod disk;
 mod download;
 mod error;
@@ -27,6 +33,7 @@ mod probe;
 mod progress;
 mod remote;
 mod transport;
+mod verified;
 mod verify;
 
 use std::path::PathBuf;

@@ -8,15 +8,17 @@
 //!
 //! A model missing from the store comes from the registry's v2 API (`OLLAMA_REGISTRY` replaces
 //! `https://registry.ollama.ai`), every blob checked against its digest, the manifest written last.
+//! A blob found in the store is checked against the digest it is named by before its first use.
 
 use std::path::PathBuf;
 
 use http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 
+use super::cache_fs::{self, JSON_AT_MOST};
 use super::download::Job;
-use super::fetcher::{ensure_all, missing_bytes};
-use super::transport::{http_error, http_failure, server_said, Failure, Transport};
+use super::fetcher::{ensure_all, missing_bytes, Check, Found};
+use super::transport::{http_error, http_failure, json_body, server_said, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, Source, Want};
 
@@ -77,25 +79,58 @@ fn blob_path(f: &Fetcher, hex: &str) -> PathBuf {
         .join(format!("sha256-{hex}"))
 }
 
-pub(crate) fn cached(f: &Fetcher, name: &str, tag: &str, want: &Want) -> Option<Fetched> {
+/// The model in the store, with its blobs to check against their digests (`None` when the
+/// manifest or a blob it names is missing); an error when the store's blobs folder is a link.
+pub(crate) fn cached(
+    f: &Fetcher,
+    source: &Source,
+    name: &str,
+    tag: &str,
+    want: &Want,
+) -> Result<Option<Found>, FetchError> {
     if want.form == Form::Directory {
-        return None;
+        return Ok(None);
     }
-    let text = std::fs::read(manifest_path(f, name, tag)).ok()?;
-    let manifest: Manifest = serde_json::from_slice(&text).ok()?;
+    let blobs = f.inner.ollama_root.join("blobs");
+    match cache_fs::check_dirs(&f.inner.ollama_root, &blobs) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(FetchError::io(&source.to_string(), &blobs, e)),
+        Ok(()) => {}
+    }
+    let Ok(text) = cache_fs::read_at_most(&manifest_path(f, name, tag), JSON_AT_MOST) else {
+        return Ok(None);
+    };
+    let Ok(manifest) = serde_json::from_slice::<Manifest>(&text) else {
+        return Ok(None);
+    };
+    Ok(found(f, &manifest))
+}
+
+/// The model and projector layers of `manifest` when their blobs are in the store.
+fn found(f: &Fetcher, manifest: &Manifest) -> Option<Found> {
     let present = |l: &Layer| {
-        let path = blob_path(f, l.hex()?);
-        (std::fs::metadata(&path).ok()?.len() == l.size).then_some(path)
+        let hex = l.hex()?;
+        let path = blob_path(f, hex);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        (meta.len() == l.size).then(|| Check {
+            file: l.digest.clone(),
+            path,
+            verify: Verify::Sha256(hex.to_string()),
+        })
     };
     let model = manifest.layers.iter().find(|l| l.media_type == MODEL)?;
     let mmproj = match manifest.layers.iter().find(|l| l.media_type == PROJECTOR) {
         Some(p) => Some(present(p)?),
         None => None,
     };
-    Some(Fetched {
-        model: present(model)?,
-        mmproj,
-        bytes: model.size,
+    let model_check = present(model)?;
+    Some(Found {
+        fetched: Fetched {
+            model: model_check.path.clone(),
+            mmproj: mmproj.as_ref().map(|c| c.path.clone()),
+            bytes: model.size,
+        },
+        checks: std::iter::once(model_check).chain(mmproj).collect(),
     })
 }
 
@@ -124,9 +159,13 @@ pub(crate) async fn fetch(
     ensure_all(f, jobs, 4).await?;
     let path = manifest_path(f, name, tag);
     let io = |e| FetchError::io(&src, &path, e);
-    std::fs::create_dir_all(path.parent().expect("a manifest has a folder")).map_err(io)?;
-    super::download::write_atomic(&path, &raw).map_err(io)?;
-    cached(f, name, tag, want)
+    let folder = path.parent().expect("a manifest has a folder");
+    cache_fs::make_dirs(&f.inner.ollama_root, folder).map_err(io)?;
+    cache_fs::write_atomic(&path, &raw).map_err(io)?;
+    let manifest: Manifest = serde_json::from_slice(&raw)
+        .map_err(|e| FetchError::invalid(&src, format!("the registry's manifest: {e}")))?;
+    found(f, &manifest)
+        .map(|found| found.fetched)
         .ok_or_else(|| FetchError::invalid(&src, "the store lacks a layer just downloaded"))
 }
 
@@ -160,6 +199,7 @@ impl<'a> Registry<'a> {
             src: src.to_string(),
             scheme: "ollama",
             file: l.digest.clone(),
+            root: f.inner.ollama_root.clone(),
             dest: blob_path(f, hex),
             size: Some(l.size),
             verify: Verify::Sha256(hex.to_string()),
@@ -231,11 +271,7 @@ async fn manifest(
         };
         let status = resp.status();
         if status.is_success() {
-            return resp
-                .bytes()
-                .await
-                .map(|b| b.to_vec())
-                .map_err(|e| FetchError::invalid(src, http_error(&e)));
+            return json_body(resp, src, "the registry's manifest").await;
         }
         let what = format!("model {name}:{tag} in the registry");
         let said = server_said(resp).await;

@@ -56,12 +56,18 @@ impl Fetcher {
         }
         let (head, total) = read_header_bytes(job).await?;
         let io = |e| FetchError::io(&job.src, &path, e);
-        std::fs::create_dir_all(path.parent().expect("under the cache")).map_err(io)?;
-        let part = path.with_extension("gguf.incomplete");
-        let mut file = std::fs::File::create(&part).map_err(io)?;
-        file.write_all(&head).map_err(io)?;
-        file.set_len(total.max(head.len() as u64)).map_err(io)?;
-        std::fs::rename(&part, &path).map_err(io)?;
+        let dir = path.parent().expect("under the cache");
+        super::cache_fs::make_dirs(&self.inner.corral_root, dir).map_err(io)?;
+        // written under a new name of its own, never through a link, and renamed into place
+        let mut part = tempfile::Builder::new()
+            .prefix(super::cache_fs::TMP)
+            .tempfile_in(dir)
+            .map_err(io)?;
+        part.write_all(&head).map_err(io)?;
+        part.as_file()
+            .set_len(total.max(head.len() as u64))
+            .map_err(io)?;
+        part.persist(&path).map_err(|e| io(e.error))?;
         Ok(path)
     }
 }

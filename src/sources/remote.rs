@@ -6,7 +6,9 @@ use std::sync::Arc;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 
+use super::cache_fs;
 use super::download::Job;
+use super::fetcher::{Check, Found};
 use super::transport::{s3_failure, Failure, Transport};
 use super::verify::{sha256_hex, Verify};
 use super::{FetchError, Fetched, Fetcher, Form, Source, Want};
@@ -95,13 +97,31 @@ fn url_dest(f: &Fetcher, url: &str, want: &Want) -> PathBuf {
         .join(name)
 }
 
-pub(crate) fn cached_url(f: &Fetcher, url: &str, want: &Want) -> Option<Fetched> {
+pub(crate) fn cached_url(f: &Fetcher, url: &str, want: &Want) -> Option<Found> {
     let dest = url_dest(f, url, want);
-    let meta = std::fs::metadata(&dest).ok()?;
-    Some(Fetched {
-        model: dest,
-        mmproj: None,
-        bytes: meta.len(),
+    let file = dest.file_name()?.to_string_lossy().into_owned();
+    cached_file(f, dest, file, want)
+}
+
+/// A file of corral's cache when it is there (a plain file, in folders that are no links), to
+/// be checked against the `sha256:` the config gives.
+fn cached_file(f: &Fetcher, dest: PathBuf, file: String, want: &Want) -> Option<Found> {
+    cache_fs::check_dirs(&f.inner.corral_root, dest.parent()?).ok()?;
+    let meta = std::fs::symlink_metadata(&dest)
+        .ok()
+        .filter(|m| m.is_file())?;
+    let checks = want.sha256.as_ref().map(|h| Check {
+        file,
+        path: dest.clone(),
+        verify: Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
+    });
+    Some(Found {
+        fetched: Fetched {
+            model: dest,
+            mmproj: None,
+            bytes: meta.len(),
+        },
+        checks: checks.into_iter().collect(),
     })
 }
 
@@ -147,6 +167,7 @@ pub(crate) fn url_job(
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned(),
+        root: f.inner.corral_root.clone(),
         dest: dest.clone(),
         size: None,
         verify,
@@ -171,14 +192,8 @@ fn s3_dest(f: &Fetcher, bucket: &str, key: &str) -> PathBuf {
     dest
 }
 
-pub(crate) fn cached_s3(f: &Fetcher, bucket: &str, key: &str) -> Option<Fetched> {
-    let dest = s3_dest(f, bucket, key);
-    let meta = std::fs::metadata(&dest).ok().filter(|m| m.is_file())?;
-    Some(Fetched {
-        model: dest,
-        mmproj: None,
-        bytes: meta.len(),
-    })
+pub(crate) fn cached_s3(f: &Fetcher, bucket: &str, key: &str, want: &Want) -> Option<Found> {
+    cached_file(f, s3_dest(f, bucket, key), key.to_string(), want)
 }
 
 fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>, FetchError> {
@@ -278,6 +293,7 @@ pub(crate) async fn s3_job(
         src,
         scheme: "s3",
         file: key.to_string(),
+        root: f.inner.corral_root.clone(),
         dest: dest.clone(),
         size: Some(meta.size),
         verify,

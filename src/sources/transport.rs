@@ -140,6 +140,44 @@ async fn open_http(
     })
 }
 
+/// The body of a JSON answer (`what`, for the error), refused past
+/// [`JSON_AT_MOST`](super::cache_fs::JSON_AT_MOST) bytes: by its declared length before a byte
+/// is read, else as soon as the bytes that came pass it.
+pub(crate) async fn json_body(
+    mut resp: reqwest::Response,
+    src: &str,
+    what: &str,
+) -> Result<Vec<u8>, FetchError> {
+    use super::cache_fs::JSON_AT_MOST;
+    let too_long = || {
+        FetchError::invalid(
+            src,
+            format!(
+                "{what} is over {JSON_AT_MOST} bytes, more than any such answer takes; check \
+                 the endpoint it came from"
+            ),
+        )
+    };
+    if resp
+        .content_length()
+        .is_some_and(|n| n > JSON_AT_MOST as u64)
+    {
+        return Err(too_long());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| FetchError::invalid(src, http_error(&e)))?
+    {
+        if body.len() + chunk.len() > JSON_AT_MOST {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// The most of an error answer's body shown: what a server says of a refusal (an expired
 /// link, a gated repository, a registry's `errors`) fits in it.
 const SAID_AT_MOST: usize = 300;

@@ -93,6 +93,9 @@ pub struct State {
     /// Hold the next response for a path after this many bytes (once), until the semaphore
     /// gives a permit.
     pub stall_after: HashMap<String, (usize, Arc<tokio::sync::Semaphore>)>,
+    /// Paths served with this many bytes more than their content, in a chunked answer that
+    /// declares no length.
+    pub overlong: HashMap<String, usize>,
 }
 
 #[derive(Clone)]
@@ -396,6 +399,13 @@ fn content(
         _ => None,
     };
     let drop_after = s.drop_after.remove(path).or(cut_each);
+    if let Some(&extra) = s.overlong.get(path) {
+        let mut longer = body.to_vec();
+        longer.resize(len + extra, 0);
+        let frames = futures_util::stream::iter([Ok(Frame::data(Bytes::from(longer)))]);
+        let r = Response::builder().status(status).header("etag", etag);
+        return r.body(StreamBody::new(frames).boxed()).unwrap();
+    }
     let body: Body = match (drop_after, s.stall_after.remove(path)) {
         (Some(cut), _) if cut < len => cut_after(body.slice(..cut)),
         (_, Some((at, gate))) if at < len => stalled(body, at, gate),
