@@ -178,7 +178,7 @@ fn sized_spec(m: &ModelConfig, spec: &InstanceSpec, fetcher: &Fetcher) -> Instan
     let Some(engine) = m.engine.as_ref().filter(|e| e.needs_fetch()) else {
         return spec.clone();
     };
-    let Some(cached) = fetcher.cached(&engine.source, &engine.want()) else {
+    let Some(cached) = fetcher.cached_for_sizing(&engine.source, &engine.want()) else {
         return spec.clone();
     };
     let model = cached.model.display().to_string();

@@ -206,7 +206,10 @@ pub(super) fn size_before_download(inner: &Arc<Inner>) {
                 return;
             };
             let engine = model.engine.as_ref().expect("an engine model");
-            if fetcher.cached(&engine.source, &engine.want()).is_some() {
+            if fetcher
+                .cached_for_sizing(&engine.source, &engine.want())
+                .is_some()
+            {
                 return;
             }
             let sized = match engine.want().form {

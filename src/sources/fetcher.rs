@@ -159,6 +159,14 @@ impl Fetcher {
         checked.then_some(found.fetched)
     }
 
+    /// What the caches hold complete, checked or not: enough to read a model's headers for its
+    /// memory estimate (a tampered file can only make that estimate wrong, and is refused by
+    /// [`Fetcher::fetch`] before an engine reads it), so a model whose files another tool put in
+    /// the cache is sized before its first start without the network.
+    pub fn cached_for_sizing(&self, source: &Source, want: &Want) -> Option<Fetched> {
+        Some(self.find(source, want).ok()??.fetched)
+    }
+
     /// What the caches hold complete, with the files to check; an error for a cache laid out as
     /// no tool lays it out (a link where corral makes folders, a snapshot link out of its blobs).
     fn find(&self, source: &Source, want: &Want) -> Result<Option<Found>, FetchError> {
