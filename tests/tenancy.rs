@@ -270,6 +270,48 @@ async fn usage_is_counted_per_key() {
         "{metrics}"
     );
     assert!(!metrics.contains(ADMIN) && !metrics.contains(APPS));
+
+    let activity = |query: &str| {
+        let url = format!("{}/api/metrics/activity{query}", h.url);
+        async move { as_key("GET", &url, ADMIN, &[], "").await.json() }
+    };
+    let all = activity("").await;
+    let keys: Vec<&str> = all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap_or("none"))
+        .collect();
+    assert_eq!(keys, [admin_label.as_str(), "apps", "apps"], "{all}");
+    assert_eq!(
+        all["keys"],
+        serde_json::json!(["apps", admin_label]),
+        "sorted"
+    );
+    let apps = activity("?key=apps").await;
+    assert_eq!(apps["total"], 2, "{apps}");
+    assert!(!all.to_string().contains(APPS) && !all.to_string().contains(ADMIN));
+    h.stop().await;
+}
+
+/// A corral without keys logs its requests as llama-swap does: no key field, no key filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_the_activity_rows_carry_no_key() {
+    let h = Harness::start(&format!("models:\n{}", fake_model("m", "", ""))).await;
+    let r = post_json(
+        &format!("{}/v1/chat/completions", h.url),
+        &support::chat("m"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let all = get(&format!("{}/api/metrics/activity", h.url)).await.json();
+    assert_eq!(all["total"], 1, "{all}");
+    assert!(
+        all["data"][0].get("key").is_none() && all.get("keys").is_none(),
+        "{all}"
+    );
+    let metrics = get(&format!("{}/metrics", h.url)).await.text();
+    assert!(!metrics.contains("corral_key_requests_total{"), "{metrics}");
     h.stop().await;
 }
 

@@ -34,7 +34,7 @@ fn config() -> String {
 
 fn keyed_config() -> String {
     format!(
-        "apiKeys: [{ADMIN}, {{key: {INFERENCE}, scope: inference}}]\nmodels:\n{}",
+        "apiKeys: [{ADMIN}, {{key: {INFERENCE}, scope: inference, name: apps}}]\nmodels:\n{}",
         fake_model("hidden-model", "", "")
     )
 }
@@ -275,16 +275,14 @@ async fn dashboard_in_a_browser() {
 }
 
 /// With keys set, the page shows the key form and asks for no data until a key is given, refuses
-/// a wrong one, and shows the models once the admin key is entered.
+/// a wrong one, and shows the models once the admin key is entered; the activity page then tells
+/// each request's key by its name or fingerprint and filters by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_with_keys_shows_nothing_before_the_key() {
     let Some(python) = python() else { return };
     let state = tempfile::tempdir().unwrap();
     let proc = spawn_corral(&keyed_config(), state.path());
     let shots = std::env::var("CORRAL_UI_SCREENSHOTS").unwrap_or_default();
-    let mut args = vec![proc.url.as_str(), "keys", ADMIN];
-    if !shots.is_empty() {
-        args.push(&shots);
-    }
+    let args = vec![proc.url.as_str(), "keys", ADMIN, &shots, INFERENCE];
     browser(&python, &args, &proc.child).await;
 }

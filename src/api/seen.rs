@@ -156,6 +156,7 @@ fn failed(
         ttft_ms: None,
         error: Some(app.config.redactor.text(&e.to_string()).into_owned()),
         capture: seen.capture,
+        key: labels.key.clone(),
     });
     e
 }

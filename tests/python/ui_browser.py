@@ -2,7 +2,10 @@
 
     ui_browser.py URL open [SCREENSHOT_DIR]   models, load/unload, live updates, playground, logs,
                                               performance charts
-    ui_browser.py URL keys KEY                with apiKeys: nothing shows before the key is given
+    ui_browser.py URL keys KEY [SCREENSHOT_DIR] [APP_KEY]
+                                              with apiKeys: nothing shows before the key is given;
+                                              with APP_KEY (an inference key named `apps`), the
+                                              activity page tells and filters requests by key
 
 Exits 0 when every check passed, 77 when Chromium or chromedriver is not installed, 1 otherwise.
 The corral at URL runs the config tests/ui.rs writes: models `m1` (chat), `m2` (embeddings) and
@@ -375,6 +378,26 @@ def keys_mode(driver, url, key, shots):
     page.no_console_errors("keys")
 
 
+def check_usage_by_key(page, url, admin_key, app_key, shots):
+    """Requests made with two keys show on the activity page under each key's label (`apps`, and
+    the admin key's fingerprint), never the key; the key filter keeps one key's requests."""
+    chat = {"model": "hidden-model", "messages": [{"role": "user", "content": "hi"}]}
+    for k in (app_key, app_key, admin_key):
+        http("POST", url + "/v1/chat/completions", key=k, body=chat)
+    page.press('a[href="/ui/activity"]')
+    cells = lambda: [c.text for c in page.css('table.activity td[data-col="key"]')]
+    page.wait("three rows with their keys", lambda: len(cells()) == 3)
+    labels = cells()
+    if labels.count("apps") != 2 or any(k in " ".join(labels) for k in (admin_key, app_key)):
+        fail(f"the key column shows {labels}")
+    page.wait("the key filter's options", lambda: "apps" in page.text("#activity-key"))
+    from selenium.webdriver.support.ui import Select
+    Select(page.css("#activity-key")[0]).select_by_value("apps")
+    page.wait("only the apps key's rows", lambda: cells() == ["apps", "apps"])
+    page.shot(shots, "activity-keys")
+    page.no_console_errors("activity by key")
+
+
 def main():
     global DRIVER
     url, mode = sys.argv[1], sys.argv[2]
@@ -383,7 +406,10 @@ def main():
         if mode == "open":
             open_mode(driver, url, sys.argv[3] if len(sys.argv) > 3 else None)
         elif mode == "keys":
-            keys_mode(driver, url, sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+            shots = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None
+            keys_mode(driver, url, sys.argv[3], shots)
+            if len(sys.argv) > 5:
+                check_usage_by_key(Page(driver, url), url, sys.argv[3], sys.argv[5], shots)
         else:
             fail(f"unknown mode {mode}")
     finally:

@@ -33,6 +33,8 @@ pub struct Row {
     pub error: Option<String>,
     /// Its request and response are in the captures.
     pub has_capture: bool,
+    /// The label of the API key it presented (a key's name or fingerprint, never the key).
+    pub key: Option<Arc<str>>,
 }
 
 /// A response's content type, shared when it is one of the usual ones.
@@ -62,6 +64,8 @@ pub struct Entry {
     pub error: Option<String>,
     /// The request and response to keep, when captures are on.
     pub capture: Option<super::captures::Capture>,
+    /// The label of the API key it presented.
+    pub key: Option<Arc<str>>,
 }
 
 pub struct Activity {
@@ -195,6 +199,7 @@ impl Activity {
                 ttft_ms: e.ttft_ms,
                 error: e.error,
                 has_capture,
+                key: e.key,
             };
             self.tally.count(&row);
             if rows.rows.len() >= self.max {
@@ -225,7 +230,9 @@ impl Activity {
     /// `GET /api/metrics/activity`: filtered, sorted, paginated; `Err` names the bad parameter.
     pub fn query(&self, query: &str) -> Result<Value, String> {
         let q = Query::parse(query)?;
-        let mut rows: Vec<Row> = self.rows().into_iter().filter(|r| q.keeps(r)).collect();
+        let all = self.rows();
+        let keys = key_labels(&all);
+        let mut rows: Vec<Row> = all.into_iter().filter(|r| q.keeps(r)).collect();
         q.sort(&mut rows);
         let total = rows.len();
         let pages = total.div_ceil(q.limit).max(1);
@@ -235,9 +242,11 @@ impl Activity {
             .take(q.limit)
             .map(row_json)
             .collect();
-        Ok(
-            json!({"data": data, "page": q.page, "limit": q.limit, "total": total, "total_pages": pages}),
-        )
+        let mut page = json!({"data": data, "page": q.page, "limit": q.limit, "total": total, "total_pages": pages});
+        if !keys.is_empty() {
+            page["keys"] = json!(keys);
+        }
+        Ok(page)
     }
 
     /// `GET /api/metrics/stats?model=`: totals and speed histograms.
@@ -274,6 +283,13 @@ impl Activity {
     }
 }
 
+/// The labels of the keys the rows were made with, sorted, for the dashboard's key filter.
+fn key_labels(rows: &[Row]) -> Vec<Arc<str>> {
+    let labels: std::collections::BTreeSet<&Arc<str>> =
+        rows.iter().filter_map(|r| r.key.as_ref()).collect();
+    labels.into_iter().cloned().collect()
+}
+
 fn row_json(r: &Row) -> Value {
     let t = r.tokens.unwrap_or_default();
     let or_missing = |v: Option<u64>| v.map_or(-1, |v| v as i64);
@@ -299,6 +315,10 @@ fn row_json(r: &Row) -> Value {
     });
     if let Some(e) = &r.error {
         v["error_msg"] = Value::String(e.clone());
+    }
+    // only where keys are configured: a keyless corral's rows stay as llama-swap's
+    if let Some(key) = &r.key {
+        v["key"] = Value::String(key.to_string());
     }
     v
 }

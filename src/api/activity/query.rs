@@ -9,6 +9,7 @@ enum Sort {
     Id,
     Time,
     Model,
+    Key,
     Path,
     Status,
     ContentType,
@@ -28,6 +29,7 @@ impl Sort {
             "id" => Sort::Id,
             "time" => Sort::Time,
             "model" => Sort::Model,
+            "key" => Sort::Key,
             "req_path" => Sort::Path,
             "resp_status_code" => Sort::Status,
             "resp_content_type" => Sort::ContentType,
@@ -59,6 +61,7 @@ fn compare(a: &Row, b: &Row, key: &Sort) -> std::cmp::Ordering {
         Sort::Id => a.id.cmp(&b.id),
         Sort::Time => a.time.cmp(&b.time),
         Sort::Model => a.model.cmp(&b.model),
+        Sort::Key => a.key.cmp(&b.key),
         Sort::Path => a.req_path.cmp(&b.req_path),
         Sort::Status => a.status.cmp(&b.status),
         Sort::ContentType => a.content_type.cmp(&b.content_type),
@@ -74,6 +77,8 @@ fn compare(a: &Row, b: &Row, key: &Sort) -> std::cmp::Ordering {
 
 pub(super) struct Query {
     models: Vec<String>,
+    /// Key labels (names or fingerprints); rows made with any of them pass.
+    keys: Vec<String>,
     start: Option<SystemTime>,
     end: Option<SystemTime>,
     min_id: Option<u64>,
@@ -88,6 +93,7 @@ impl Query {
     pub fn parse(query: &str) -> Result<Query, String> {
         let mut q = Query {
             models: Vec::new(),
+            keys: Vec::new(),
             start: None,
             end: None,
             min_id: None,
@@ -110,6 +116,7 @@ impl Query {
         for (k, v) in crate::api::extract::query_pairs(query) {
             match k.as_str() {
                 "model" => q.models.push(v),
+                "key" => q.keys.push(v),
                 "start" => q.start = Some(time(&k, &v)?),
                 "end" => q.end = Some(time(&k, &v)?),
                 "min_id" => q.min_id = Some(number(&k, &v, 1, u64::MAX)?),
@@ -127,6 +134,7 @@ impl Query {
     /// Whether a row passes the model, time and id filters.
     pub fn keeps(&self, r: &Row) -> bool {
         (self.models.is_empty() || self.models.iter().any(|m| **m == *r.model))
+            && (self.keys.is_empty() || self.keys.iter().any(|k| Some(&**k) == r.key.as_deref()))
             && self.start.is_none_or(|s| r.time >= s)
             && self.end.is_none_or(|e| r.time <= e)
             && self.min_id.is_none_or(|m| r.id >= m)

@@ -2,6 +2,7 @@ use super::*;
 
 fn entry(model: &str, status: u16, prompt: u64, speed: f64) -> Entry {
     Entry {
+        key: None,
         model: model.into(),
         req_path: "/v1/chat/completions".into(),
         status,

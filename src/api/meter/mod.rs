@@ -205,6 +205,7 @@ impl Metered {
         settle::queue(settle::Pending {
             series: self.series.clone(),
             key_series: self.key_series.take(),
+            key: self.labels.key.clone(),
             model: self.labels.model.clone(),
             elapsed: self.started.elapsed(),
             ttft_ms: self.ttft_ms,

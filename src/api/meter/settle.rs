@@ -27,6 +27,8 @@ use crate::metrics::{KeySeries, RequestSeries};
 pub(super) struct Pending {
     pub(super) series: Arc<RequestSeries>,
     pub(super) key_series: Option<KeySeries>,
+    /// The label of the API key the request presented, for its activity row.
+    pub(super) key: Option<Arc<str>>,
     pub(super) model: Arc<str>,
     /// From the request's start to its body's end, taken when the body ended.
     pub(super) elapsed: Duration,
@@ -94,6 +96,7 @@ impl Pending {
             ttft_ms: self.ttft_ms,
             error,
             capture: self.recording.map(Recording::finish),
+            key: self.key,
         };
         a.log.record_as(id, time, entry);
     }

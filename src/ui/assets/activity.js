@@ -1,5 +1,5 @@
-// Activity: the request log (`/api/metrics/activity`), filtered by model and status, sorted by
-// any column, a page at a time; new rows appear as the event stream announces them.
+// Activity: the request log (`/api/metrics/activity`), filtered by model, API key and status,
+// sorted by any column, a page at a time; new rows appear as the event stream announces them.
 import { getJSON } from '/ui/api.js';
 import { h, fill, time, throttle } from '/ui/dom.js';
 
@@ -7,6 +7,7 @@ const COLUMNS = [
   ['id', 'ID', (r) => r.id, true],
   ['time', 'Time', (r) => time(r.timestamp)],
   ['model', 'Model', (r) => r.model],
+  ['key', 'Key', (r) => r.key || '–'],
   ['req_path', 'Path', (r) => r.req_path],
   ['resp_status_code', 'Status', (r) => r.resp_status_code, true],
   ['prompt', 'Prompt tokens', (r) => r.tokens.input_tokens, true],
@@ -22,7 +23,9 @@ const speed = (v) => (typeof v !== 'number' || v < 0 ? '–' : v.toFixed(1));
  * `onCapture(id)`, when given, a button on each row whose request and response were captured. */
 export function activityTable(rows, sort, onCapture) {
   if (!rows.length) return h('p', { class: 'empty' }, 'No requests yet.');
-  const head = COLUMNS.map(([key, label, , num]) => {
+  // the key column only where keys are configured (rows then carry the key's name)
+  const columns = COLUMNS.filter(([key]) => key !== 'key' || rows.some((r) => r.key));
+  const head = columns.map(([key, label, , num]) => {
     const current = sort && sort.by === key;
     const ariaSort = current ? (sort.order === 'asc' ? 'ascending' : 'descending') : null;
     const content = sort
@@ -33,7 +36,7 @@ export function activityTable(rows, sort, onCapture) {
   return h('table', { class: 'activity' },
     h('thead', {}, h('tr', {}, head, h('th', { scope: 'col' }, 'Error'), onCapture ? h('th', { scope: 'col' }, 'Capture') : null)),
     h('tbody', {}, rows.map((r) => h('tr', { 'data-id': r.id, class: r.resp_status_code >= 400 ? 'failed' : null },
-      COLUMNS.map(([, , value, num]) => h('td', { class: num ? 'num' : null }, String(value(r)))),
+      columns.map(([key, , value, num]) => h('td', { class: num ? 'num' : null, 'data-col': key }, String(value(r)))),
       h('td', { class: 'small' }, r.error_msg || ''),
       onCapture ? h('td', {}, r.has_capture
         ? h('button', { 'data-capture': r.id, 'aria-label': `Show the capture of request ${r.id}`, onclick: () => onCapture(r.id) }, 'Show')
@@ -61,8 +64,10 @@ function captureView(c) {
 }
 
 export function mount(main, { hub }) {
-  const q = { model: '', status: '', limit: 50, page: 1, by: 'id', order: 'desc' };
+  const q = { model: '', key: '', status: '', limit: 50, page: 1, by: 'id', order: 'desc' };
   const model = h('select', { id: 'activity-model', onchange: () => { q.model = model.value; q.page = 1; load.now(); } });
+  const key = h('select', { id: 'activity-key', hidden: true, onchange: () => { q.key = key.value; q.page = 1; load.now(); } });
+  const keyLabel = h('label', { for: 'activity-key', hidden: true }, 'Key');
   const status = h('select', { id: 'activity-status', onchange: () => { q.status = status.value; draw(); } },
     [['', 'any status'], ['2', '2xx'], ['4', '4xx'], ['5', '5xx']].map(([v, l]) => h('option', { value: v }, l)));
   const limit = h('select', { id: 'activity-limit', onchange: () => { q.limit = Number(limit.value); q.page = 1; load.now(); } },
@@ -80,7 +85,14 @@ export function mount(main, { hub }) {
   };
   let page = { data: [], total: 0, total_pages: 0 };
 
+  /** The key filter offers every key the log has seen (`keys` of the answer), by name. */
+  const drawKeys = (keys) => {
+    fill(key, h('option', { value: '' }, 'all keys'), (keys || []).map((k) => h('option', { value: k }, k)));
+    key.value = q.key;
+    key.hidden = keyLabel.hidden = !keys;
+  };
   const draw = () => {
+    drawKeys(page.keys);
     const rows = page.data.filter((r) => !q.status || String(r.resp_status_code).startsWith(q.status));
     fill(table, activityTable(rows, { by: q.by, order: q.order, onSort: (key) => {
       q.order = q.by === key && q.order === 'desc' ? 'asc' : 'desc';
@@ -95,6 +107,7 @@ export function mount(main, { hub }) {
   const load = throttle(async () => {
     const params = new URLSearchParams({ limit: q.limit, page: q.page, sort: q.by, order: q.order });
     if (q.model) params.append('model', q.model);
+    if (q.key) params.append('key', q.key);
     try {
       page = await getJSON(`/api/metrics/activity?${params}`);
       draw();
@@ -111,6 +124,7 @@ export function mount(main, { hub }) {
   fill(main,
     h('div', { class: 'toolbar' }, h('h1', { class: 'grow' }, 'Activity'),
       h('label', { for: 'activity-model' }, 'Model'), model,
+      keyLabel, key,
       h('label', { for: 'activity-status' }, 'Status'), status, limit,
       h('label', {}, live, ' Live')),
     h('section', { class: 'panel' }, table, pager), capture);

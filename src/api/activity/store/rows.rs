@@ -143,5 +143,6 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         ttft_ms: n(7)?,
         error: r.get(15)?,
         has_capture: false,
+        key: None,
     })
 }

@@ -6,6 +6,7 @@ use crate::api::meter::Tokens;
 
 fn row(id: u64, age: Duration) -> Row {
     Row {
+        key: None,
         id,
         time: SystemTime::now() - age,
         model: Arc::from("m"),

@@ -10,6 +10,7 @@ fn pending(series: &Arc<RequestSeries>, log: &Arc<Activity>) -> Pending {
     usage.observe(&bytes::Bytes::from_static(ANSWER));
     Pending {
         key_series: None,
+        key: None,
         series: series.clone(),
         model: "m".into(),
         elapsed: Duration::from_millis(12),
