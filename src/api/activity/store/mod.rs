@@ -7,7 +7,7 @@
 //! corrupt, is renamed aside (`<path>.corrupt-<unix time>`) and a fresh one started: a file someone
 //! cares about is never written over.
 
-mod rows;
+pub(super) mod rows;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,14 +33,19 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
     pub max_rows: u64,
+    /// The bytes of the newest rows kept, as [`rows::ROW_BYTES`] counts them.
+    pub max_bytes: u64,
     pub max_age: Duration,
 }
 
 impl Default for Retention {
-    /// The newest 100,000 rows of the last 30 days.
+    /// The newest 100,000 rows of the last 30 days, and of them no more than 64 MiB: rows of
+    /// about 200 bytes, as most are, stay within the count, and rows made large on purpose
+    /// (each is at most about 7 KiB) within the bytes.
     fn default() -> Self {
         Retention {
             max_rows: 100_000,
+            max_bytes: 64 << 20,
             max_age: Duration::from_secs(30 * 24 * 3600),
         }
     }

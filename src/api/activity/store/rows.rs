@@ -78,7 +78,13 @@ pub fn insert(conn: &mut Connection, rows: &[Row]) -> rusqlite::Result<()> {
     tx.commit()
 }
 
-/// Deletes rows older than the retention's age, then all but its newest `max_rows`.
+/// A row's bytes as retention counts them: its texts, and 100 for its numbers and SQLite's own
+/// bookkeeping.
+pub const ROW_BYTES: &str = "100 + length(CAST(model AS BLOB)) + length(CAST(req_path AS BLOB)) \
+     + length(CAST(content_type AS BLOB)) + COALESCE(length(CAST(error AS BLOB)), 0)";
+
+/// Deletes rows older than the retention's age, then all but its newest `max_rows`, then the
+/// oldest of those until the rest fit in `max_bytes`.
 pub fn prune(conn: &Connection, keep: Retention, now: SystemTime) -> rusqlite::Result<()> {
     let cutoff = now.checked_sub(keep.max_age).unwrap_or(UNIX_EPOCH);
     conn.execute(
@@ -89,6 +95,15 @@ pub fn prune(conn: &Connection, keep: Retention, now: SystemTime) -> rusqlite::R
         "DELETE FROM corral_activity WHERE id <= \
          (SELECT id FROM corral_activity ORDER BY id DESC LIMIT 1 OFFSET ?1)",
         params![count(Some(keep.max_rows))],
+    )?;
+    // the newest row whose bytes, with those of all newer rows, pass the bound, and all older
+    conn.execute(
+        &format!(
+            "DELETE FROM corral_activity WHERE id <= \
+             (SELECT id FROM (SELECT id, SUM({ROW_BYTES}) OVER (ORDER BY id DESC) AS newer \
+              FROM corral_activity) WHERE newer > ?1 ORDER BY id DESC LIMIT 1)"
+        ),
+        params![count(Some(keep.max_bytes))],
     )?;
     Ok(())
 }

@@ -66,6 +66,7 @@ fn old_rows_are_pruned_by_count_and_by_age() {
     let path = dir.path().join("a.db");
     let tiny = Retention {
         max_rows: 5,
+        max_bytes: u64::MAX,
         max_age: Duration::from_secs(3600),
     };
     let opened = Store::open(&path, 10, tiny).unwrap();
@@ -86,6 +87,45 @@ fn old_rows_are_pruned_by_count_and_by_age() {
         .unwrap();
     let cutoff = rows::millis(SystemTime::now() - Duration::from_secs(3600));
     assert!(oldest > cutoff, "an old row was kept");
+}
+
+/// Past its bytes the file keeps only the newest rows that fit them together, whatever the
+/// count allows.
+#[test]
+fn old_rows_are_pruned_by_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let conn = prepare(&path).unwrap();
+    let mut conn = conn;
+    let long = |id| Row {
+        req_path: Arc::from(format!("/{}", "p".repeat(999))),
+        ..row(id, Duration::ZERO)
+    };
+    rows::insert(&mut conn, &(1..=10).map(long).collect::<Vec<_>>()).unwrap();
+    let one: i64 = conn
+        .query_row(
+            &format!(
+                "SELECT {} FROM corral_activity WHERE id = 1",
+                rows::ROW_BYTES
+            ),
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(one > 1000, "a row counts its path: {one}");
+    let keep = Retention {
+        max_bytes: 3 * one as u64 + 1,
+        ..Retention::default()
+    };
+    rows::prune(&conn, keep, SystemTime::now()).unwrap();
+    let ids: Vec<i64> = conn
+        .prepare("SELECT id FROM corral_activity ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(ids, [8, 9, 10]);
 }
 
 /// Random bytes where the file should be: moved aside, kept, and a fresh file works.
