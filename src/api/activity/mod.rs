@@ -21,6 +21,8 @@ use query::Query;
 mod query;
 mod store;
 
+pub use store::OpenError as StoreError;
+
 /// One finished request.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -179,19 +181,18 @@ impl Activity {
     }
 
     /// The log a config asks for: kept at `store.path` when set, with captures when
-    /// `captureBuffer` is above 0.
-    pub fn for_config(config: &crate::config::Config) -> Activity {
+    /// `captureBuffer` is above 0. A store that cannot be used is an error that names it.
+    pub fn for_config(config: &crate::config::Config) -> Result<Activity, StoreError> {
         let mut log = Activity::new(config.metrics_max_in_memory);
         log.captures = (config.capture_buffer_mb > 0)
             .then(|| super::captures::Captures::new(config.capture_buffer_mb << 20));
         if let Some(path) = &config.store_path {
             let retention = store::Retention::default();
-            if let Some(opened) = store::Store::open(path.as_ref(), log.max, retention) {
-                log.restore(opened.rows, opened.next_id);
-                log.store = Some(opened.store);
-            }
+            let opened = store::Store::open(path.as_ref(), log.max, retention)?;
+            log.restore(opened.rows, opened.next_id);
+            log.store = Some(opened.store);
         }
-        log
+        Ok(log)
     }
 
     /// Takes back rows read from the store; new rows continue after `next_id`.

@@ -128,30 +128,74 @@ fn old_rows_are_pruned_by_bytes() {
     assert_eq!(ids, [8, 9, 10]);
 }
 
-/// Random bytes where the file should be: moved aside, kept, and a fresh file works.
+/// Random bytes where the file should be: refused with an error that names the file, and left
+/// byte for byte as it was, nothing renamed.
 #[test]
-fn a_file_that_is_not_sqlite_is_moved_aside_and_kept() {
+fn a_file_that_is_not_sqlite_is_refused_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.db");
     let junk: Vec<u8> = (0..8192u32).map(|i| (i * 7919 % 251) as u8).collect();
     std::fs::write(&path, &junk).unwrap();
-    let opened = Store::open(&path, 10, Retention::default()).unwrap();
-    opened.store.save(row(1, Duration::ZERO));
-    drop(opened);
-    assert_eq!(count(&path), 1);
-    let aside: Vec<_> = std::fs::read_dir(dir.path())
+    let Err(e) = Store::open(&path, 10, Retention::default()) else {
+        panic!("a file that is not SQLite was used");
+    };
+    assert!(matches!(e, OpenError::NotSqlite { .. }), "{e}");
+    assert!(e.to_string().contains(&format!("{path:?}")), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), junk);
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("a.db.corrupt-"))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(aside.len(), 1, "{aside:?}");
-    assert_eq!(std::fs::read(aside[0].path()).unwrap(), junk);
+    names.sort();
+    assert_eq!(names, ["a.db", "a.db.lock"]);
 }
 
-/// A path that cannot be a file (a directory) leaves the log in memory, and nothing is renamed.
+/// A path that cannot be a file (a directory) is an error that names it, and nothing is renamed.
 #[test]
-fn an_unusable_path_is_left_alone() {
+fn an_unusable_path_is_an_error_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
-    assert!(Store::open(dir.path(), 10, Retention::default()).is_none());
+    let Err(e) = Store::open(dir.path(), 10, Retention::default()) else {
+        panic!("a directory was used as the store");
+    };
+    assert!(e.to_string().contains(&format!("{:?}", dir.path())), "{e}");
     assert!(dir.path().is_dir());
+}
+
+/// The store, its WAL and shared-memory files and its lock are readable by their owner only,
+/// whatever the umask.
+#[test]
+fn the_store_and_its_files_are_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let opened = Store::open(&path, 10, Retention::default()).unwrap();
+    opened.store.save(row(1, Duration::ZERO));
+    let mode = |suffix: &str| {
+        let meta = std::fs::metadata(beside(&path, suffix)).unwrap();
+        meta.permissions().mode() & 0o777
+    };
+    for suffix in ["", "-wal", "-shm", ".lock"] {
+        assert_eq!(mode(suffix), 0o600, "a.db{suffix}");
+    }
+    drop(opened);
+}
+
+/// A second store on one file is refused while the first holds it, with an error that names
+/// the file; once the first closes, the file opens again.
+#[test]
+fn a_second_store_on_one_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let first = Store::open(&path, 10, Retention::default()).unwrap();
+    let Err(e) = Store::open(&path, 10, Retention::default()) else {
+        panic!("two stores opened one file");
+    };
+    assert!(matches!(e, OpenError::Locked { .. }), "{e}");
+    let said = e.to_string();
+    assert!(
+        said.contains(&format!("{path:?}")) && said.contains("another corral"),
+        "{said}"
+    );
+    drop(first);
+    assert!(Store::open(&path, 10, Retention::default()).is_ok());
 }
