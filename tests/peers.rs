@@ -3,8 +3,13 @@
 
 mod support;
 
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
 use serde_json::json;
 use support::*;
 
@@ -116,4 +121,70 @@ async fn the_load_report_counts_requests_waiting_for_a_load() {
         assert_eq!(w.await.unwrap(), 200);
     }
     h.stop().await;
+}
+
+/// A peer that claims more work than a number holds: `running` 2^64-1 and `waiting` 1 (a sum
+/// that wraps to 0). It answers chats too, and counts its load reports and chats.
+struct Liar {
+    url: String,
+    reports: Arc<AtomicUsize>,
+    chats: Arc<AtomicUsize>,
+}
+
+async fn liar() -> Liar {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (reports, chats) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counts = (reports.clone(), chats.clone());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (reports, chats) = counts.clone();
+            let svc = hyper::service::service_fn(move |req: http::Request<_>| {
+                let body = if req.uri().path() == "/api/load" {
+                    reports.fetch_add(1, Ordering::SeqCst);
+                    r#"{"models":{"m":{"running":18446744073709551615,"waiting":1}}}"#
+                } else {
+                    chats.fetch_add(1, Ordering::SeqCst);
+                    r#"{"choices":[{"message":{"role":"assistant","content":"lie"}}]}"#
+                };
+                let resp = http::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(body.as_bytes())));
+                async move { Ok::<_, Infallible>(resp.unwrap()) }
+            });
+            let io = hyper_util::rt::TokioIo::new(tcp);
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, svc));
+        }
+    });
+    Liar {
+        url,
+        reports,
+        chats,
+    }
+}
+
+/// An absurd load report is clamped, not wrapped to nothing: every request goes to the honest
+/// idle peer, none to the one that claims it is swamped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absurd_peer_load_draws_no_traffic_from_an_idle_peer() {
+    let (lying, honest) = (liar().await, peer().await);
+    let front = Harness::start(&format!(
+        "peers:\n  a: {{proxy: '{}', models: [m]}}\n  b: {{proxy: '{}', models: [m]}}\n",
+        lying.url, honest.url
+    ))
+    .await;
+    // the second report is asked for once the first one was taken in
+    eventually(Duration::from_secs(5), "two load reports read", || {
+        lying.reports.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    let front_chat = format!("{}/v1/chat/completions", front.url);
+    for i in 0..10 {
+        let r = post_json(&front_chat, &chat("m")).await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+    }
+    assert_eq!(lying.chats.load(Ordering::SeqCst), 0, "the liar drew none");
+    assert_eq!(served(&honest), 10);
+    front.stop().await;
+    honest.stop().await;
 }

@@ -62,31 +62,62 @@ async fn activity_survives_a_restart_on_the_same_store() {
     h.stop().await;
 }
 
-/// Random bytes at the store's path: corral moves them aside (kept, byte for byte), starts a fresh
-/// store, and that store keeps its rows over a restart.
+/// corral started on `yaml` in this process, expected to refuse to start: its error.
+async fn refusal(yaml: &str) -> String {
+    let config = corral::config::load_str("refused.yaml", yaml, &|_| None)
+        .unwrap()
+        .config;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let opts = corral::Options {
+        state_key: format!("refused-{}", new_marker().replace('=', "-")),
+        ..Default::default()
+    };
+    let (shutdown, abort) = Default::default();
+    let run = corral::run(config, listener, Default::default(), opts, shutdown, abort);
+    match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(Err(e)) => e.to_string(),
+        Ok(Ok(())) => panic!("corral started"),
+        Err(_) => panic!("corral started and ran"),
+    }
+}
+
+fn store_only(path: &Path) -> String {
+    format!("store:\n  path: {}\nmodels: {{}}\n", path.display())
+}
+
+/// Random bytes at the store's path: corral refuses to start, names the file, and leaves it as
+/// it was, nothing moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_store_is_moved_aside_and_a_fresh_one_works() {
+async fn a_file_that_is_not_sqlite_is_refused_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("activity.db");
     let junk: Vec<u8> = (0..4096u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     std::fs::write(&db, &junk).unwrap();
-    let h = Harness::start(&with_store(&db)).await;
-    chats(&h, 2).await;
-    h.stop().await;
-    let aside: Vec<_> = std::fs::read_dir(dir.path())
+    let said = refusal(&store_only(&db)).await;
+    assert!(said.contains(&format!("{db:?}")), "{said}");
+    assert!(said.contains("not a usable SQLite database"), "{said}");
+    assert_eq!(std::fs::read(&db).unwrap(), junk);
+    let moved = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            name.starts_with("activity.db.corrupt-") && !name.ends_with("-wal")
-        })
-        .collect();
-    assert_eq!(aside.len(), 1, "{aside:?}");
-    assert_eq!(std::fs::read(&aside[0]).unwrap(), junk);
+        .any(|e| e.file_name().to_string_lossy().contains("corrupt"));
+    assert!(!moved);
+}
+
+/// A second corral on a store the first holds refuses to start, naming it; the first goes on
+/// writing its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_corral_on_one_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("activity.db");
     let h = Harness::start(&with_store(&db)).await;
+    chats(&h, 1).await; // the first has started, its store open
+    let said = refusal(&store_only(&db)).await;
+    assert!(said.contains(&format!("{db:?}")), "{said}");
+    assert!(said.contains("in use by another corral"), "{said}");
+    chats(&h, 1).await;
     assert_eq!(ids(&activity(&h).await), [1, 2]);
     h.stop().await;
 }

@@ -82,13 +82,28 @@ impl App {
         next
     }
 
-    pub fn new(
+    /// The service for a fleet, in tests: its config's store must open.
+    #[cfg(test)]
+    pub(crate) fn new(
         fleet: Fleet,
         logs: Arc<Logs>,
         metrics: Arc<crate::metrics::Metrics>,
         limits: Limits,
     ) -> App {
-        let activity = Arc::new(activity::Activity::for_config(&fleet.config()));
+        let activity = activity::Activity::for_config(&fleet.config()).expect("the store opens");
+        App::with_activity(fleet, logs, metrics, limits, activity)
+    }
+
+    /// The service for a fleet, with the activity log its config asks for, opened before the
+    /// fleet started (a store that cannot be used stops corral before anything starts).
+    pub fn with_activity(
+        fleet: Fleet,
+        logs: Arc<Logs>,
+        metrics: Arc<crate::metrics::Metrics>,
+        limits: Limits,
+        activity: activity::Activity,
+    ) -> App {
+        let activity = Arc::new(activity);
         let performance = performance::Performance::start(fleet.clone(), activity.tally.clone());
         App::with_log(fleet, logs, metrics, limits, (activity, performance))
     }

@@ -236,13 +236,18 @@ pub async fn forward_to_least_loaded(
     for peer in ranked {
         let body = rewrite_for_peer(app, peer, model, kind.clone(), bytes.clone())?;
         let parts = clone_parts(&parts);
+        let sending = app.peer_loads.sending(peer, model);
         match peers::forward(app, peer, parts, body, path_and_query.clone(), remote).await {
             Err(Error::Upstream(e)) => {
                 tracing::warn!(peer = %peer, "trying another peer for {model} after: {e}");
                 app.peer_loads.failed(peer);
                 last = Error::Upstream(e);
             }
-            answer => return answer,
+            // the request counts as the peer's work until its answer's body ends
+            Ok(answer) => {
+                return Ok(answer.map(|body| BodyExt::boxed(proxy::GuardedBody::new(body, sending))))
+            }
+            Err(e) => return Err(e),
         }
     }
     Err(last)

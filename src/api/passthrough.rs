@@ -98,7 +98,10 @@ where
         routing::Route::Peer { peer, model } => (peer, model),
         // a streamed body cannot be sent twice: the least loaded peer gets it, no retry
         routing::Route::Peers { owners, model } => {
-            (app.peer_loads.rank(&owners, &model).swap_remove(0), model)
+            let peer = app.peer_loads.rank(&owners, &model).swap_remove(0);
+            // counted as in flight to that peer until the answer ends, as a model route's is
+            seen.hold(Box::new(app.peer_loads.sending(&peer, &model)));
+            (peer, model)
         }
     };
     to_peer(

@@ -5,6 +5,11 @@
 //! all landing on the peer that was idlest a moment ago. A peer that fails a request before
 //! answering, or fails its reading, is held out for a few seconds (a circuit per peer) unless every
 //! candidate is.
+//!
+//! A report is a peer's word, and a peer may lie: its size is capped ([`REPORT_MAX`]), each count
+//! is clamped to [`MOST_WORK`] and added without wrapping, and the requests corral itself has in
+//! flight to a peer are the least work that peer is taken to have, so a peer that reports less
+//! than that still gets no more than its share.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +25,12 @@ use crate::proxy::upstream::Upstream;
 const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How long a peer that failed is held out.
 const HOLD_OUT: Duration = Duration::from_secs(5);
+/// The largest load report read: about 50 bytes a model, so room for thousands of models; a
+/// larger one is not read, and its peer is held out as if it had failed.
+const REPORT_MAX: usize = 1 << 20;
+/// The most work a report may claim for one model: a larger count is taken as this. Far above
+/// what any peer runs, and far below where sums wrap.
+const MOST_WORK: u64 = 1 << 20;
 
 /// What is known of one peer.
 #[derive(Debug, Default, Clone)]
@@ -32,6 +43,8 @@ struct PeerState {
     /// cannot show the ones after.
     reflected: u64,
     held_out_until: Option<Instant>,
+    /// Requests corral has sent to this peer and not yet seen the end of, per model.
+    in_flight: BTreeMap<String, u64>,
 }
 
 impl PeerState {
@@ -39,8 +52,13 @@ impl PeerState {
         self.held_out_until.is_some_and(|t| t > now)
     }
 
+    /// The work the peer is taken to have for `model`: its last report and the picks since, and
+    /// never less than what corral itself has in flight there.
     fn score(&self, model: &str) -> u64 {
-        self.load.get(model).copied().unwrap_or(0) + self.picks - self.reflected
+        let reported = self.load.get(model).copied().unwrap_or(0);
+        let since = self.picks.saturating_sub(self.reflected);
+        let ours = self.in_flight.get(model).copied().unwrap_or(0);
+        reported.saturating_add(since).max(ours)
     }
 
     /// A reading asked for when `asked_at` picks had been made: picks made while it was on its way
@@ -107,10 +125,45 @@ impl PeerLoads {
         order
     }
 
+    /// A request to `peer` for `model` is on its way: it counts in the peer's work until the
+    /// value returned is dropped (with the answer's body).
+    pub fn sending(&self, peer: &str, model: &str) -> InFlight {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = state.entry(peer.to_string()).or_default();
+        *s.in_flight.entry(model.to_string()).or_default() += 1;
+        InFlight {
+            state: self.state.clone(),
+            peer: peer.to_string(),
+            model: model.to_string(),
+        }
+    }
+
     /// A request to `peer` failed before any answer: hold it out for a while.
     pub fn failed(&self, peer: &str) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.entry(peer.to_string()).or_default().held_out_until = Some(Instant::now() + HOLD_OUT);
+    }
+}
+
+/// A request corral has in flight to a peer, counted until it is dropped.
+pub struct InFlight {
+    state: Arc<Mutex<BTreeMap<String, PeerState>>>,
+    peer: String,
+    model: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(s) = state.get_mut(&self.peer) else {
+            return;
+        };
+        if let Some(n) = s.in_flight.get_mut(&self.model) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.in_flight.remove(&self.model);
+            }
+        }
     }
 }
 
@@ -151,7 +204,16 @@ async fn poll(id: String, reading: Reading, state: Arc<Mutex<BTreeMap<String, Pe
         let s = state.entry(id.clone()).or_default();
         match load {
             Ok(Ok(load)) => s.read(load, asked_at),
-            Ok(Err(Unreachable)) | Err(_) => s.held_out_until = Some(Instant::now() + HOLD_OUT),
+            Ok(Err(failure)) => {
+                if let Failure::Oversized = failure {
+                    tracing::warn!(
+                        "peer {id}: its load report is over {REPORT_MAX} bytes and was not read; \
+                         the peer is held out"
+                    );
+                }
+                s.held_out_until = Some(Instant::now() + HOLD_OUT);
+            }
+            Err(_) => s.held_out_until = Some(Instant::now() + HOLD_OUT),
         }
     }
 }
@@ -161,10 +223,17 @@ fn picks_of(state: &Mutex<BTreeMap<String, PeerState>>, id: &str) -> u64 {
     state.get(id).map_or(0, |s| s.picks)
 }
 
-/// The peer could not be reached (a peer that answers without a load report is not this).
-struct Unreachable;
+/// Why a reading failed (a peer that answers without a load report is not this).
+#[derive(Debug)]
+enum Failure {
+    /// The peer could not be reached, or its answer broke off.
+    Unreachable,
+    /// Its report was larger than [`REPORT_MAX`].
+    Oversized,
+}
+use Failure::Unreachable;
 
-async fn read(reading: &Reading) -> Result<BTreeMap<String, u64>, Unreachable> {
+async fn read(reading: &Reading) -> Result<BTreeMap<String, u64>, Failure> {
     let mut req = http::Request::get("/api/load");
     if let Some(key) = &reading.key {
         req = req.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
@@ -183,11 +252,27 @@ async fn read(reading: &Reading) -> Result<BTreeMap<String, u64>, Unreachable> {
     if !resp.status().is_success() {
         return Ok(BTreeMap::new()); // not a corral, or too old to report: no load known
     }
-    let body = resp.into_body().collect().await.map_err(|_| Unreachable)?;
-    Ok(parse_report(&body.to_bytes()))
+    let body = read_capped(resp.into_body(), REPORT_MAX).await?;
+    Ok(parse_report(&body))
 }
 
-/// `{"models": {"m": {"running": 1, "waiting": 2}}}` as work per model.
+/// A body read whole, unless it is larger than `max` bytes.
+async fn read_capped(mut body: crate::body::Body, max: usize) -> Result<bytes::Bytes, Failure> {
+    let mut read = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| Unreachable)?.into_data() else {
+            continue; // trailers
+        };
+        if read.len() + data.len() > max {
+            return Err(Failure::Oversized);
+        }
+        read.extend_from_slice(&data);
+    }
+    Ok(read.freeze())
+}
+
+/// `{"models": {"m": {"running": 1, "waiting": 2}}}` as work per model, each count and their sum
+/// at most [`MOST_WORK`].
 fn parse_report(body: &[u8]) -> BTreeMap<String, u64> {
     let Ok(Value::Object(report)) = serde_json::from_slice::<Value>(body) else {
         return BTreeMap::new();
@@ -195,11 +280,15 @@ fn parse_report(body: &[u8]) -> BTreeMap<String, u64> {
     let Some(Value::Object(models)) = report.get("models") else {
         return BTreeMap::new();
     };
+    // a count that is not a whole number is no count: a peer that lies low is bounded by the
+    // requests corral has in flight to it, not by what it says
     let work = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
-    models
-        .iter()
-        .map(|(m, v)| (m.clone(), work(v, "running") + work(v, "waiting")))
-        .collect()
+    let total = |v: &Value| {
+        work(v, "running")
+            .saturating_add(work(v, "waiting"))
+            .min(MOST_WORK)
+    };
+    models.iter().map(|(m, v)| (m.clone(), total(v))).collect()
 }
 
 #[cfg(test)]
@@ -274,6 +363,52 @@ mod tests {
         let l = loads(&[("a", 0), ("b", 5)]);
         l.failed("a");
         assert_eq!(l.rank(&ids(&["a", "b"]), "m"), ids(&["b", "a"]));
+    }
+
+    /// A report of more work than fits a number, or absurdly much, is clamped: the sum does not
+    /// wrap to an idle-looking count.
+    #[test]
+    fn absurd_reports_are_clamped_and_never_wrap() {
+        let r = parse_report(br#"{"models":{"m":{"running":18446744073709551615,"waiting":1}}}"#);
+        assert_eq!(r["m"], MOST_WORK);
+        let l = loads(&[("liar", r["m"]), ("honest", 0)]);
+        let c = ids(&["liar", "honest"]);
+        for _ in 0..10 {
+            assert_eq!(l.rank(&c, "m")[0], "honest");
+        }
+    }
+
+    /// A peer that reports no work still has the requests corral has in flight to it, until
+    /// their answers end.
+    #[test]
+    fn a_peer_that_lies_low_is_held_to_the_requests_in_flight_to_it() {
+        let l = loads(&[("liar", 0), ("honest", 0)]);
+        let c = ids(&["liar", "honest"]);
+        let sent: Vec<InFlight> = (0..3).map(|_| l.sending("liar", "m")).collect();
+        let zero = || BTreeMap::from([("m".to_string(), 0)]);
+        for id in ["liar", "honest"] {
+            let mut state = l.state.lock().unwrap();
+            let s = state.get_mut(id).unwrap();
+            let asked_at = s.picks;
+            s.read(zero(), asked_at);
+        }
+        assert_eq!(l.rank(&c, "m")[0], "honest", "liar at 3, honest at 0");
+        assert_eq!(l.rank(&c, "m")[0], "honest", "liar at 3, honest at 1");
+        assert_eq!(l.rank(&c, "m")[0], "honest", "liar at 3, honest at 2");
+        drop(sent);
+        assert_eq!(l.state.lock().unwrap()["liar"].score("m"), 0);
+        assert_eq!(l.rank(&c, "m")[0], "liar", "its answers ended");
+    }
+
+    #[tokio::test]
+    async fn a_report_over_the_cap_is_not_read() {
+        let big = crate::body::full(vec![b' '; 100]);
+        assert!(matches!(
+            read_capped(big, 99).await,
+            Err(Failure::Oversized)
+        ));
+        let fits = crate::body::full(vec![b' '; 99]);
+        assert_eq!(read_capped(fits, 99).await.unwrap().len(), 99);
     }
 
     #[test]

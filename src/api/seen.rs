@@ -47,7 +47,7 @@ impl Seen {
             .activity
             .captures
             .as_ref()
-            .map(|c| c.begin(&path, headers));
+            .and_then(|c| c.begin(&path, headers));
         Seen {
             model: None,
             holds: Vec::new(),

@@ -132,14 +132,17 @@ struct Server {
 }
 
 impl Server {
-    /// Sweeps what a previous run left, then starts the fleet, the serving threads and the tasks
-    /// beside them.
+    /// Opens the activity log, sweeps what a previous run left, then starts the fleet, the
+    /// serving threads and the tasks beside them. The log comes first: a store another corral
+    /// holds, or one that cannot be used, stops this one before it touches anything.
     fn start(
         config: Config,
         logs: Arc<Logs>,
         opts: Options,
         loopback: bool,
     ) -> std::io::Result<Server> {
+        let activity =
+            crate::api::activity::Activity::for_config(&config).map_err(std::io::Error::other)?;
         let state_file = StateFile::new(opts.state_dir.clone(), &opts.state_key);
         let swept = state_file.sweep();
         if !swept.is_empty() {
@@ -152,7 +155,7 @@ impl Server {
         if let Some(n) = settings.max_buffered_bodies {
             limits.buffered_bytes = n;
         }
-        let mut app = App::new(fleet.clone(), logs, metrics.clone(), limits);
+        let mut app = App::with_activity(fleet.clone(), logs, metrics.clone(), limits, activity);
         app.listening_on_loopback(loopback);
         let app = Arc::new(app);
         let current = Arc::new(RwLock::new(app.clone()));

@@ -2,6 +2,10 @@
 //! as llama-swap serves it (`/api/metrics/activity`, `/api/metrics/stats`, `activity` events).
 //! With `store.path` every row is also written to SQLite (`store`) and the newest rows are
 //! read back at start; with `captureBuffer` the bodies of recent requests are kept beside it.
+//!
+//! A row's text comes partly from clients (a passthrough path) and upstreams (a content type, an
+//! error): each field is cut to a bound ([`cut`]), so no request makes a large row in memory
+//! or on disk.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +20,8 @@ use query::Query;
 
 mod query;
 mod store;
+
+pub use store::OpenError as StoreError;
 
 /// One finished request.
 #[derive(Debug, Clone)]
@@ -52,6 +58,28 @@ pub fn content_type(value: &str) -> std::borrow::Cow<'static, str> {
     }
 }
 
+/// The most bytes a row keeps of its path, model, content type and error: each longer one is cut
+/// and ends in [`CUT`]. A row is then at most about 7 KiB.
+const PATH_MAX: usize = 2048;
+const MODEL_MAX: usize = 512;
+const CONTENT_TYPE_MAX: usize = 256;
+const ERROR_MAX: usize = 4096;
+/// What ends a cut text.
+const CUT: &str = "…[truncated]";
+
+/// `text` cut to `max` bytes when it is longer: its start (cut on a character's edge) and
+/// [`CUT`], `max` bytes or fewer in all; `None` when it fits.
+fn cut(text: &str, max: usize) -> Option<String> {
+    if text.len() <= max {
+        return None;
+    }
+    let mut end = max.saturating_sub(CUT.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("{}{CUT}", &text[..end]))
+}
+
 /// What a finished request leaves in the log (the id and time are added).
 pub struct Entry {
     pub model: Arc<str>,
@@ -66,6 +94,24 @@ pub struct Entry {
     pub capture: Option<super::captures::Capture>,
     /// The label of the API key it presented.
     pub key: Option<Arc<str>>,
+}
+
+impl Entry {
+    /// Cuts each text to its bound.
+    fn cut_to_bounds(&mut self) {
+        if let Some(c) = cut(&self.model, MODEL_MAX) {
+            self.model = c.into();
+        }
+        if let Some(c) = cut(&self.req_path, PATH_MAX) {
+            self.req_path = c.into();
+        }
+        if let Some(c) = cut(&self.content_type, CONTENT_TYPE_MAX) {
+            self.content_type = c.into();
+        }
+        if let Some(c) = self.error.as_deref().and_then(|e| cut(e, ERROR_MAX)) {
+            self.error = Some(c);
+        }
+    }
 }
 
 pub struct Activity {
@@ -139,19 +185,18 @@ impl Activity {
     }
 
     /// The log a config asks for: kept at `store.path` when set, with captures when
-    /// `captureBuffer` is above 0.
-    pub fn for_config(config: &crate::config::Config) -> Activity {
+    /// `captureBuffer` is above 0. A store that cannot be used is an error that names it.
+    pub fn for_config(config: &crate::config::Config) -> Result<Activity, StoreError> {
         let mut log = Activity::new(config.metrics_max_in_memory);
         log.captures = (config.capture_buffer_mb > 0)
             .then(|| super::captures::Captures::new(config.capture_buffer_mb << 20));
         if let Some(path) = &config.store_path {
             let retention = store::Retention::default();
-            if let Some(opened) = store::Store::open(path.as_ref(), log.max, retention) {
-                log.restore(opened.rows, opened.next_id);
-                log.store = Some(opened.store);
-            }
+            let opened = store::Store::open(path.as_ref(), log.max, retention)?;
+            log.restore(opened.rows, opened.next_id);
+            log.store = Some(opened.store);
         }
-        log
+        Ok(log)
     }
 
     /// Takes back rows read from the store; new rows continue after `next_id`.
@@ -180,7 +225,8 @@ impl Activity {
     }
 
     /// Logs a finished request under the id and time it ended at.
-    pub fn record_as(&self, id: u64, time: SystemTime, e: Entry) {
+    pub fn record_as(&self, id: u64, time: SystemTime, mut e: Entry) {
+        e.cut_to_bounds();
         let has_capture = match (e.capture, &self.captures) {
             (Some(capture), Some(captures)) => captures.put(id, capture),
             _ => false,

@@ -82,3 +82,43 @@ fn rows_are_filtered_sorted_paged_and_bounded() {
     assert_eq!(stats["total_input_tokens"], 20 + 30);
     assert_eq!(stats["gen_histogram"]["max"], 3.0);
 }
+
+/// A path of 64 KiB (a passthrough path is the client's) is kept cut, with the mark, in memory
+/// and in the file; so are an error and a content type, on a character's edge.
+#[test]
+fn long_texts_are_cut_in_the_row_and_in_the_stored_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let mut log = Activity::new(10);
+    let opened = store::Store::open(&path, 10, store::Retention::default()).unwrap();
+    log.store = Some(opened.store);
+    let mut e = entry("m", 502, 1, 1.0);
+    e.req_path = format!("/upstream/m/{}", "x".repeat(64 << 10)).into();
+    e.error = Some("é".repeat(10_000));
+    e.content_type = "text/plain; x=".repeat(100).into();
+    log.record(e);
+    let row = &log.rows()[0];
+    assert!(row.req_path.len() <= PATH_MAX && row.req_path.ends_with(CUT));
+    assert!(row.req_path.starts_with("/upstream/m/xxx"));
+    let error = row.error.as_deref().unwrap();
+    assert!(error.len() <= ERROR_MAX && error.ends_with(CUT), "{error}");
+    assert!(row.content_type.len() <= CONTENT_TYPE_MAX);
+    drop(log); // the writer commits
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let (stored, bytes): (String, i64) = conn
+        .query_row(
+            &format!(
+                "SELECT req_path, {} FROM corral_activity",
+                store::rows::ROW_BYTES
+            ),
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        stored.len() <= PATH_MAX && stored.ends_with(CUT),
+        "{}",
+        stored.len()
+    );
+    assert!(bytes < 8 << 10, "the row takes {bytes} bytes");
+}

@@ -8,25 +8,56 @@
 //! it is kept whole: a long conversation is copied once, when the capture is kept. A capture
 //! larger than the whole budget is cut and marked `*_truncated`; the oldest captures go when new
 //! ones need the room (see [`ring`]). Secrets in headers are never kept.
+//!
+//! Captures being built hold memory too, up to twice the budget each (a request body and a
+//! response body), for as long as their requests run: together they are held to one more budget
+//! of the same size ([`live`]). A capture that finds it spent is cut and marked, or, when not even
+//! its request's head fits, not made; the request goes on either way, never waiting for room.
 
+mod live;
 mod ring;
 mod spare;
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 
+use aho_corasick::AhoCorasick;
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
 use serde_json::{json, Map, Value};
 
-/// Whether a header's value is replaced, as llama-swap does. Matched as text, which a name's
-/// `as_str` gives without work: a comparison of two names is one only for standard names, and
-/// spells a custom one such as `x-api-key` out against each.
+/// Words that mark a header as a credential wherever they are in its name: `authorization`,
+/// `proxy-authorization`, `www-authenticate`, `cookie`, `set-cookie`, `x-api-key`, `api-key`,
+/// `x-auth-token`, `x-amz-security-token`, `x-session-id`, `x-csrf-token` and the like.
+const SECRET_WORDS: &[&str] = &[
+    "auth",
+    "cookie",
+    "token",
+    "secret",
+    "passw",
+    "pwd",
+    "key",
+    "session",
+    "credential",
+    "signature",
+    "csrf",
+    "xsrf",
+    "jwt",
+    "bearer",
+];
+
+/// Whether a header's value is replaced, as llama-swap does for a few names and corral for any
+/// name with one of [`SECRET_WORDS`] in it, whatever its capitals: a credential under a name no
+/// list foresaw is still a credential.
 fn is_sensitive(name: &str) -> bool {
-    matches!(
-        name,
-        "authorization" | "proxy-authorization" | "cookie" | "set-cookie" | "x-api-key"
-    )
+    static WORDS: LazyLock<AhoCorasick> = LazyLock::new(|| {
+        AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(SECRET_WORDS)
+            .expect("fixed words build")
+    });
+    WORDS.is_match(name)
 }
 
 /// One request's capture, filled as the request goes: its path, request headers, request body,
@@ -46,6 +77,8 @@ pub struct Capture {
     resp_truncated: bool,
     /// The budget of all captures: no body keeps more.
     limit: usize,
+    /// Its share of the budget of captures being built.
+    room: live::Room,
 }
 
 /// The largest request body a capture copies rather than shares: a copy of a small body costs
@@ -138,23 +171,35 @@ impl Capture {
 
     /// The request body as read, up to the budget (before the response is recorded). A small
     /// body is copied; a larger one shared when it is kept whole. A body larger than the budget
-    /// is cut and its kept part copied, so the capture never holds more than the budget of it
-    /// (a slice would hold it all).
+    /// is cut to half of it and its kept part copied, so the capture never holds more than that
+    /// of it (a slice would hold it all), and the response has room too. All of it within the
+    /// room the captures in flight leave.
     pub fn request_body(&mut self, body: &Bytes) {
         debug_assert_eq!(
             self.data.len(),
             self.ends[1],
             "the body follows the request head"
         );
-        self.req_truncated = body.len() > self.limit;
+        // a body that is cut anyway keeps half the budget, the other half left for the response
+        let most = if body.len() > self.limit {
+            self.limit / 2
+        } else {
+            body.len()
+        };
+        let keep = self.room.allow(self.held(), most);
+        self.req_truncated = keep < body.len();
         if body.len() <= COPY_AT_MOST || self.req_truncated {
-            self.data
-                .extend_from_slice(&body[..body.len().min(self.limit)]);
+            self.data.extend_from_slice(&body[..keep]);
         } else {
             self.shared_body = body.clone();
         }
         self.ends[2] = self.data.len();
         self.ends[3] = self.data.len();
+    }
+
+    /// The bytes this capture holds, each charged to the budget of captures being built.
+    fn held(&self) -> usize {
+        self.data.len() + self.shared_body.len()
     }
 
     fn request_body_len(&self) -> usize {
@@ -205,13 +250,17 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// Copies a frame of the response body, as much of it as the budgets leave room for; once
+    /// one is cut, the rest of the body is not kept (room freed later would leave a gap).
     pub fn push(&mut self, data: &Bytes) {
         let c = &mut self.capture;
-        let room = c.limit.saturating_sub(c.response_body_len());
-        if data.len() > room {
-            c.resp_truncated = true;
+        if c.resp_truncated {
+            return;
         }
-        c.data.extend_from_slice(&data[..data.len().min(room)]);
+        let room = c.limit.saturating_sub(c.response_body_len());
+        let keep = c.room.allow(c.held(), data.len().min(room));
+        c.resp_truncated = keep < data.len();
+        c.data.extend_from_slice(&data[..keep]);
     }
 
     /// The capture with its response body.
@@ -273,10 +322,14 @@ fn headers_json(text: &[u8]) -> Value {
     Value::Object(map)
 }
 
-/// The captures of recent requests, oldest first, within a byte budget.
+/// The captures of recent requests, oldest first, within a byte budget, and the captures being
+/// built, within another of the same size.
 pub struct Captures {
     budget: usize,
     ring: Mutex<ring::Ring<Layout>>,
+    live: Arc<live::Live>,
+    /// Set once a capture was not made for want of room, so the warning is logged once.
+    refused: AtomicBool,
 }
 
 impl Captures {
@@ -285,6 +338,8 @@ impl Captures {
         Captures {
             budget,
             ring: Mutex::new(ring::Ring::new(budget)),
+            live: Arc::new(live::Live::new(budget)),
+            refused: AtomicBool::new(false),
         }
     }
 
@@ -292,21 +347,35 @@ impl Captures {
         self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the capture of a request from its head.
-    pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Capture {
+    /// Starts the capture of a request from its head; `None` when the captures being built
+    /// leave no room for the head (the request is then not captured, and the log says so once).
+    pub fn begin(&self, path: &str, request_headers: &HeaderMap) -> Option<Capture> {
         let mut data = spare::take();
         data.extend_from_slice(path.as_bytes());
         let path_end = data.len();
         write_headers(&mut data, request_headers);
         let end = data.len();
-        Capture {
+        let mut room = live::Room::new(self.live.clone());
+        if room.allow(0, end) < end {
+            spare::give(data);
+            if !self.refused.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "captures: the captures of requests in flight hold the whole capture budget \
+                     ({} bytes); some requests are not captured, and others are cut and marked",
+                    self.budget
+                );
+            }
+            return None;
+        }
+        Some(Capture {
             data,
             ends: [path_end, end, end, end],
             shared_body: Bytes::new(),
             req_truncated: false,
             resp_truncated: false,
             limit: self.budget,
-        }
+            room,
+        })
     }
 
     /// Follows the response: its headers now, its body as it passes (at most the whole budget).
@@ -317,12 +386,19 @@ impl Captures {
         response_headers: &HeaderMap,
         declared: Option<usize>,
     ) -> Recording {
-        // room for the body too when its length is declared, so it is copied without regrowing
+        let before = capture.held();
         write_headers(&mut capture.data, response_headers);
-        capture
-            .data
-            .reserve(declared.map_or(0, |n| n.min(self.budget)));
+        let head = capture.held() - before;
+        if capture.room.allow(before, head) < head {
+            // no room for the response: the capture keeps the request alone, marked
+            capture.data.truncate(capture.ends[2]);
+            capture.resp_truncated = true;
+        }
         capture.ends[3] = capture.data.len();
+        // room for the body too when its length is declared, so it is copied without regrowing
+        let declared = declared.map_or(0, |n| n.min(self.budget));
+        let reserve = capture.room.allow(capture.held(), declared);
+        capture.data.reserve(reserve);
         Recording { capture }
     }
 

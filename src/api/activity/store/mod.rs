@@ -3,17 +3,24 @@
 //! Requests never wait on the disk: a finished request hands its row to a bounded channel (a full
 //! channel drops the row from the file, never the request), and one writer thread inserts what
 //! arrived in one transaction every 100 ms, pruning old rows as it goes. At start the newest rows
-//! are read back for the in-memory log. A file that is not a SQLite database, or one SQLite finds
-//! corrupt, is renamed aside (`<path>.corrupt-<unix time>`) and a fresh one started: a file someone
-//! cares about is never written over.
+//! are read back for the in-memory log.
+//!
+//! The file is corral's alone: created readable by its owner only (SQLite gives its `-wal` and
+//! `-shm` files the same mode), and held by one corral at a time through an exclusive lock on
+//! `<path>.lock`, since two writers would overwrite each other's rows. A file that is not a SQLite
+//! database, or one SQLite finds damaged, is left as it is and corral refuses it, naming it: a
+//! file someone cares about is never written over or moved.
 
-mod rows;
+pub(super) mod rows;
 
+use std::fs::File;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
+use nix::fcntl::{Flock, FlockArg};
 use rusqlite::{Connection, ErrorCode};
 
 use crate::api::activity::Row;
@@ -33,14 +40,19 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
     pub max_rows: u64,
+    /// The bytes of the newest rows kept, as [`rows::ROW_BYTES`] counts them.
+    pub max_bytes: u64,
     pub max_age: Duration,
 }
 
 impl Default for Retention {
-    /// The newest 100,000 rows of the last 30 days.
+    /// The newest 100,000 rows of the last 30 days, and of them no more than 64 MiB: rows of
+    /// about 200 bytes, as most are, stay within the count, and rows made large on purpose
+    /// (each is at most about 7 KiB) within the bytes.
     fn default() -> Self {
         Retention {
             max_rows: 100_000,
+            max_bytes: 64 << 20,
             max_age: Duration::from_secs(30 * 24 * 3600),
         }
     }
@@ -52,6 +64,8 @@ pub struct Store {
     writer: Option<std::thread::JoinHandle<()>>,
     /// Set once a full channel dropped a row, so the warning is logged once.
     overflowed: AtomicBool,
+    /// The lock on `<path>.lock`, held while the store is open; dropped after the writer ends.
+    _lock: Flock<File>,
 }
 
 /// An opened store, the newest rows it held (oldest first) and the id the next row takes.
@@ -62,53 +76,33 @@ pub struct Opened {
 }
 
 impl Store {
-    /// Opens (or creates) the file at `path` and reads back its newest `keep` rows. `None` when
-    /// the file cannot be used at all (the reason is logged): the log then lives in memory only.
-    pub fn open(path: &Path, keep: usize, retention: Retention) -> Option<Opened> {
-        let conn = match prepare(path) {
-            Ok(conn) => conn,
-            Err(Failure::Corrupt(why)) => {
-                let aside = quarantine(path)
-                    .map_err(|e| tracing::error!("store: cannot move {path:?} aside: {e}"))
-                    .ok()?;
-                tracing::error!(
-                    "store: {path:?} is not a usable SQLite database ({why}); moved it to \
-                     {aside:?} and started a new one"
-                );
-                prepare(path)
-                    .map_err(|e| tracing::error!("store: {path:?}: {e}"))
-                    .ok()?
-            }
-            Err(Failure::Other(why)) => {
-                tracing::error!(
-                    "store: cannot open {path:?}: {why}; the activity log stays in memory"
-                );
-                return None;
-            }
+    /// Opens (or creates) the file at `path` and reads back its newest `keep` rows; the error
+    /// names the path and what to do.
+    pub fn open(path: &Path, keep: usize, retention: Retention) -> Result<Opened, OpenError> {
+        let lock = lock(path)?;
+        let conn = open_file(path)?;
+        let failed = |why: rusqlite::Error| OpenError::Unusable {
+            path: path.to_owned(),
+            why: why.to_string(),
         };
         rows::prune(&conn, retention, SystemTime::now())
             .unwrap_or_else(|e| tracing::warn!("store: pruning failed: {e}"));
-        let (rows, next_id) = match rows::newest(&conn, keep) {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::error!(
-                    "store: cannot read {path:?}: {e}; the activity log stays in memory"
-                );
-                return None;
-            }
-        };
+        let (rows, next_id) = rows::newest(&conn, keep).map_err(failed)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_MAX);
         let writer = std::thread::Builder::new()
             .name("corral-store".into())
             .spawn(move || write_loop(conn, rx, retention))
-            .map_err(|e| tracing::error!("store: cannot start its writer: {e}"))
-            .ok()?;
+            .map_err(|e| OpenError::Unusable {
+                path: path.to_owned(),
+                why: format!("cannot start its writer: {e}"),
+            })?;
         let store = Store {
             tx: Some(tx),
             writer: Some(writer),
             overflowed: AtomicBool::new(false),
+            _lock: lock,
         };
-        Some(Opened {
+        Ok(Opened {
             store,
             rows,
             next_id,
@@ -137,7 +131,103 @@ impl Drop for Store {
     }
 }
 
-/// Why a file could not be opened: damaged (it is moved aside), or anything else (it is left).
+/// Why the store cannot be used; each names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(
+        "store.path {path:?} is in use by another corral (it holds the lock {lock:?}): give each \
+         corral a store of its own"
+    )]
+    Locked { path: PathBuf, lock: PathBuf },
+    #[error(
+        "store.path {path:?} is not a usable SQLite database ({why}); it was left as it is: move \
+         it away, or set store.path to another file"
+    )]
+    NotSqlite { path: PathBuf, why: String },
+    #[error("store.path {path:?} cannot be used: {why}")]
+    Unusable { path: PathBuf, why: String },
+}
+
+/// `<path><suffix>`: the files beside the store.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Takes the exclusive lock on `<path>.lock` (made readable by its owner only), without waiting:
+/// another corral holding it is an error.
+fn lock(path: &Path) -> Result<Flock<File>, OpenError> {
+    let lock_path = beside(path, ".lock");
+    let unusable = |why: String| OpenError::Unusable {
+        path: path.to_owned(),
+        why,
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| unusable(format!("cannot open its lock {lock_path:?}: {e}")))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| match errno {
+        nix::errno::Errno::EWOULDBLOCK => OpenError::Locked {
+            path: path.to_owned(),
+            lock: lock_path.clone(),
+        },
+        e => unusable(format!("cannot lock {lock_path:?}: {e}")),
+    })
+}
+
+/// Opens the store's file, created readable by its owner only when it is not there yet.
+fn open_file(path: &Path) -> Result<Connection, OpenError> {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    let existed = match created {
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => true,
+        Err(e) => {
+            return Err(OpenError::Unusable {
+                path: path.to_owned(),
+                why: e.to_string(),
+            })
+        }
+    };
+    let conn = prepare(path).map_err(|e| match e {
+        Failure::Corrupt(why) => OpenError::NotSqlite {
+            path: path.to_owned(),
+            why,
+        },
+        Failure::Other(why) => OpenError::Unusable {
+            path: path.to_owned(),
+            why,
+        },
+    })?;
+    if existed {
+        warn_if_shared(path);
+    }
+    Ok(conn)
+}
+
+/// A store made before corral created them owner-only may be readable by others: said, not
+/// changed, since the file is the user's.
+fn warn_if_shared(path: &Path) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if meta.is_file() && mode & 0o077 != 0 {
+        tracing::warn!(
+            "store: {path:?} is readable by others (mode {mode:o}), and so are its -wal and -shm \
+             files: `chmod 600` it to keep the activity log private"
+        );
+    }
+}
+
+/// Why SQLite could not open a file: damaged or not a database, or anything else.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error("damaged: {0}")]
@@ -167,39 +257,8 @@ fn prepare(path: &Path) -> Result<Connection, Failure> {
         return Err(Failure::Corrupt(check));
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.execute_batch(rows::SCHEMA)?;
+    rows::migrate(&conn)?;
     Ok(conn)
-}
-
-/// Renames a damaged file (and its WAL and shared-memory files) to `<path>.corrupt-<unix time>`,
-/// with a number added should that name be taken.
-fn quarantine(path: &Path) -> std::io::Result<PathBuf> {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    let with = |suffix: &str| {
-        let mut s = path.as_os_str().to_owned();
-        s.push(suffix);
-        PathBuf::from(s)
-    };
-    let aside = (0..)
-        .map(|n| match n {
-            0 => with(&format!(".corrupt-{secs}")),
-            n => with(&format!(".corrupt-{secs}-{n}")),
-        })
-        .find(|p| !p.exists())
-        .expect("an unbounded range has a free name");
-    std::fs::rename(path, &aside)?;
-    for side in ["-wal", "-shm"] {
-        let from = with(side);
-        if from.exists() {
-            let mut to = aside.clone().into_os_string();
-            to.push(side);
-            std::fs::rename(from, to)?;
-        }
-    }
-    Ok(aside)
 }
 
 /// The writer thread: waits for a row, gathers what follows within `FLUSH_EVERY`, writes it in one

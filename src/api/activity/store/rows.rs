@@ -28,11 +28,28 @@ CREATE TABLE IF NOT EXISTS corral_activity (
     draft_accepted INTEGER,
     prompt_per_second REAL,
     tokens_per_second REAL,
-    error TEXT
+    error TEXT,
+    api_key TEXT
 );
 CREATE INDEX IF NOT EXISTS corral_activity_ts ON corral_activity (ts_ms);
-PRAGMA user_version = 1;
 ";
+
+/// The layout `SCHEMA` makes; older files are brought to it by [`migrate`].
+const VERSION: i64 = 2;
+
+/// Makes the table, or brings an older one to this layout: version 1 had no `api_key` column (the
+/// label of the API key that made the request).
+pub fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(SCHEMA)?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let has_key = conn
+        .prepare("SELECT api_key FROM corral_activity LIMIT 0")
+        .is_ok();
+    if version < VERSION && !has_key {
+        conn.execute_batch("ALTER TABLE corral_activity ADD COLUMN api_key TEXT")?;
+    }
+    conn.pragma_update(None, "user_version", VERSION)
+}
 
 pub fn millis(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
@@ -50,8 +67,8 @@ pub fn insert(conn: &mut Connection, rows: &[Row]) -> rusqlite::Result<()> {
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO corral_activity (id, ts_ms, model, req_path, status, \
              content_type, duration_ms, ttft_ms, prompt_tokens, completion_tokens, cache_tokens, \
-             draft_tokens, draft_accepted, prompt_per_second, tokens_per_second, error) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             draft_tokens, draft_accepted, prompt_per_second, tokens_per_second, error, api_key) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?;
         for r in rows {
             let t = r.tokens;
@@ -72,13 +89,21 @@ pub fn insert(conn: &mut Connection, rows: &[Row]) -> rusqlite::Result<()> {
                 t.and_then(|t| t.prompt_per_second),
                 t.and_then(|t| t.tokens_per_second),
                 r.error.as_deref(),
+                r.key.as_deref(),
             ])?;
         }
     }
     tx.commit()
 }
 
-/// Deletes rows older than the retention's age, then all but its newest `max_rows`.
+/// A row's bytes as retention counts them: its texts, and 100 for its numbers and SQLite's own
+/// bookkeeping.
+pub const ROW_BYTES: &str = "100 + length(CAST(model AS BLOB)) + length(CAST(req_path AS BLOB)) \
+     + length(CAST(content_type AS BLOB)) + COALESCE(length(CAST(error AS BLOB)), 0) \
+     + COALESCE(length(CAST(api_key AS BLOB)), 0)";
+
+/// Deletes rows older than the retention's age, then all but its newest `max_rows`, then the
+/// oldest of those until the rest fit in `max_bytes`.
 pub fn prune(conn: &Connection, keep: Retention, now: SystemTime) -> rusqlite::Result<()> {
     let cutoff = now.checked_sub(keep.max_age).unwrap_or(UNIX_EPOCH);
     conn.execute(
@@ -89,6 +114,15 @@ pub fn prune(conn: &Connection, keep: Retention, now: SystemTime) -> rusqlite::R
         "DELETE FROM corral_activity WHERE id <= \
          (SELECT id FROM corral_activity ORDER BY id DESC LIMIT 1 OFFSET ?1)",
         params![count(Some(keep.max_rows))],
+    )?;
+    // the newest row whose bytes, with those of all newer rows, pass the bound, and all older
+    conn.execute(
+        &format!(
+            "DELETE FROM corral_activity WHERE id <= \
+             (SELECT id FROM (SELECT id, SUM({ROW_BYTES}) OVER (ORDER BY id DESC) AS newer \
+              FROM corral_activity) WHERE newer > ?1 ORDER BY id DESC LIMIT 1)"
+        ),
+        params![count(Some(keep.max_bytes))],
     )?;
     Ok(())
 }
@@ -103,7 +137,7 @@ pub fn newest(conn: &Connection, keep: usize) -> rusqlite::Result<(Vec<Row>, u64
     let mut stmt = conn.prepare(
         "SELECT id, ts_ms, model, req_path, status, content_type, duration_ms, ttft_ms, \
          prompt_tokens, completion_tokens, cache_tokens, draft_tokens, draft_accepted, \
-         prompt_per_second, tokens_per_second, error \
+         prompt_per_second, tokens_per_second, error, api_key \
          FROM corral_activity ORDER BY id DESC LIMIT ?1",
     )?;
     let limit = keep.min(i64::MAX as usize) as i64;
@@ -143,6 +177,6 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         ttft_ms: n(7)?,
         error: r.get(15)?,
         has_capture: false,
-        key: None,
+        key: r.get::<_, Option<String>>(16)?.map(Arc::from),
     })
 }
