@@ -44,6 +44,7 @@ pub use memory::{
     parse_llama_args, Estimate,
 };
 pub use metrics::Metrics;
+pub use server::tls::TlsCertificate;
 pub use server::{run, run_with_reloads, Options, Reload};
 pub use sources::{FetchError, Fetched, Fetcher, Form, HfRef, Progress, Source, Want};
 pub use ui::{Asset, ASSETS as UI_ASSETS};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use corral::config::{self, Config, Sources};
-use corral::Logs;
+use corral::{Logs, TlsCertificate};
 use tokio_util::sync::CancellationToken;
 
 mod cli;
@@ -61,6 +61,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        cli::Command::Validate(sources) => validate(&sources),
         cli::Command::Pull(opts) => match load(&opts.sources) {
             Ok(loaded) => pull::run(&loaded.config, &opts.models),
             Err(code) => code,
@@ -102,9 +103,44 @@ fn load(sources: &Sources) -> Result<config::Loaded, ExitCode> {
     }
 }
 
+/// `-validate`: the loader `corral check` and a start use, with llama-swap's summary and exit
+/// status (0 valid, 1 not).
+fn validate(sources: &Sources) -> ExitCode {
+    match load(sources) {
+        Ok(loaded) => {
+            println!(
+                "config is valid: {} model(s), {} peer(s)",
+                loaded.config.models.len(),
+                loaded.config.peers.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+/// The listener's certificate and key, read before anything starts; a bad file exits as a bad
+/// config does.
+fn load_tls(files: Option<&cli::TlsFiles>) -> Result<Option<Arc<TlsCertificate>>, ExitCode> {
+    let Some(files) = files else {
+        return Ok(None);
+    };
+    match TlsCertificate::load(&files.cert, &files.key) {
+        Ok(tls) => Ok(Some(tls)),
+        Err(e) => {
+            eprintln!("corral: {e}");
+            Err(ExitCode::from(EXIT_CONFIG))
+        }
+    }
+}
+
 fn serve(opts: cli::ServeOptions) -> ExitCode {
     let loaded = match load(&opts.sources) {
         Ok(l) => l,
+        Err(code) => return code,
+    };
+    let tls = match load_tls(opts.tls.as_ref()) {
+        Ok(tls) => tls,
         Err(code) => return code,
     };
     let logs = Arc::new(Logs::default());
@@ -127,11 +163,16 @@ fn serve(opts: cli::ServeOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve_on_runtime(opts, loaded.config, logs))
+    runtime.block_on(serve_on_runtime(opts, loaded.config, logs, tls))
 }
 
 /// Binds the listen address, then serves with signals and config reloads watched until stopped.
-async fn serve_on_runtime(opts: cli::ServeOptions, config: Config, logs: Arc<Logs>) -> ExitCode {
+async fn serve_on_runtime(
+    opts: cli::ServeOptions,
+    config: Config,
+    logs: Arc<Logs>,
+    tls: Option<Arc<TlsCertificate>>,
+) -> ExitCode {
     let listener = match tokio::net::TcpListener::bind(opts.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -139,12 +180,15 @@ async fn serve_on_runtime(opts: cli::ServeOptions, config: Config, logs: Arc<Log
             return ExitCode::FAILURE;
         }
     };
+    // the SIGHUP handler is in place before corral says it listens
+    let reloads = watch_reloads(&opts, tls.clone());
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(
-        "corral {} listening on http://{addr}",
+        "corral {} listening on {scheme}://{addr}",
         env!("CARGO_PKG_VERSION")
     );
     let shutdown = CancellationToken::new();
@@ -153,9 +197,9 @@ async fn serve_on_runtime(opts: cli::ServeOptions, config: Config, logs: Arc<Log
     let options = corral::Options {
         state_dir: state_dir(),
         state_key: state_key(&opts.sources),
+        tls,
         ..Default::default()
     };
-    let reloads = watch_reloads(&opts);
     let served = corral::run_with_reloads(
         config,
         listener,
@@ -180,9 +224,17 @@ async fn serve_on_runtime(opts: cli::ServeOptions, config: Config, logs: Arc<Log
 }
 
 /// Configs to reload: on SIGHUP, and on every change of the config files with `--watch-config`.
-fn watch_reloads(opts: &cli::ServeOptions) -> tokio::sync::mpsc::Receiver<corral::Reload> {
+/// SIGHUP reads the TLS certificate and key again too.
+fn watch_reloads(
+    opts: &cli::ServeOptions,
+    tls: Option<Arc<TlsCertificate>>,
+) -> tokio::sync::mpsc::Receiver<corral::Reload> {
     let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
-    tokio::spawn(reload::on_sighup(opts.sources.clone(), reload_tx.clone()));
+    tokio::spawn(reload::on_sighup(
+        opts.sources.clone(),
+        tls,
+        reload_tx.clone(),
+    ));
     if opts.watch_config {
         tokio::spawn(reload::watch(opts.sources.clone(), reload_tx));
     }

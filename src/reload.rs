@@ -1,14 +1,16 @@
-//! Reloading the config on SIGHUP and, with `--watch-config`, when a config file changes.
+//! Reloading the config on SIGHUP and, with `--watch-config`, when a config file changes; the TLS
+//! certificate and key on SIGHUP.
 //!
 //! The watcher polls every two seconds, as llama-swap does, and compares each file's resolved path
 //! as well as its size, modification time and inode: a ConfigMap mounted by Kubernetes changes by
 //! swapping a symlink, which leaves the path the user gave untouched.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use corral::config::Sources;
-use corral::Reload;
+use corral::{Reload, TlsCertificate};
 use tokio::sync::mpsc;
 
 fn load(sources: &Sources) -> Reload {
@@ -26,15 +28,36 @@ fn load(sources: &Sources) -> Reload {
     }
 }
 
-pub async fn on_sighup(sources: Sources, tx: mpsc::Sender<Reload>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        return;
-    };
-    while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: reloading the config");
-        if tx.send(load(&sources)).await.is_err() {
+/// On each SIGHUP: the TLS certificate and key read again (when serving HTTPS), and the config.
+/// The handler is in place when this returns, before the future is first polled: a SIGHUP
+/// that comes once corral says it listens must not end it (the signal's default action).
+pub fn on_sighup(
+    sources: Sources,
+    tls: Option<Arc<TlsCertificate>>,
+    tx: mpsc::Sender<Reload>,
+) -> impl std::future::Future<Output = ()> {
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        let Ok(mut hup) = hup else {
             return;
+        };
+        while hup.recv().await.is_some() {
+            if let Some(tls) = &tls {
+                reload_certificate(tls);
+            }
+            tracing::info!("SIGHUP: reloading the config");
+            if tx.send(load(&sources)).await.is_err() {
+                return;
+            }
         }
+    }
+}
+
+/// Reads the TLS files again; on failure the certificate in use stays, and the log says why.
+fn reload_certificate(tls: &TlsCertificate) {
+    match tls.reload() {
+        Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),
+        Err(e) => tracing::warn!("TLS certificate reload failed, keeping the one in use: {e}"),
     }
 }
 

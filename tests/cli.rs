@@ -152,3 +152,71 @@ fn version_and_bad_flags() {
     assert_eq!(code, 2);
     assert!(err.contains("unknown argument"));
 }
+
+/// `-validate` loads the config as `corral check` does and says what it found: exit 0 with a
+/// summary, or exit 1 with the error check reports.
+#[test]
+fn validate_summarizes_a_good_config_and_fails_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        "models:\n  m: {cmd: srv, proxy: 'http://127.0.0.1:9'}\n  n: {cmd: srv, proxy: 'http://127.0.0.1:8'}\n\
+         peers:\n  far: {proxy: 'http://10.0.0.1:8080', models: [x]}\n",
+    )
+    .unwrap();
+    let path = path.to_str().unwrap();
+    let (code, out, err) = corral(&["-validate", "-config", path]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "config is valid: 2 model(s), 1 peer(s)\n");
+
+    std::fs::write(
+        path,
+        "models:\n  m:\n    cmd: srv --port ${PORT}\n    ttl: [1]\n",
+    )
+    .unwrap();
+    let (code, out, err) = corral(&["--validate", "--config", path]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("models.m.ttl: must be an integer"), "{err}");
+    let (check_code, _, check_err) = corral(&["check", "--config", path]);
+    assert_eq!((check_code, check_err), (64, err), "check agrees");
+}
+
+/// The TLS flags come in pairs, and their files are checked before anything starts: a bad one
+/// exits 64, as a bad config does, naming the flag and file.
+#[test]
+fn tls_flags_need_each_other_and_readable_files() {
+    let (code, _, err) = corral(&["-tls-cert-file", "c.pem", "-listen", "127.0.0.1:0"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--tls-cert-file needs --tls-key-file too"),
+        "{err}"
+    );
+    let (code, _, err) = corral(&["--tls-key-file", "k.pem"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--tls-key-file needs --tls-cert-file too"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&key, "not a key").unwrap();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let args = [
+        "-tls-cert-file",
+        cert,
+        "-tls-key-file",
+        key,
+        "-listen",
+        "127.0.0.1:0",
+    ];
+    let (code, _, err) = corral(&args);
+    assert_eq!(code, 64);
+    assert!(
+        err.contains(&format!("--tls-cert-file {cert}: cannot read it")),
+        "{err}"
+    );
+}

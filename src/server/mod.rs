@@ -6,6 +6,7 @@ pub(crate) mod idle;
 pub(crate) mod layers;
 pub(crate) mod slow_body;
 pub(crate) mod stall;
+pub(crate) mod tls;
 pub(crate) mod trim;
 pub(crate) mod workers;
 
@@ -43,6 +44,9 @@ pub struct Options {
     /// Variables that model sources read (`HF_ENDPOINT`, `HF_HUB_CACHE`, `AWS_*`, ...) set for
     /// this corral only, over the process environment.
     pub source_env: Vec<(String, String)>,
+    /// Serve HTTPS with this certificate (`--tls-cert-file`, `--tls-key-file`); plain HTTP when
+    /// `None`.
+    pub tls: Option<Arc<tls::TlsCertificate>>,
 }
 
 impl Default for Options {
@@ -53,6 +57,7 @@ impl Default for Options {
             state_key: "corral".into(),
             drain_timeout: Duration::from_secs(30),
             source_env: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -148,6 +153,8 @@ impl Server {
         if !swept.is_empty() {
             tracing::warn!("killed process groups left by a previous run: {swept:?}");
         }
+        let tls = opts.tls.as_ref().map(|t| t.acceptor()).transpose();
+        let tls = tls.map_err(std::io::Error::other)?;
         let settings = config.server.clone();
         let admission = Admission::new(max_connections(&settings));
         let (fleet, metrics) = start_fleet(config, logs.clone(), state_file, &opts.source_env)?;
@@ -166,6 +173,7 @@ impl Server {
         let shared = workers::Shared {
             current: current.clone(),
             settings,
+            tls,
         };
         let workers = Workers::start(workers::count(), shared, opts.drain_timeout)?;
         Ok(Server {

@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -20,11 +21,12 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, App};
 use crate::config::ServerSettings;
 use crate::server::admission::Admitted;
-use crate::server::connection::{Builders, ClientConnection};
+use crate::server::connection::{Builders, ClientConnection, Peek};
 use crate::server::idle::{Activity, IdleDeadline, Polled};
 use crate::server::layers::{ConnectionService, InFlightBody};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
 use crate::server::stall::{SendDeadline, WriteDeadline};
+use crate::server::tls::TlsStream;
 use crate::server::trim::Open;
 
 /// How many serving threads: `CORRAL_THREADS`, else one per core.
@@ -43,6 +45,8 @@ pub struct Shared {
     pub current: Arc<RwLock<Arc<App>>>,
     /// Timeouts for client connections (read at start).
     pub settings: ServerSettings,
+    /// The handshake of every connection, when the listener serves HTTPS.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 struct Accepted {
@@ -248,6 +252,7 @@ struct Serving {
     settings: ServerSettings,
     builders: Arc<Builders>,
     body_limits: BodyLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     /// Cancelled when the thread drains: each connection finishes what it has and closes.
     draining: CancellationToken,
     connections: TaskTracker,
@@ -264,14 +269,15 @@ impl Serving {
                 min_rate: settings.request_body_min_rate,
             },
             settings,
+            tls: shared.tls,
             draining: CancellationToken::new(),
             connections: TaskTracker::new(),
         }
     }
 
-    /// Serves one connection on a task of its own, under the write, send and idle deadlines; its
-    /// admission, trim slot and count are held until it closes (a websocket tunnel on it
-    /// included: the tunnel runs in the connection's task).
+    /// Serves one connection on a task of its own, over TLS when the listener serves HTTPS: the
+    /// handshake is the connection's first step, under the same deadlines as the first bytes of a
+    /// plain one (see `tls.rs`).
     fn start(&self, accepted: Accepted, counted: Counted) {
         let Accepted {
             stream,
@@ -283,8 +289,22 @@ impl Serving {
             return;
         };
         let _ = stream.set_nodelay(true);
+        let held = (open, admitted, counted);
+        match &self.tls {
+            None => self.serve(stream, remote, held),
+            Some(tls) => self.serve(TlsStream::accept(tls, stream), remote, held),
+        }
+    }
+
+    /// Serves `stream` under the write, send and idle deadlines; its admission, trim slot and
+    /// count are held until it closes (a websocket tunnel on it included: the tunnel runs in the
+    /// connection's task).
+    fn serve<T>(&self, stream: T, remote: SocketAddr, held: (Open, Admitted, Counted))
+    where
+        T: Peek + AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let settings = &self.settings;
-        let activity = admitted.activity.clone();
+        let activity = held.1.activity.clone();
         let service = connection_service(
             self.current.clone(),
             remote,
@@ -307,8 +327,7 @@ impl Serving {
         .with_tunnels(activity.clone());
         let conn = Polled::new(conn, activity.clone());
         let conn = SendDeadline::new(conn, activity, settings.write);
-        self.connections
-            .spawn(holding(conn, (open, admitted, counted)));
+        self.connections.spawn(holding(conn, held));
     }
 
     /// Lets the open connections finish, for at most `drain_timeout`, or until `finish` (a second
