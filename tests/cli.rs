@@ -59,8 +59,15 @@ fn check_prints_the_resolved_plan() {
 #[test]
 fn check_shows_an_engine_models_source() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/config.yaml");
-    let (code, out, _) = corral(&["check", "--config", path]);
-    assert_eq!(code, 0);
+    // the shipped config takes its keys from the pod's Secret
+    let out = Command::new(CORRAL)
+        .args(["check", "--config", path])
+        .env("CORRAL_ADMIN_KEY", "admin-key-for-the-check")
+        .env("CORRAL_INFERENCE_KEY", "inference-key-for-the-check")
+        .output()
+        .unwrap();
+    let (code, out) = (out.status.code(), String::from_utf8_lossy(&out.stdout));
+    assert_eq!(code, Some(0), "{out}");
     assert!(
         out.contains("engine:      llama_cpp from hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M (huggingface); its weights are fetched before the first start"),
         "{out}"
