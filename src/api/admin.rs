@@ -139,7 +139,7 @@ where
     super::meter::settle_all();
     let query = req.uri().query();
     match page {
-        Page::ModelList => Ok(super::models::list(app, req.headers(), caller(&req))),
+        Page::ModelList => Ok(super::models::list(app, caller(&req))),
         Page::Running => Ok(reports::running(app)),
         Page::State => Ok(json(StatusCode::OK, &super::state::state(app))),
         Page::Events => Ok(super::events::stream(app)),

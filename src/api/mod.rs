@@ -50,8 +50,9 @@ use crate::body::{full, Body, BoxError};
 pub use app::{App, Limits};
 pub use model_detail::shown_command;
 
-/// The service that answers one request under `app`: errors rendered, then the open routes, keys
-/// and the cross-site guard, then model requests, and last the management routes. Never fails.
+/// The service that answers one request under `app`: CORS headers on every answer, errors
+/// rendered, then the open routes, keys and the cross-site guard, then model requests, and last
+/// the management routes. Never fails.
 pub fn service<'a, B>(
     app: &'a Arc<App>,
     remote: SocketAddr,
@@ -66,8 +67,12 @@ where
     B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
 {
     ServiceBuilder::new()
+        .layer(layers::CorsLayer::new(app.config.cors.as_ref(), &app.keys))
         .layer(layers::RenderErrorsLayer::new(&app.config.redactor))
-        .layer(layers::OpenRoutesLayer::new(&app.keys))
+        .layer(layers::OpenRoutesLayer::new(
+            &app.keys,
+            app.config.cors.as_ref(),
+        ))
         .layer(layers::AuthLayer::new(&app.keys))
         .layer(layers::ModelRequestLayer::new(app, remote))
         .service(layers::RouteTable::new(app))

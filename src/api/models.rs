@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use http::{header, HeaderMap, Response, StatusCode};
+use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::grant::Grant;
@@ -24,7 +24,7 @@ const CAPABILITY_KEYS: &[&str] = &[
 ];
 
 /// The list, holding only the models a key with a model list may use.
-pub fn list(app: &App, headers: &HeaderMap, caller: Option<&Grant>) -> Response<Body> {
+pub fn list(app: &App, caller: Option<&Grant>) -> Response<Body> {
     let listing = Listing::new(app);
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
@@ -38,12 +38,9 @@ pub fn list(app: &App, headers: &HeaderMap, caller: Option<&Grant>) -> Response<
         data.retain(|e| e["id"].as_str().is_some_and(|id| grant.may_use(id)));
     }
     data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    let mut resp = json(StatusCode::OK, &json!({"object": "list", "data": data}));
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        resp.headers_mut()
-            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
-    }
-    resp
+    // its CORS header, llama-swap v250's echo of `Origin`, is added with every other answer's
+    // (`layers/cors.rs`)
+    json(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
 /// The fleet's state, read once per listing so that every entry agrees on what is loaded.

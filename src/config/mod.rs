@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::logs::redact::{self, Redactor};
+pub use decode::CorsConfig;
 pub use memory::{Device, MemorySpec, Vendor};
 pub use server::ServerSettings;
 pub use yaml::Loc;
@@ -231,6 +232,8 @@ pub struct Config {
     /// Host names accepted, beyond loopback names and addresses, while corral listens on a
     /// loopback address (`allowedHosts`).
     pub allowed_hosts: Vec<String>,
+    /// `security.cors`; `None` answers browsers as llama-swap v250 did.
+    pub cors: Option<CorsConfig>,
     /// Hides the secrets of this config wherever a command line or log text is shown.
     pub redactor: Redactor,
     /// Models by id, sorted.

@@ -49,6 +49,9 @@ pub struct Config {
     pub fail_oom_once: Option<String>,
     /// Print the imitated engine's port-taken lines at once, and exit 1.
     pub fail_port: bool,
+    /// Answer with llama-server's CORS headers: `Access-Control-Allow-Origin` echoing the
+    /// request's `Origin` (empty without one) and `Access-Control-Allow-Credentials: true`.
+    pub cors: bool,
     /// Human readable warnings about ignored arguments, printed at startup.
     pub warnings: Vec<String>,
 }
@@ -91,6 +94,7 @@ impl Default for Config {
             fail_oom: false,
             fail_oom_once: None,
             fail_port: false,
+            cors: false,
             warnings: Vec::new(),
         }
     }
@@ -139,6 +143,7 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --fail-oom               print the engine's out-of-memory lines after loading, exit 1
   --fail-port              print the engine's port-taken lines, exit 1
   --fail-oom-once PATH     as --fail-oom when PATH does not exist, creating it; else start
+  --cors                   answer with llama-server's CORS headers (Origin echoed, credentials)
 
 Unknown flags are ignored with a warning.
 
@@ -189,6 +194,7 @@ const BOOL_FLAGS: &[&str] = &[
     "--buffer-report",
     "--fail-oom",
     "--fail-port",
+    "--cors",
 ];
 
 fn looks_like_value(tok: &str) -> bool {
@@ -249,6 +255,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--buffer-report" => cfg.buffer_report = true,
                 "--fail-oom" => cfg.fail_oom = true,
                 "--fail-port" => cfg.fail_port = true,
+                "--cors" => cfg.cors = true,
                 _ => unreachable!(),
             }
             continue;

@@ -339,9 +339,16 @@ async fn accept_loop(st: Arc<State>, listener: TcpListener) {
         let st = st.clone();
         tokio::spawn(async move {
             let idle_close = st.cfg.idle_close_ms.map(Duration::from_millis);
-            let svc = service_fn(move |req| {
+            let svc = service_fn(move |req: Request<Incoming>| {
                 let st = st.clone();
-                async move { Ok::<_, Infallible>(handle(st, req).await) }
+                let origin = st.cfg.cors.then(|| req.headers().get("origin").cloned());
+                async move {
+                    let mut resp = handle(st, req).await;
+                    if let Some(origin) = origin {
+                        llama_server_cors(resp.headers_mut(), origin);
+                    }
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let mut builder = http1::Builder::new();
             builder.timer(TokioTimer::new()).keep_alive(true);
@@ -352,6 +359,17 @@ async fn accept_loop(st: Arc<State>, listener: TcpListener) {
             let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
         });
     }
+}
+
+/// llama-server's CORS headers on every answer: the request's `Origin` echoed, present but empty
+/// without one, and credentials allowed.
+fn llama_server_cors(headers: &mut HeaderMap, origin: Option<HeaderValue>) {
+    let origin = origin.unwrap_or(HeaderValue::from_static(""));
+    headers.insert("access-control-allow-origin", origin);
+    headers.insert(
+        "access-control-allow-credentials",
+        HeaderValue::from_static("true"),
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 //! The request pipeline as tower layers around the management route table, outermost first:
-//! error rendering, the open routes, auth, and the split of model requests from the table.
+//! CORS headers, error rendering, the open routes, auth, and the split of model requests from the table.
 //!
 //! Every service borrows the `App` its request runs under (a reload swaps `App` between two
 //! requests on one connection), so building the stack per request costs a few pointers and no
 //! allocation or reference count. Each is always ready.
 
 mod auth;
+mod cors;
 mod errors;
 mod model;
 mod open;
@@ -24,6 +25,7 @@ use crate::body::Body;
 use crate::error::Error;
 
 pub use auth::AuthLayer;
+pub use cors::CorsLayer;
 pub use errors::RenderErrorsLayer;
 pub use model::ModelRequestLayer;
 pub use open::OpenRoutesLayer;

@@ -7,20 +7,21 @@ use std::task::{Context, Poll};
 use http::{Method, Request, Response, StatusCode};
 
 use super::{answer_now, Answer};
-use crate::api::auth::{self, Keys};
+use crate::api::auth::Keys;
 use crate::api::{cors, redirect, text};
 use crate::body::Body;
-use crate::config::Scope;
+use crate::config::CorsConfig;
 use crate::error::Error;
 
 #[derive(Clone, Copy)]
 pub struct OpenRoutesLayer<'a> {
     keys: &'a Keys,
+    cors: Option<&'a CorsConfig>,
 }
 
 impl<'a> OpenRoutesLayer<'a> {
-    pub fn new(keys: &'a Keys) -> Self {
-        OpenRoutesLayer { keys }
+    pub fn new(keys: &'a Keys, cors: Option<&'a CorsConfig>) -> Self {
+        OpenRoutesLayer { keys, cors }
     }
 }
 
@@ -30,6 +31,7 @@ impl<'a, S> tower::Layer<S> for OpenRoutesLayer<'a> {
     fn layer(&self, inner: S) -> Self::Service {
         OpenRoutes {
             keys: self.keys,
+            cors: self.cors,
             inner,
         }
     }
@@ -38,6 +40,7 @@ impl<'a, S> tower::Layer<S> for OpenRoutesLayer<'a> {
 #[derive(Clone)]
 pub struct OpenRoutes<'a, S> {
     keys: &'a Keys,
+    cors: Option<&'a CorsConfig>,
     inner: S,
 }
 
@@ -57,18 +60,23 @@ where
         if let Err(refused) = self.keys.admit_host(req.headers(), req.uri()) {
             return answer_now(Err(refused));
         }
-        match open_route(self.keys, &req) {
+        match open_route(self.keys, self.cors, &req) {
             Some(resp) => answer_now(Ok(resp)),
             None => futures_util::future::Either::Right(self.inner.call(req)),
         }
     }
 }
 
-fn open_route<B>(keys: &Keys, req: &Request<B>) -> Option<Response<Body>> {
+fn open_route<B>(
+    keys: &Keys,
+    cors: Option<&CorsConfig>,
+    req: &Request<B>,
+) -> Option<Response<Body>> {
     let (method, path) = (req.method(), req.uri().path());
     if method == Method::OPTIONS {
-        let any_origin = !keys.required() || auth::scope_for(path) == Scope::Inference;
-        return Some(cors::preflight(req.headers(), any_origin));
+        // every preflight, allowed or not: a browser sends no key with one
+        let management = cors::keyed_management(keys, path);
+        return Some(cors::preflight(req.headers(), cors, management));
     }
     match (method.as_str(), path) {
         ("GET" | "HEAD", "/health" | "/wol-health") => Some(text(StatusCode::OK, "OK")),
@@ -86,7 +94,7 @@ mod tests {
 
     use super::super::stub::{self, Stub};
     use super::*;
-    use crate::config::ApiKey;
+    use crate::config::{ApiKey, Scope};
 
     fn keyed() -> Keys {
         Keys::new(&[ApiKey {
@@ -112,7 +120,7 @@ mod tests {
             ("OPTIONS", "/running", StatusCode::NO_CONTENT),
         ] {
             let inner = Stub::answering(refused);
-            let resp = OpenRoutesLayer::new(&keys)
+            let resp = OpenRoutesLayer::new(&keys, None)
                 .layer(inner.clone())
                 .oneshot(stub::request(method, uri, &[]))
                 .await
@@ -126,7 +134,7 @@ mod tests {
     async fn preflight_allows_any_origin_only_for_model_routes_when_keyed() {
         let keys = keyed();
         let origin = |uri| {
-            let svc = OpenRoutesLayer::new(&keys).layer(Stub::answering(refused));
+            let svc = OpenRoutesLayer::new(&keys, None).layer(Stub::answering(refused));
             async move {
                 let resp = svc
                     .oneshot(stub::request("OPTIONS", uri, &[]))
@@ -141,10 +149,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn with_a_policy_keyed_management_preflights_allow_listed_origins_only() {
+        let keys = keyed();
+        let cors = CorsConfig {
+            any_origin: true,
+            origins: ["https://dash.example".to_string()].into(),
+            allow_credentials: false,
+            allow_private_network: false,
+            allowed_methods: vec!["GET".into()],
+            allowed_headers: vec![],
+            exposed_headers: vec![],
+            max_age: 86400,
+        };
+        let allowed = |uri, origin| {
+            let inner = Stub::answering(refused);
+            let svc = OpenRoutesLayer::new(&keys, Some(&cors)).layer(inner.clone());
+            async move {
+                let req = stub::request("OPTIONS", uri, &[("origin", origin)]);
+                let resp = svc.oneshot(req).await.unwrap();
+                assert_eq!(resp.status(), StatusCode::NO_CONTENT, "{uri} {origin}");
+                assert_eq!(inner.calls(), 0, "answered before auth");
+                resp.headers()
+                    .get(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+                    .map(|v| v.to_str().unwrap().to_string())
+            }
+        };
+        let any = "https://any.example";
+        assert_eq!(
+            allowed("/v1/chat/completions", any).await.as_deref(),
+            Some("*")
+        );
+        assert_eq!(allowed("/api/models/unload", any).await, None);
+        assert_eq!(
+            allowed("/running", "https://dash.example").await.as_deref(),
+            Some("https://dash.example")
+        );
+    }
+
+    #[tokio::test]
     async fn other_routes_go_on() {
         let keys = keyed();
         let inner = Stub::answering(refused);
-        let result = OpenRoutesLayer::new(&keys)
+        let result = OpenRoutesLayer::new(&keys, None)
             .layer(inner.clone())
             .oneshot(stub::request("GET", "/running", &[]))
             .await;

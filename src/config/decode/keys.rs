@@ -29,6 +29,7 @@ pub(in crate::config) const TOP_KEYS: &[&str] = &[
     "routing",
     "groups",
     "matrix",
+    "security",
     // corral's own
     "devices",
     "deviceRefresh",

@@ -4,6 +4,7 @@
 //! same one first; each submodule reads one part of the file.
 
 mod api_keys;
+mod cors;
 mod filters;
 mod groups;
 mod instances;
@@ -32,6 +33,7 @@ use model::{decode_model, ModelDefaults};
 use parse::secs;
 use settings::Settings;
 
+pub use cors::CorsConfig;
 pub(super) use keys::TOP_KEYS;
 #[cfg(test)]
 pub use parse::parse_go_duration;
@@ -52,6 +54,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let load_stall =
         super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
     let server = super::server::decode(&top, warnings)?;
+    let cors = cors::decode_security(&top, warnings)?;
     let late = settings::decode_late_settings(&top, &s)?;
     let config = Config {
         server,
@@ -79,6 +82,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         api_keys: s.api_keys,
         open_metrics: s.open_metrics,
         allowed_hosts: s.allowed_hosts,
+        cors,
         redactor: Default::default(),
         models,
         groups: routing.groups,
