@@ -62,7 +62,8 @@ pub struct App {
 impl App {
     /// The same service for a reloaded config: fleet, metrics, logs, requests in flight and the
     /// shutdown signal carry over; routes, clients and keys come from the new config, and the
-    /// active profile is reset, as llama-swap does.
+    /// active profile is the new config's `hooks.on_startup.profile` (none without it), as
+    /// llama-swap does.
     /// The activity log (and its store, which is not reopened) and the performance samples carry
     /// over too.
     pub fn reloaded(&self) -> App {
@@ -118,7 +119,7 @@ impl App {
             catalog: fleet.catalog(),
             replaced: closing.child_token(),
             closing,
-            profiles: Default::default(),
+            profiles: routing::Profiles::starting_with(config.startup_profile.clone()),
             spillover: Default::default(),
             peer_clients,
             inflight: Default::default(),
@@ -154,4 +155,39 @@ fn client_for(timeouts: &Timeouts) -> Arc<Upstream> {
         keepalive: timeouts.keepalive,
         idle: timeouts.idle_conn,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An App for `yaml`, on a fleet that never starts a model.
+    fn app(yaml: &str) -> App {
+        let config = crate::config::load_str("t.yaml", yaml, &|_| None)
+            .unwrap()
+            .config;
+        let spawner = crate::supervisor::Spawner::start(tokio::runtime::Handle::current()).unwrap();
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let logs = Arc::new(Logs::default());
+        let fleet = Fleet::new(
+            Arc::new(config),
+            spawner,
+            logs.clone(),
+            metrics.fleet.clone(),
+            crate::supervisor::sweep::StateFile::new(None, "t"),
+            crate::sources::Fetcher::from_env(&|_| None),
+        );
+        App::new(fleet, logs, metrics, Default::default())
+    }
+
+    /// `hooks.on_startup.profile` is active at start, and again after a reload, whatever was
+    /// chosen meanwhile.
+    #[tokio::test]
+    async fn the_startup_profile_is_active_at_start_and_after_a_reload() {
+        let app = app("models:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1'}\nprofiles:\n  fast: {pins: {a: b}}\nhooks: {on_startup: {profile: fast}}\n");
+        assert_eq!(app.profiles.active().as_deref(), Some("fast"));
+        app.profiles.set(None);
+        let reloaded = app.reloaded();
+        assert_eq!(reloaded.profiles.active().as_deref(), Some("fast"));
+    }
 }

@@ -29,6 +29,7 @@ pub(in crate::config) const TOP_KEYS: &[&str] = &[
     "routing",
     "groups",
     "matrix",
+    "globalConcurrencyLimit",
     // corral's own
     "devices",
     "deviceRefresh",
@@ -66,6 +67,7 @@ pub(super) const MODEL_KEYS: &[&str] = &[
     "compat",
     "capabilities",
     "healthCheckTimeout",
+    "disableKeepAlives",
     // corral's own
     "replicas",
     "startReplicas",
