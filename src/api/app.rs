@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{activity, auth, budget, inflight, peer_load, performance, routing};
+use super::{activity, auth, budget, global_limit, inflight, peer_load, performance, routing};
 use crate::config::{Config, Timeouts};
 use crate::fleet::Fleet;
 use crate::logs::Logs;
@@ -41,6 +41,8 @@ pub struct App {
     pub profiles: routing::Profiles,
     pub spillover: routing::Spillover,
     pub(super) peer_clients: BTreeMap<String, Arc<Upstream>>,
+    /// `globalConcurrencyLimit`, over every model request.
+    pub(super) global_limit: global_limit::GlobalLimit,
     /// What the peers report of their load, where several serve one model.
     pub(super) peer_loads: peer_load::PeerLoads,
     pub inflight: Arc<inflight::Inflight>,
@@ -76,6 +78,9 @@ impl App {
             logged,
         );
         next.inflight = self.inflight.clone();
+        next.global_limit = self
+            .global_limit
+            .with_limit(next.config.global_concurrency_limit);
         next.budget = self.budget.clone();
         next.replaced = self.closing.child_token();
         next.closing = self.closing.clone();
@@ -114,7 +119,9 @@ impl App {
             .collect();
         let peer_loads = peer_load::PeerLoads::start(&config, &peer_clients);
         let closing = tokio_util::sync::CancellationToken::new();
+        let global_limit = global_limit::GlobalLimit::default();
         App {
+            global_limit: global_limit.with_limit(config.global_concurrency_limit),
             peer_loads,
             catalog: fleet.catalog(),
             replaced: closing.child_token(),

@@ -14,6 +14,7 @@ mod events;
 pub mod extract;
 mod filters;
 mod forward;
+mod global_limit;
 pub mod grant;
 mod hardware;
 mod hosts;
