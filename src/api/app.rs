@@ -110,12 +110,15 @@ impl App {
         let clients = config
             .models
             .values()
-            .map(|m| (m.id.to_string(), client_for(&m.timeouts)))
+            .map(|m| {
+                let client = client_for(&m.timeouts, !m.disable_keep_alives);
+                (m.id.to_string(), client)
+            })
             .collect();
         let peer_clients = config
             .peers
             .iter()
-            .map(|(id, p)| (id.clone(), client_for(&p.timeouts)))
+            .map(|(id, p)| (id.clone(), client_for(&p.timeouts, true)))
             .collect();
         let peer_loads = peer_load::PeerLoads::start(&config, &peer_clients);
         let closing = tokio_util::sync::CancellationToken::new();
@@ -154,13 +157,15 @@ impl App {
     }
 }
 
-/// A connection pool to one model's or peer's upstream, with its timeouts.
-fn client_for(timeouts: &Timeouts) -> Arc<Upstream> {
+/// A connection pool to one model's or peer's upstream, with its timeouts; `reuse` false opens a
+/// connection per request (`disableKeepAlives`).
+fn client_for(timeouts: &Timeouts, reuse: bool) -> Arc<Upstream> {
     Upstream::new(upstream::Settings {
         connect: timeouts.connect,
         tls_handshake: timeouts.tls_handshake,
         keepalive: timeouts.keepalive,
         idle: timeouts.idle_conn,
+        reuse,
     })
 }
 
@@ -196,5 +201,13 @@ mod tests {
         app.profiles.set(None);
         let reloaded = app.reloaded();
         assert_eq!(reloaded.profiles.active().as_deref(), Some("fast"));
+    }
+
+    /// `disableKeepAlives` gives its model a client that opens a connection per request.
+    #[tokio::test]
+    async fn a_model_without_keep_alives_gets_a_client_without_reuse() {
+        let app = app("models:\n  a: {cmd: srv, proxy: 'http://h:1', disableKeepAlives: true}\n  b: {cmd: srv, proxy: 'http://h:1'}\n");
+        assert!(!app.clients["a"].reuses_connections());
+        assert!(app.clients["b"].reuses_connections());
     }
 }
