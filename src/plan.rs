@@ -13,6 +13,7 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
         config.models.len(),
         config.groups.len()
     );
+    render_global(&mut out, config);
     for m in config.models.values() {
         let _ = writeln!(out, "\nmodel {}", m.id);
         render_engine(&mut out, m);
@@ -21,6 +22,23 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
         render_loads(&mut out, config, m);
     }
     out
+}
+
+/// What bounds or shapes every model request: `globalConcurrencyLimit` and the startup profile.
+fn render_global(out: &mut String, config: &Config) {
+    if config.global_concurrency_limit > 0 {
+        let _ = writeln!(
+            out,
+            "global concurrency: {} model request(s) at once across all models, 429 beyond (/upstream not counted)",
+            config.global_concurrency_limit
+        );
+    }
+    if let Some(profile) = &config.startup_profile {
+        let _ = writeln!(
+            out,
+            "startup profile: {profile} (active at start and after each reload)"
+        );
+    }
 }
 
 /// The `engine:` line of a model served by a built-in engine: which weights, and that they are
@@ -91,6 +109,12 @@ fn render_routing(out: &mut String, config: &Config, m: &ModelConfig) {
             .map_or("never".into(), |t| format!("{}s", t.as_secs()))
     );
     let _ = writeln!(out, "  concurrency: {}", m.concurrency_limit);
+    if m.disable_keep_alives {
+        let _ = writeln!(
+            out,
+            "  keep-alive:  off (a new upstream connection per request)"
+        );
+    }
 }
 
 /// Per instance: the load deadline, the memory it needs and, when devices are configured, where

@@ -55,6 +55,28 @@ fn check_prints_the_resolved_plan() {
     );
 }
 
+/// `corral check` shows the global concurrency limit, the startup profile and a model without
+/// keep-alives.
+#[test]
+fn check_shows_the_global_limit_startup_profile_and_keep_alives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        "globalConcurrencyLimit: 3\nmodels:\n  a: {cmd: srv, proxy: 'http://h:1', disableKeepAlives: true}\n  b: {cmd: srv, proxy: 'http://h:1'}\nprofiles:\n  fast: {pins: {a: b}}\nhooks: {on_startup: {profile: fast}}\n",
+    )
+    .unwrap();
+    let (code, out, err) = corral(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("global concurrency: 3 model request(s) at once"),
+        "{out}"
+    );
+    assert!(out.contains("startup profile: fast"), "{out}");
+    let keep_alive = "keep-alive:  off (a new upstream connection per request)";
+    assert_eq!(out.matches(keep_alive).count(), 1, "{out}");
+}
+
 /// A model named by engine and source shows where its weights come from and the command built.
 #[test]
 fn check_shows_an_engine_models_source() {

@@ -105,3 +105,32 @@ async fn odd_paths_on_every_route_never_panic() {
     assert_eq!(get(&format!("{}/health", h.url)).await.status, 200);
     h.stop().await;
 }
+
+/// `logToStdout: http` writes one access line per request into `/logs` (and to stdout); without
+/// `http`, none is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_stream_logs_one_line_per_request() {
+    let h = Harness::start("logToStdout: proxy,http\nmodels: {}\n").await;
+    assert_eq!(get(&format!("{}/running", h.url)).await.status, 200);
+    let line = "\"GET /running HTTP/1.1\" 200 ";
+    let logs = format!("{}/logs", h.url);
+    let mut seen = String::new();
+    for _ in 0..100 {
+        seen = get(&logs).await.text();
+        if seen.contains(line) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        seen.contains(&format!("Request 127.0.0.1 {line}")),
+        "{seen}"
+    );
+    h.stop().await;
+
+    let quiet = Harness::start("models: {}\n").await;
+    assert_eq!(get(&format!("{}/running", quiet.url)).await.status, 200);
+    let logs = get(&format!("{}/logs", quiet.url)).await.text();
+    assert!(!logs.contains("Request "), "{logs}");
+    quiet.stop().await;
+}

@@ -247,6 +247,45 @@ async fn concurrency_limit_answers_429() {
     h.stop().await;
 }
 
+/// `globalConcurrencyLimit` bounds model requests across all models: past it, 429 at once (the
+/// other model is not started); `/upstream` and the management routes are not counted; the
+/// place is given back when the answer's body ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_concurrency_limit_answers_429_across_models() {
+    let h = Harness::start(&format!(
+        "globalConcurrencyLimit: 1\nmodels:\n{}{}groups:\n  g: {{swap: false, members: [a, b]}}\n",
+        fake_model("a", "", ""),
+        fake_model("b", "", "")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    let long = json!({"model": "a", "stream": true, "messages": [], "fakellm": {"chunks": 10, "interval_ms": 100}});
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { stream_frames(&url, &long).await }
+    });
+    eventually(Duration::from_secs(15), "first in flight", || {
+        h.count_requests("a", "/v1/chat/completions") >= 1
+    })
+    .await;
+    let refused = post_json(&url, &chat("b")).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.json()["error"]["code"], "concurrency_limit");
+    assert_eq!(refused.json()["error"]["message"], "Too many requests");
+    assert!(h.events("b").is_empty(), "b was never started");
+    let passthrough = get(&format!("{}/upstream/a/props", h.url)).await;
+    assert_eq!(passthrough.status, 200, "/upstream is not counted");
+    assert_eq!(get(&format!("{}/running", h.url)).await.status, 200);
+    assert_eq!(first.await.unwrap().0.status, 200);
+    assert_eq!(
+        post_json(&url, &chat("b")).await.status,
+        200,
+        "the place is free again"
+    );
+    h.stop().await;
+}
+
 /// While `busy` streams, requests for `first` then `second` wait to swap in; returns when each
 /// one's engine was spawned.
 async fn swap_order(yaml: &str, first: &str, second: &str) -> (f64, f64) {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{activity, auth, budget, inflight, peer_load, performance, routing};
+use super::{activity, auth, budget, global_limit, inflight, peer_load, performance, routing};
 use crate::config::{Config, Timeouts};
 use crate::fleet::Fleet;
 use crate::logs::Logs;
@@ -41,6 +41,8 @@ pub struct App {
     pub profiles: routing::Profiles,
     pub spillover: routing::Spillover,
     pub(super) peer_clients: BTreeMap<String, Arc<Upstream>>,
+    /// `globalConcurrencyLimit`, over every model request.
+    pub(super) global_limit: global_limit::GlobalLimit,
     /// What the peers report of their load, where several serve one model.
     pub(super) peer_loads: peer_load::PeerLoads,
     pub inflight: Arc<inflight::Inflight>,
@@ -62,7 +64,8 @@ pub struct App {
 impl App {
     /// The same service for a reloaded config: fleet, metrics, logs, requests in flight and the
     /// shutdown signal carry over; routes, clients and keys come from the new config, and the
-    /// active profile is reset, as llama-swap does.
+    /// active profile is the new config's `hooks.on_startup.profile` (none without it), as
+    /// llama-swap does.
     /// The activity log (and its store, which is not reopened) and the performance samples carry
     /// over too.
     pub fn reloaded(&self) -> App {
@@ -75,6 +78,9 @@ impl App {
             logged,
         );
         next.inflight = self.inflight.clone();
+        next.global_limit = self
+            .global_limit
+            .with_limit(next.config.global_concurrency_limit);
         next.budget = self.budget.clone();
         next.replaced = self.closing.child_token();
         next.closing = self.closing.clone();
@@ -119,21 +125,26 @@ impl App {
         let clients = config
             .models
             .values()
-            .map(|m| (m.id.to_string(), client_for(&m.timeouts)))
+            .map(|m| {
+                let client = client_for(&m.timeouts, !m.disable_keep_alives);
+                (m.id.to_string(), client)
+            })
             .collect();
         let peer_clients = config
             .peers
             .iter()
-            .map(|(id, p)| (id.clone(), client_for(&p.timeouts)))
+            .map(|(id, p)| (id.clone(), client_for(&p.timeouts, true)))
             .collect();
         let peer_loads = peer_load::PeerLoads::start(&config, &peer_clients);
         let closing = tokio_util::sync::CancellationToken::new();
+        let global_limit = global_limit::GlobalLimit::default();
         App {
+            global_limit: global_limit.with_limit(config.global_concurrency_limit),
             peer_loads,
             catalog: fleet.catalog(),
             replaced: closing.child_token(),
             closing,
-            profiles: Default::default(),
+            profiles: routing::Profiles::starting_with(config.startup_profile.clone()),
             spillover: Default::default(),
             peer_clients,
             inflight: Default::default(),
@@ -161,12 +172,57 @@ impl App {
     }
 }
 
-/// A connection pool to one model's or peer's upstream, with its timeouts.
-fn client_for(timeouts: &Timeouts) -> Arc<Upstream> {
+/// A connection pool to one model's or peer's upstream, with its timeouts; `reuse` false opens a
+/// connection per request (`disableKeepAlives`).
+fn client_for(timeouts: &Timeouts, reuse: bool) -> Arc<Upstream> {
     Upstream::new(upstream::Settings {
         connect: timeouts.connect,
         tls_handshake: timeouts.tls_handshake,
         keepalive: timeouts.keepalive,
         idle: timeouts.idle_conn,
+        reuse,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An App for `yaml`, on a fleet that never starts a model.
+    fn app(yaml: &str) -> App {
+        let config = crate::config::load_str("t.yaml", yaml, &|_| None)
+            .unwrap()
+            .config;
+        let spawner = crate::supervisor::Spawner::start(tokio::runtime::Handle::current()).unwrap();
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let logs = Arc::new(Logs::default());
+        let fleet = Fleet::new(
+            Arc::new(config),
+            spawner,
+            logs.clone(),
+            metrics.fleet.clone(),
+            crate::supervisor::sweep::StateFile::new(None, "t"),
+            crate::sources::Fetcher::from_env(&|_| None),
+        );
+        App::new(fleet, logs, metrics, Default::default())
+    }
+
+    /// `hooks.on_startup.profile` is active at start, and again after a reload, whatever was
+    /// chosen meanwhile.
+    #[tokio::test]
+    async fn the_startup_profile_is_active_at_start_and_after_a_reload() {
+        let app = app("models:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1'}\nprofiles:\n  fast: {pins: {a: b}}\nhooks: {on_startup: {profile: fast}}\n");
+        assert_eq!(app.profiles.active().as_deref(), Some("fast"));
+        app.profiles.set(None);
+        let reloaded = app.reloaded();
+        assert_eq!(reloaded.profiles.active().as_deref(), Some("fast"));
+    }
+
+    /// `disableKeepAlives` gives its model a client that opens a connection per request.
+    #[tokio::test]
+    async fn a_model_without_keep_alives_gets_a_client_without_reuse() {
+        let app = app("models:\n  a: {cmd: srv, proxy: 'http://h:1', disableKeepAlives: true}\n  b: {cmd: srv, proxy: 'http://h:1'}\n");
+        assert!(!app.clients["a"].reuses_connections());
+        assert!(app.clients["b"].reuses_connections());
+    }
 }

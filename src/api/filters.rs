@@ -8,7 +8,7 @@ use indexmap::IndexMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::config::ModelConfig;
+use crate::config::{Filters, ModelConfig, SetParam};
 
 /// A JSON object whose top-level values stay slices of the request's bytes until a rule replaces
 /// one: parsing copies nothing but the keys, so a rewrite holds the body and its new encoding.
@@ -86,6 +86,18 @@ impl<'a> JsonBody<'a> {
         changed
     }
 
+    /// True when the body holds a value (any, `null` included) at `a.b.c`, the place
+    /// [`Self::set_path`] would write: only the top-level value `a` is parsed.
+    fn has_path(&self, path: &str) -> bool {
+        let Some((head, rest)) = path.split_once('.') else {
+            return self.0.contains_key(path);
+        };
+        match self.get(head) {
+            Some(Value::Object(inner)) => has_path(&inner, rest),
+            _ => false,
+        }
+    }
+
     fn remove_path(&mut self, path: &str) -> bool {
         let Some((head, rest)) = path.split_once('.') else {
             return self.remove(path);
@@ -121,25 +133,44 @@ pub fn apply(model: &ModelConfig, requested: &str, body: &mut JsonBody) -> bool 
     if let Some(name) = &model.use_model_name {
         changed |= body.set("model", &Value::String(name.clone()));
     }
-    for key in &model.filters.strip_params {
+    changed | apply_filters(body, &model.filters, Some(requested))
+}
+
+/// `stripParams`, then `setParams`, then (for a model) `setParamsByID` of the name it was sent
+/// as: a pipe, so a set-if-undefined key sees what the stages before it left.
+pub fn apply_filters(body: &mut JsonBody, filters: &Filters, requested: Option<&str>) -> bool {
+    let mut changed = false;
+    for key in &filters.strip_params {
         changed |= body.remove_path(key);
     }
-    changed |= set_all(body, &model.filters.set_params);
-    if let Some(extra) = model.filters.set_params_by_id.get(requested) {
+    changed |= set_all(body, &filters.set_params);
+    if let Some(extra) = requested.and_then(|r| filters.set_params_by_id.get(r)) {
         changed |= set_all(body, extra);
     }
     changed
 }
 
-/// Sets each parameter (keys in sorted order, `model` never), with `a.b` meaning a nested key.
-fn set_all(body: &mut JsonBody, params: &Map<String, Value>) -> bool {
-    let mut keys: Vec<&String> = params.keys().filter(|k| *k != "model").collect();
-    keys.sort();
+/// Sets each parameter in order, with `a.b` meaning a nested key; a set-if-undefined one only
+/// where the body has no value yet (`0`, `false`, `""` and `null` are values).
+fn set_all(body: &mut JsonBody, params: &[SetParam]) -> bool {
     let mut changed = false;
-    for key in keys {
-        changed |= body.set_path(key, params[key].clone());
+    for param in params {
+        if param.if_undefined && body.has_path(&param.path) {
+            continue;
+        }
+        changed |= body.set_path(&param.path, param.value.clone());
     }
     changed
+}
+
+fn has_path(obj: &Map<String, Value>, path: &str) -> bool {
+    match path.split_once('.') {
+        None => obj.contains_key(path),
+        Some((head, rest)) => obj
+            .get(head)
+            .and_then(Value::as_object)
+            .is_some_and(|o| has_path(o, rest)),
+    }
 }
 
 fn set_path(obj: &mut Map<String, Value>, path: &str, value: Value) -> bool {
@@ -247,6 +278,62 @@ mod tests {
             out,
             r#"{"model":"m","messages":[{"role":"user","content":"1.0e0 \u00e9"}],"kw":{"b":2,"a":1},"temperature":0.2}"#
         );
+    }
+
+    /// `key?` fills only what the request (after the stages before it) lacks: any value sent
+    /// counts, `0`, `false`, `""` and `null` too.
+    #[test]
+    fn a_key_ending_in_a_question_mark_is_set_only_when_undefined() {
+        let m = model("    filters:\n      setParams: {'max_tokens?': 99, 'temperature?': 0.5, 'top_k?': 3, 'seed?': 1, 'stop?': x}\n");
+        let sent = r#"{"model":"m","temperature":0,"top_k":false,"seed":null,"stop":""}"#;
+        let mut b = body(sent.as_bytes());
+        assert!(apply(&m, "m", &mut b));
+        assert_eq!(
+            value(&b),
+            json!({"model": "m", "temperature": 0, "top_k": false, "seed": null, "stop": "", "max_tokens": 99})
+        );
+        assert!(
+            !String::from_utf8(b.to_bytes().to_vec())
+                .unwrap()
+                .contains('?'),
+            "the marker never goes upstream"
+        );
+        let mut empty = body(br#"{"model":"m"}"#);
+        apply(&m, "m", &mut empty);
+        assert_eq!(
+            value(&empty),
+            json!({"model": "m", "max_tokens": 99, "temperature": 0.5, "top_k": 3, "seed": 1, "stop": "x"})
+        );
+    }
+
+    /// A stripped key is undefined again; a key `setParams` set is defined for `setParamsByID`;
+    /// `k` beats `k?` in one block; `model?` is never set.
+    #[test]
+    fn set_if_undefined_follows_the_pipe() {
+        let m = model("    filters:\n      stripParams: top_p\n      setParams: {'top_p?': 0.9, temperature: 0.2, 'n?': 1, n: 2, 'model?': evil}\n      setParamsByID:\n        'm:x': {'temperature?': 1.5, 'min_p?': 0.1}\n");
+        let mut b = body(br#"{"model":"m:x","top_p":0.5}"#);
+        assert!(apply(&m, "m:x", &mut b));
+        assert_eq!(
+            value(&b),
+            json!({"model": "m:x", "top_p": 0.9, "temperature": 0.2, "n": 2, "min_p": 0.1})
+        );
+    }
+
+    /// A dotted `key?` checks the nested place it would write.
+    #[test]
+    fn a_dotted_key_is_checked_where_it_would_be_written() {
+        let m = model("    filters:\n      setParams: {'kw.enable_thinking?': false}\n");
+        let mut kept = body(br#"{"model":"m","kw":{"enable_thinking":true}}"#);
+        assert!(!apply(&m, "m", &mut kept));
+        let mut filled = body(br#"{"model":"m","kw":{"other":1}}"#);
+        assert!(apply(&m, "m", &mut filled));
+        assert_eq!(
+            value(&filled)["kw"],
+            json!({"other": 1, "enable_thinking": false})
+        );
+        let mut absent = body(br#"{"model":"m"}"#);
+        apply(&m, "m", &mut absent);
+        assert_eq!(value(&absent)["kw"], json!({"enable_thinking": false}));
     }
 
     #[test]

@@ -266,13 +266,7 @@ pub fn rewrite_for_peer(
     };
     let mut body = filters::JsonBody::parse(&bytes).map_err(Error::BadRequest)?;
     body.set("model", &serde_json::Value::String(model.to_string()));
-    let f = &app.config.peers[peer].filters;
-    for key in &f.strip_params {
-        body.remove(key);
-    }
-    for (k, val) in &f.set_params {
-        body.set(k, val);
-    }
+    filters::apply_filters(&mut body, &app.config.peers[peer].filters, None);
     Ok(body.to_bytes())
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP API: llama-swap's routes, auth, CORS and error rendering.
 
+mod access_log;
 pub mod activity;
 mod admin;
 mod announce;
@@ -14,6 +15,7 @@ mod events;
 pub mod extract;
 mod filters;
 mod forward;
+mod global_limit;
 pub mod grant;
 mod hardware;
 mod hosts;
@@ -89,10 +91,19 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
 {
+    let access = if app.config.log_to_stdout.http() {
+        access_log::Access::begin(&req, remote, &app.logs)
+    } else {
+        None
+    };
     let mut api = service(app, remote);
     let ready = api.poll_ready(&mut std::task::Context::from_waker(std::task::Waker::noop()));
     debug_assert!(ready.is_ready(), "the API's layers are always ready");
-    api.call(req).map(|Ok(resp)| resp)
+    let answer = api.call(req).map(|Ok(resp)| resp);
+    match access {
+        None => futures_util::future::Either::Left(answer),
+        Some(access) => futures_util::future::Either::Right(answer.map(|r| access.answered(r))),
+    }
 }
 
 pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {

@@ -43,6 +43,13 @@ impl Default for Profiles {
 }
 
 impl Profiles {
+    /// Profiles with `active` active (`hooks.on_startup.profile`).
+    pub fn starting_with(active: Option<String>) -> Profiles {
+        Profiles {
+            active: tokio::sync::watch::Sender::new(active),
+        }
+    }
+
     pub fn active(&self) -> Option<String> {
         self.active.borrow().clone()
     }

@@ -177,20 +177,75 @@ pub fn load_str(
 
 // === the typed config ===
 
+/// The log streams `logToStdout` sends to stdout (and into the combined `/logs` history):
+/// `none`, `both` (all three) or a comma list of `proxy`, `upstream` and `http`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogToStdout {
-    Proxy,
-    Upstream,
-    Both,
-    None,
+pub struct LogToStdout {
+    proxy: bool,
+    upstream: bool,
+    http: bool,
+}
+
+impl Default for LogToStdout {
+    /// `proxy`, as when the key is left out.
+    fn default() -> Self {
+        LogToStdout {
+            proxy: true,
+            upstream: false,
+            http: false,
+        }
+    }
 }
 
 impl LogToStdout {
-    pub fn proxy(self) -> bool {
-        matches!(self, LogToStdout::Proxy | LogToStdout::Both)
+    /// Parses a value as llama-swap does; the error is its message.
+    pub fn parse(value: &str) -> Result<LogToStdout, String> {
+        let none = LogToStdout {
+            proxy: false,
+            upstream: false,
+            http: false,
+        };
+        match value.trim() {
+            "none" => return Ok(none),
+            "both" => {
+                return Ok(LogToStdout {
+                    proxy: true,
+                    upstream: true,
+                    http: true,
+                })
+            }
+            _ => {}
+        }
+        let mut out = none;
+        for item in value.split(',') {
+            match item.trim() {
+                "proxy" => out.proxy = true,
+                "upstream" => out.upstream = true,
+                "http" => out.http = true,
+                _ => {
+                    return Err(format!(
+                        "logToStdout must be none, both, or a comma separated list of proxy, \
+                         upstream, http; got {value:?}"
+                    ))
+                }
+            }
+        }
+        Ok(out)
     }
+
+    /// corral's own log lines.
+    pub fn proxy(self) -> bool {
+        self.proxy
+    }
+
+    /// The engines' output.
     pub fn upstream(self) -> bool {
-        matches!(self, LogToStdout::Upstream | LogToStdout::Both)
+        self.upstream
+    }
+
+    /// One access line per HTTP request.
+    pub fn http(self) -> bool {
+        self.http
     }
 }
 
@@ -246,6 +301,10 @@ pub struct Config {
     pub peers: BTreeMap<String, Peer>,
     pub ignore_paths: Vec<regex::Regex>,
     pub preload: Vec<String>,
+    /// The profile active at start and after each reload (`hooks.on_startup.profile`).
+    pub startup_profile: Option<String>,
+    /// Model requests served at once across all models (`globalConcurrencyLimit`); 0: no limit.
+    pub global_concurrency_limit: usize,
     pub fifo_priority: BTreeMap<String, i64>,
 }
 
@@ -388,6 +447,9 @@ pub struct ModelConfig {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     pub send_loading_state: bool,
     pub timeouts: Timeouts,
+    /// A new upstream connection for every request, none kept for reuse (`disableKeepAlives`),
+    /// for engines that close a connection after a streamed answer.
+    pub disable_keep_alives: bool,
     pub ignore_websockets: bool,
     pub capabilities: Capabilities,
 }
@@ -395,8 +457,19 @@ pub struct ModelConfig {
 #[derive(Debug, Clone, Default)]
 pub struct Filters {
     pub strip_params: Vec<String>,
-    pub set_params: serde_json::Map<String, serde_json::Value>,
-    pub set_params_by_id: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+    /// In the order they are applied: sorted by path.
+    pub set_params: Vec<SetParam>,
+    pub set_params_by_id: BTreeMap<String, Vec<SetParam>>,
+}
+
+/// One `setParams` (or `setParamsByID`) entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetParam {
+    /// The key, `a.b` for a nested one, without the `?` that marks it set-if-undefined.
+    pub path: String,
+    pub value: serde_json::Value,
+    /// Spelled `key?`: set only when the request (as the stages before left it) lacks the key.
+    pub if_undefined: bool,
 }
 
 #[derive(Debug, Clone)]

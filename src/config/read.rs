@@ -60,6 +60,15 @@ impl<'n> MapReader<'n> {
         ConfigError::at(loc, Some(self.key(key)), msg.into())
     }
 
+    /// An error at `key` whose message names the key itself (llama-swap's wording), so it is
+    /// not named twice.
+    pub fn err_named(&self, key: &str, msg: impl Into<String>) -> ConfigError {
+        ConfigError {
+            key: None,
+            ..self.err(key, msg)
+        }
+    }
+
     pub fn int(&self, key: &str) -> Result<Option<i64>, ConfigError> {
         match self.get(key).map(|n| &n.value) {
             None => Ok(None),

@@ -244,7 +244,11 @@ fn type_errors_name_file_line_and_key() {
         "t.yaml:5:10: models.m.ttl: must be an integer, not a string"
     );
     let err = load_err("logToStdout: sometimes\n");
-    assert!(err.starts_with("t.yaml:1:14: logToStdout:"), "{err}");
+    assert_eq!(
+        err,
+        "t.yaml:1:14: logToStdout must be none, both, or a comma separated list of proxy, \
+         upstream, http; got \"sometimes\""
+    );
 }
 
 #[test]
@@ -892,4 +896,70 @@ fn set_params_by_id_keys_with_unknown_macros_are_refused() {
         err,
         "t.yaml:7:25: models.m.filters.setParamsByID: unknown macro '${typo}' in the key \"${typo}:fast\""
     );
+}
+
+/// `logToStdout` as llama-swap reads it now: `none`, `both` (every stream) or a comma list of
+/// `proxy`, `upstream` and `http`; left out, `proxy`.
+#[test]
+fn log_to_stdout_takes_a_list_of_streams() {
+    let streams = |yaml: &str| {
+        let l = load(yaml).log_to_stdout;
+        (l.proxy(), l.upstream(), l.http())
+    };
+    assert_eq!(streams(""), (true, false, false));
+    assert_eq!(streams("logToStdout: proxy\n"), (true, false, false));
+    assert_eq!(streams("logToStdout: upstream\n"), (false, true, false));
+    assert_eq!(streams("logToStdout: http\n"), (false, false, true));
+    assert_eq!(streams("logToStdout: both\n"), (true, true, true));
+    assert_eq!(streams("logToStdout: none\n"), (false, false, false));
+    assert_eq!(streams("logToStdout: proxy,http\n"), (true, false, true));
+    assert_eq!(
+        streams("logToStdout: ' upstream , http '\n"),
+        (false, true, true)
+    );
+    for bad in ["''", "'proxy,'", "'proxy,both'", "stdout"] {
+        let err = load_err(&format!("logToStdout: {bad}\n"));
+        assert!(
+            err.contains("logToStdout must be none, both, or a comma separated list"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
+fn global_concurrency_limit_is_zero_or_more() {
+    assert_eq!(load("").global_concurrency_limit, 0);
+    assert_eq!(
+        load("globalConcurrencyLimit: 4\n").global_concurrency_limit,
+        4
+    );
+    assert_eq!(
+        load_err("globalConcurrencyLimit: -1\n"),
+        "t.yaml:1:25: globalConcurrencyLimit must be >= 0"
+    );
+}
+
+const PROFILED: &str = "models:\n  a: {cmd: srv, proxy: 'http://h:1'}\n  b: {cmd: srv, proxy: 'http://h:1'}\nprofiles:\n  fast: {pins: {a: b}}\n";
+
+#[test]
+fn the_startup_profile_must_name_a_profile() {
+    assert_eq!(load(PROFILED).startup_profile, None);
+    let c = load(&format!(
+        "{PROFILED}hooks:\n  on_startup:\n    profile: fast\n"
+    ));
+    assert_eq!(c.startup_profile.as_deref(), Some("fast"));
+    let err = load_err(&format!(
+        "{PROFILED}hooks:\n  on_startup:\n    profile: slow\n"
+    ));
+    assert_eq!(
+        err,
+        "t.yaml:8:14: hooks.on_startup.profile references unknown profile \"slow\""
+    );
+}
+
+#[test]
+fn disable_keep_alives_is_read_per_model() {
+    let c = load("models:\n  a: {cmd: srv, proxy: 'http://h:1', disableKeepAlives: true}\n  b: {cmd: srv, proxy: 'http://h:1'}\n");
+    assert!(c.models["a"].disable_keep_alives);
+    assert!(!c.models["b"].disable_keep_alives);
 }

@@ -49,3 +49,11 @@ pub fn init(level: &str, to_stdout: bool, logs: Arc<Logs>) {
         .with_writer(tee)
         .try_init();
 }
+
+/// An HTTP access line (`logToStdout` names `http`): kept in its own ring and in `/logs`, and
+/// written to stdout.
+pub fn http_line(logs: &Logs, line: &[u8]) {
+    logs.http.write(line);
+    logs.combined.write(line);
+    let _ = std::io::stdout().write_all(line);
+}

@@ -113,6 +113,8 @@ impl LogRing {
 pub struct Logs {
     pub proxy: Arc<LogRing>,
     pub upstream: Arc<LogRing>,
+    /// One access line per HTTP request, kept only when `logToStdout` names `http`.
+    pub http: Arc<LogRing>,
     /// What `/logs` returns: the streams chosen by `logToStdout`.
     pub combined: Arc<LogRing>,
 }

@@ -311,6 +311,7 @@ mod tests {
             tls_handshake: Duration::from_secs(5),
             keepalive: Duration::from_secs(5),
             idle: Duration::from_secs(5),
+            reuse: true,
         });
         let req = Request::get("/ws")
             .header(header::UPGRADE, "websocket")
@@ -334,6 +335,7 @@ mod tests {
             tls_handshake: Duration::from_secs(1),
             keepalive: Duration::from_secs(1),
             idle: Duration::from_secs(1),
+            reuse: true,
         });
         let show = |d: Destination| {
             (

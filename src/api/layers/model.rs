@@ -14,6 +14,7 @@ use http::{Method, Request, Response};
 
 use super::Routed;
 use crate::api::cancel::Cancellable;
+use crate::api::global_limit::Place;
 use crate::api::grant::Caller;
 use crate::api::seen::{metered, Seen};
 use crate::api::{inference, passthrough, App};
@@ -67,9 +68,18 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        match model_call(req.method(), req.uri().path()) {
-            Some(call) => Either::Left(Box::pin(model_request(self.app, req, self.remote, call))),
-            None => Either::Right(self.routes.call(req)),
+        let Some(call) = model_call(req.method(), req.uri().path()) else {
+            return Either::Right(self.routes.call(req));
+        };
+        match admit(self.app, call) {
+            Ok(place) => Either::Left(Box::pin(model_request(
+                self.app,
+                req,
+                self.remote,
+                call,
+                place,
+            ))),
+            Err(refused) => Either::Left(Box::pin(std::future::ready(Err(refused)))),
         }
     }
 }
@@ -102,6 +112,15 @@ fn model_call(method: &Method, path: &str) -> Option<ModelCall> {
     query.map(ModelCall::Query)
 }
 
+/// A place under `globalConcurrencyLimit` for a model route's request (`/upstream` is not
+/// counted), or 429 at once.
+fn admit(app: &App, call: ModelCall) -> Result<Option<Place>, Error> {
+    match call {
+        ModelCall::Passthrough => Ok(None),
+        ModelCall::Dispatch(..) | ModelCall::Query(_) => app.global_limit.admit(),
+    }
+}
+
 /// The request's record is begun here and finished (metered) when its work ends or an operator
 /// cancels it. Not an `async fn`, which would keep a second copy of the request beside the one its
 /// work holds (see [`crate::proxy::forward`]).
@@ -110,6 +129,7 @@ fn model_request<'a, B>(
     req: Request<B>,
     remote: SocketAddr,
     call: ModelCall,
+    place: Option<Place>,
 ) -> impl Future<Output = Result<Response<Body>, Error>> + Send + 'a
 where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
@@ -122,6 +142,10 @@ where
     };
     let caller = req.extensions().get::<Caller>().map(|c| c.0.clone());
     let mut seen = Seen::new(app, req.method(), path, req.headers(), remote, caller);
+    if let Some(place) = place {
+        // given back when the answer's body ends, or with the request when it fails
+        seen.hold(Box::new(place));
+    }
     let started = std::time::Instant::now();
     let cancel = seen.cancel.clone();
     async move {
@@ -228,7 +252,7 @@ mod tests {
         let remote: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let route = "/v1/chat/completions";
         let req = stub::with_body("POST", route, &[], r#"{"model":"m"}"#);
-        let future = model_request(&app, req, remote, ModelCall::Dispatch(route, route));
+        let future = model_request(&app, req, remote, ModelCall::Dispatch(route, route), None);
         let size = std::mem::size_of_val(&future);
         assert!(
             size <= 3 * 1024,

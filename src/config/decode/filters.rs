@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::parse::secs;
 use crate::config::read::MapReader;
 use crate::config::yaml::Node;
-use crate::config::{ConfigError, Filters, Timeouts};
+use crate::config::{ConfigError, Filters, SetParam, Timeouts};
 
 /// `filters`, reading only `keys` (peers take no `setParamsByID`); `model` is never stripped
 /// nor set, since routing depends on it.
@@ -29,23 +29,18 @@ pub(super) fn decode_filters(
         .collect();
     strip_params.sort();
     strip_params.dedup();
-    let as_object = |key: &str,
-                     node: Option<&Node>|
-     -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+    let as_params = |key: &str, node: Option<&Node>| -> Result<Vec<SetParam>, ConfigError> {
         match node.map(Node::to_json) {
-            None | Some(serde_json::Value::Null) => Ok(Default::default()),
-            Some(serde_json::Value::Object(mut o)) => {
-                o.remove("model");
-                Ok(o)
-            }
+            None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+            Some(serde_json::Value::Object(o)) => Ok(set_params(o)),
             Some(_) => Err(f.err(key, "must be a mapping")),
         }
     };
-    let set_params = as_object("setParams", f.get("setParams"))?;
+    let set_params = as_params("setParams", f.get("setParams"))?;
     let mut set_params_by_id = BTreeMap::new();
     if let Some(by_id) = f.get("setParamsByID") {
         for (id, params) in by_id.entries() {
-            set_params_by_id.insert(id.clone(), as_object("setParamsByID", Some(params))?);
+            set_params_by_id.insert(id.clone(), as_params("setParamsByID", Some(params))?);
         }
     }
     Ok(Filters {
@@ -53,6 +48,33 @@ pub(super) fn decode_filters(
         set_params,
         set_params_by_id,
     })
+}
+
+/// The entries of one `setParams` mapping, sorted by path, as llama-swap reads them: a key ending
+/// in `?` is set-if-undefined and yields to the same key spelled without it; `model` (with or
+/// without `?`) is never set, since routing depends on it.
+fn set_params(raw: serde_json::Map<String, serde_json::Value>) -> Vec<SetParam> {
+    let mut params: BTreeMap<String, SetParam> = BTreeMap::new();
+    for (key, value) in raw {
+        let (path, if_undefined) = match key.strip_suffix('?') {
+            Some(path) => (path.to_string(), true),
+            None => (key, false),
+        };
+        if path.is_empty() || path == "model" {
+            continue;
+        }
+        let hard_already = params.get(&path).is_some_and(|p| !p.if_undefined);
+        if if_undefined && hard_already {
+            continue;
+        }
+        let param = SetParam {
+            path: path.clone(),
+            value,
+            if_undefined,
+        };
+        params.insert(path, param);
+    }
+    params.into_values().collect()
 }
 
 /// `timeouts`; a response-header limit of 0 means none, as does a stream-idle limit of 0.

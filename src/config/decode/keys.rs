@@ -30,6 +30,7 @@ pub(in crate::config) const TOP_KEYS: &[&str] = &[
     "groups",
     "matrix",
     "security",
+    "globalConcurrencyLimit",
     // corral's own
     "devices",
     "deviceRefresh",
@@ -67,6 +68,7 @@ pub(super) const MODEL_KEYS: &[&str] = &[
     "compat",
     "capabilities",
     "healthCheckTimeout",
+    "disableKeepAlives",
     // corral's own
     "replicas",
     "startReplicas",

@@ -44,9 +44,9 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let s = settings::decode_settings(&top, warnings)?;
     let (models, devices) = decode_models(&top, &s, warnings)?;
     let ignore_paths = settings::ignore_paths(&top, warnings)?;
-    let preload = settings::preload(&top, warnings)?;
     let routing = routing::decode_routing(&top, &models, !devices.is_empty(), warnings)?;
     let profiles = profiles::decode_profiles(&top, warnings)?;
+    let (preload, startup_profile) = settings::on_startup(&top, &profiles, warnings)?;
     let selectors = profiles::decode_selectors(&top, warnings)?;
     let peers = peers::decode_peers(&top, &models, warnings)?;
     let load_bandwidth = super::memory::load_bandwidth(&top)?;
@@ -56,6 +56,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let server = super::server::decode(&top, warnings)?;
     let cors = cors::decode_security(&top, warnings)?;
     let late = settings::decode_late_settings(&top, &s)?;
+    let global_concurrency_limit = settings::global_concurrency_limit(&top)?;
     let config = Config {
         server,
         router: routing.router,
@@ -91,6 +92,8 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         peers,
         ignore_paths,
         preload,
+        startup_profile,
+        global_concurrency_limit,
         fifo_priority: routing.fifo_priority,
     };
     names::check_names(&top, &config)?;

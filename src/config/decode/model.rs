@@ -74,6 +74,7 @@ pub(super) fn decode_model(
             .boolean("sendLoadingState")?
             .unwrap_or(d.send_loading_state),
         timeouts: decode_timeouts(&m.child("timeouts", TIMEOUT_KEYS, warnings)?, None)?,
+        disable_keep_alives: m.boolean("disableKeepAlives")?.unwrap_or(false),
         ignore_websockets: compat.boolean("ignoreWebsockets")?.unwrap_or(false)
             || id == COMFYUI_AUTO,
         capabilities: about.capabilities,

@@ -1,12 +1,13 @@
 //! Top-level settings: health checks, logging, the performance monitor, the UI, lifetimes,
 //! paths passed through upstream, and startup preloads.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::api_keys::{decode_allowed_hosts, decode_api_keys};
 use super::parse::parse_go_duration;
 use crate::config::read::MapReader;
-use crate::config::{ApiKey, ConfigError, LogToStdout};
+use crate::config::{ApiKey, ConfigError, LogToStdout, Profile};
 
 /// The settings read before the models, which take their defaults from some of them.
 pub(super) struct Settings<'n> {
@@ -74,18 +75,23 @@ fn health_check_timeout(
     Ok(health)
 }
 
+/// `logToStdout`: `proxy` unless given; an empty value is refused, as llama-swap refuses it.
 fn log_to_stdout(top: &MapReader<'_>) -> Result<LogToStdout, ConfigError> {
-    Ok(match top.string("logToStdout")?.as_deref() {
-        None | Some("proxy") => LogToStdout::Proxy,
-        Some("upstream") => LogToStdout::Upstream,
-        Some("both") => LogToStdout::Both,
-        Some("none") => LogToStdout::None,
-        Some(other) => {
-            return Err(top.err(
-                "logToStdout",
-                format!("must be proxy, upstream, both or none, not {other:?}"),
-            ))
-        }
+    match top.string("logToStdout")? {
+        None => Ok(LogToStdout::default()),
+        Some(value) => LogToStdout::parse(&value).map_err(|msg| top.err_named("logToStdout", msg)),
+    }
+}
+
+/// `globalConcurrencyLimit`: model requests served at once across all models; 0 (the default)
+/// is no limit.
+pub(super) fn global_concurrency_limit(top: &MapReader<'_>) -> Result<usize, ConfigError> {
+    let limit = top.int("globalConcurrencyLimit")?.unwrap_or(0);
+    usize::try_from(limit).map_err(|_| {
+        top.err_named(
+            "globalConcurrencyLimit",
+            "globalConcurrencyLimit must be >= 0",
+        )
     })
 }
 
@@ -152,15 +158,24 @@ pub(super) fn ignore_paths(
         .collect()
 }
 
-/// `hooks.on_startup.preload`: models loaded when corral starts.
-pub(super) fn preload(
+/// `hooks.on_startup`: the models loaded when corral starts (`preload`), and the profile active
+/// at start and after every reload (`profile`), which must name one of `profiles`.
+pub(super) fn on_startup(
     top: &MapReader<'_>,
+    profiles: &BTreeMap<String, Profile>,
     warnings: &mut Vec<String>,
-) -> Result<Vec<String>, ConfigError> {
+) -> Result<(Vec<String>, Option<String>), ConfigError> {
     let hooks = top.child("hooks", &["on_startup"], warnings)?;
-    hooks
-        .child("on_startup", &["preload"], warnings)?
-        .strings("preload")
+    let on_startup = hooks.child("on_startup", &["preload", "profile"], warnings)?;
+    let preload = on_startup.strings("preload")?;
+    let profile = on_startup.string("profile")?.filter(|p| !p.is_empty());
+    if let Some(name) = profile.as_ref().filter(|p| !profiles.contains_key(*p)) {
+        return Err(on_startup.err_named(
+            "profile",
+            format!("hooks.on_startup.profile references unknown profile {name:?}"),
+        ));
+    }
+    Ok((preload, profile))
 }
 
 /// Settings read after everything else, so that a config with several errors reports the

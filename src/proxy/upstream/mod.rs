@@ -146,6 +146,10 @@ pub struct Settings {
     pub keepalive: Duration,
     /// How long an unused connection is kept for reuse.
     pub idle: Duration,
+    /// Whether a connection serves more than one request. Without, each request opens its own
+    /// and asks the upstream to close it after the answer (`Connection: close`): for engines that
+    /// close a connection after a streamed answer, which a reused one would meet as an error.
+    pub reuse: bool,
 }
 
 /// Why a request got no response head.
@@ -237,6 +241,12 @@ impl Upstream {
         upstream
     }
 
+    /// Whether a connection serves more than one request (no `disableKeepAlives`).
+    #[cfg(test)]
+    pub fn reuses_connections(&self) -> bool {
+        self.settings.reuse
+    }
+
     /// `base` parsed, once.
     pub fn origin(&self, base: &str) -> Result<Arc<Origin>, crate::error::Error> {
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
@@ -270,6 +280,12 @@ impl Upstream {
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, Failure> {
         let address = &origin.address;
+        if !self.settings.reuse {
+            req.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
         while let Some(mut conn) = self.checkout(address) {
             match conn.exchange(req).await {
                 Ok(resp) => return Ok(self.wrap(conn, resp)),
@@ -315,6 +331,9 @@ impl Upstream {
 
     /// The most recently used idle connection to `address` that is still open.
     fn checkout(&self, address: &Address) -> Option<Conn> {
+        if !self.settings.reuse {
+            return None;
+        }
         loop {
             let Idle { mut conn, since } = self
                 .idle
@@ -334,7 +353,7 @@ impl Upstream {
     }
 
     fn checkin(&self, conn: Conn) {
-        if conn.driver.is_none() || conn.sender.is_closed() {
+        if !self.settings.reuse || conn.driver.is_none() || conn.sender.is_closed() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());

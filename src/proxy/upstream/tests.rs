@@ -109,6 +109,7 @@ async fn a_streamed_answer_wakes_its_reader_once_per_frame_and_is_read_whole() {
         tls_handshake: Duration::from_secs(5),
         keepalive: Duration::from_secs(5),
         idle: Duration::from_secs(5),
+        reuse: true,
     });
     let origin = upstream.origin(&format!("http://{addr}")).unwrap();
     for _ in 0..2 {
@@ -127,5 +128,85 @@ async fn a_streamed_answer_wakes_its_reader_once_per_frame_and_is_read_whole() {
         accepted.load(Ordering::Relaxed),
         1,
         "the connection went back for the second request"
+    );
+}
+
+/// A server that answers every request on a connection with a short body, keeps the connection
+/// open whatever the request asked, and keeps each request head it read.
+async fn recording_server() -> (
+    std::net::SocketAddr,
+    Arc<AtomicUsize>,
+    Arc<Mutex<Vec<String>>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let (count, kept) = (accepted.clone(), heads.clone());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::Relaxed);
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0; 4096];
+                let mut head = Vec::new();
+                while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                    head.extend_from_slice(&buf[..n]);
+                    if !head.ends_with(b"\r\n\r\n") {
+                        continue;
+                    }
+                    kept.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&head).to_lowercase());
+                    head.clear();
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    socket.write_all(answer.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    });
+    (addr, accepted, heads)
+}
+
+/// Sends two requests one after the other, each read to its end; returns the connections the
+/// server accepted and the heads it read.
+async fn two_requests(reuse: bool) -> (usize, Vec<String>) {
+    let (addr, accepted, heads) = recording_server().await;
+    let upstream = Upstream::new(Settings {
+        connect: Duration::from_secs(5),
+        tls_handshake: Duration::from_secs(5),
+        keepalive: Duration::from_secs(5),
+        idle: Duration::from_secs(5),
+        reuse,
+    });
+    let origin = upstream.origin(&format!("http://{addr}")).unwrap();
+    for _ in 0..2 {
+        let req = Request::get("/props")
+            .header(http::header::HOST, origin.host.clone())
+            .body(crate::body::empty())
+            .unwrap();
+        let resp = upstream.send(origin.clone(), req).await.unwrap();
+        let body = http_body_util::BodyExt::collect(resp.into_body()).await;
+        assert_eq!(body.unwrap().to_bytes(), "ok");
+    }
+    let heads = heads.lock().unwrap().clone();
+    (accepted.load(Ordering::Relaxed), heads)
+}
+
+/// `disableKeepAlives`: each request opens its own connection and asks for it to be closed
+/// after the answer; otherwise the first connection serves the second request.
+#[tokio::test]
+async fn without_reuse_each_request_has_a_connection_of_its_own() {
+    let (connections, heads) = two_requests(false).await;
+    assert_eq!(connections, 2);
+    assert!(
+        heads.iter().all(|h| h.contains("connection: close\r\n")),
+        "{heads:?}"
+    );
+    let (connections, heads) = two_requests(true).await;
+    assert_eq!(connections, 1);
+    assert!(
+        heads.iter().all(|h| !h.contains("connection: close")),
+        "{heads:?}"
     );
 }
