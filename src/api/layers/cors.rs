@@ -60,15 +60,17 @@ impl<'a> Finish<'a> {
         if method == Method::OPTIONS {
             return Finish::Leave;
         }
-        match (cors, headers.get(header::ORIGIN)) {
-            (Some(cors), _) => {
+        match cors {
+            Some(cors) => {
                 let management = cors::keyed_management(keys, path);
                 Finish::Policy(cors, cors::allowed_origin(cors, headers, management))
             }
-            (None, Some(origin)) if is_model_list(method, path) => {
-                Finish::EchoOrigin(origin.clone())
-            }
-            (None, _) => Finish::Leave,
+            // the path first: most requests are not for the model list, and skip the lookup
+            None if is_model_list(method, path) => match headers.get(header::ORIGIN) {
+                Some(origin) => Finish::EchoOrigin(origin.clone()),
+                None => Finish::Leave,
+            },
+            None => Finish::Leave,
         }
     }
 
