@@ -50,6 +50,7 @@ fuzz_target!(|data: &[u8]| {
         model: "m".into(),
         route: "/v1/chat/completions".into(),
         status: "2xx",
+        key: None,
     };
     let activity = Arc::new(Activity::new(10));
     let mut metered = Metered::new(
