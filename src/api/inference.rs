@@ -188,9 +188,16 @@ fn route<'a>(
         Some(q) => format!("{upstream_path}?{q}").into(),
         None => upstream_path.into(),
     };
+    // asked before the match, whose arms build the forwarding future in place (a peer pool's
+    // member is known once ranked)
+    match &route {
+        routing::Route::Peer { peer, model } => seen.may_use(|| format!("{peer}/{model}"))?,
+        routing::Route::Local { model, .. } => seen.may_use(|| model.to_string())?,
+        routing::Route::Peers { .. } => {}
+    }
     Ok(match route {
         routing::Route::Peer { peer, model } => {
-            seen.found(app, format!("{peer}/{model}").into())?;
+            seen.found(app, format!("{peer}/{model}").into());
             let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
             let path_and_query = path_and_query.into_owned();
             let (parts, charge) = (incoming.parts, incoming.charge);
@@ -202,7 +209,8 @@ fn route<'a>(
         }
         routing::Route::Peers { owners, model } => {
             let ranked = app.peer_loads.rank(&owners, &model);
-            seen.found(app, format!("{}/{model}", ranked[0]).into())?;
+            seen.may_use(|| format!("{}/{model}", ranked[0]))?;
+            seen.found(app, format!("{}/{model}", ranked[0]).into());
             let Incoming {
                 parts,
                 kind,
@@ -219,7 +227,7 @@ fn route<'a>(
         }
         routing::Route::Local { target, model } => {
             let model = app.config.models.get(&*model).ok_or(Error::UnknownModel)?;
-            seen.found(app, model.id.clone())?;
+            seen.found(app, model.id.clone());
             let to = Local {
                 model,
                 target,

@@ -129,7 +129,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    seen.found(app, model_id.clone())?;
+    seen.may_use(|| model_id.to_string())?;
+    seen.found(app, model_id.clone());
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));
     }
@@ -194,7 +195,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    seen.found(app, format!("{peer}/{model}").into())?;
+    seen.may_use(|| format!("{peer}/{model}"))?;
+    seen.found(app, format!("{peer}/{model}").into());
     seen.needs_admin("passing a request through to a peer")?;
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));

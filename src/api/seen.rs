@@ -70,14 +70,17 @@ impl Seen {
         }
     }
 
-    /// Ok when no key was checked or the key may use `model` (a local model's id or
-    /// `peer/model`) or the name the request sent for it.
-    fn may_use(&self, model: &str) -> Result<(), Error> {
-        let named = self.named.as_deref();
-        match &self.caller {
-            Some(g) if named.is_some_and(|n| g.may_use(n)) => Ok(()),
-            caller => grant::may_use(caller.as_deref(), model),
+    /// Ok when no key was checked or the key may use the model `model()` names (a local
+    /// model's id or `peer/model`) or the name the request sent for it. The name is made only
+    /// for a request that presented a key.
+    pub(super) fn may_use(&self, model: impl FnOnce() -> String) -> Result<(), Error> {
+        let Some(grant) = &self.caller else {
+            return Ok(());
+        };
+        if self.named.as_deref().is_some_and(|n| grant.may_use(n)) {
+            return Ok(());
         }
+        grant::may_use(Some(grant), &model())
     }
 
     /// Ok when no key was checked or the key has the admin scope; `what` names what needs it.
@@ -90,10 +93,9 @@ impl Seen {
         self.holds.push(thing);
     }
 
-    /// The model is known: refused when the request's key may not use it, else listed as in
-    /// flight.
-    pub(super) fn found(&mut self, app: &App, model: Arc<str>) -> Result<(), Error> {
-        self.may_use(&model)?;
+    /// The model is known, and the key may use it ([`Seen::may_use`], asked first): list the
+    /// request as in flight.
+    pub(super) fn found(&mut self, app: &App, model: Arc<str>) {
         self.guard = Some(app.inflight.register(
             model.clone(),
             self.path.clone(),
@@ -102,7 +104,6 @@ impl Seen {
             self.cancel.clone(),
         ));
         self.model = Some(model);
-        Ok(())
     }
 }
 
