@@ -123,18 +123,22 @@ async fn queue_bounds_give_429_and_503() {
         "startReplicas: all\nqueueDepth: 1\nqueueTimeout: 1",
     )
     .await;
-    let busy: Vec<_> = (0..2)
-        .map(|_| {
-            tokio::spawn({
-                let url = url.clone();
-                async move { stream_frames(&url, &long("chat", 30)).await.0.status }
-            })
+    // one long request at a time, each placed before the next is sent: two sent at once may find
+    // the first still choosing its replica (it counts as waiting), and the second is then refused
+    // by the queue bound this test is about
+    let mut busy = Vec::new();
+    for placed in 1..=2 {
+        let url = url.clone();
+        busy.push(tokio::spawn(async move {
+            stream_frames(&url, &long("chat", 30)).await.0.status
+        }));
+        eventually(Duration::from_secs(15), "a replica busy", || {
+            let now = per_replica(&h, "chat");
+            now.values().sum::<usize>() == 1 + placed
         })
-        .collect();
-    eventually(Duration::from_secs(15), "both replicas busy", || {
-        per_replica(&h, "chat").values().sum::<usize>() == 3
-    })
-    .await;
+        .await;
+    }
+    assert_eq!(per_replica(&h, "chat").len(), 2, "both replicas busy");
     let queued = tokio::spawn({
         let url = url.clone();
         async move { post_json(&url, &chat("chat")).await }
