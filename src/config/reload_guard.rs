@@ -1,9 +1,10 @@
 //! What a reload may not do to a running corral.
 //!
 //! A reload applies whatever the files hold at that moment. An editor that truncates a file before
-//! writing it, or a half-finished edit, can leave a config with no models or without `apiKeys`;
-//! applied, it would stop every engine or open `/logs`, `/metrics` and the API to anyone. Both are
-//! legitimate as a start, so a restart does them on purpose, and a reload refuses them.
+//! writing it, or a half-finished edit, can leave a config with no models, without `apiKeys` or
+//! without `security.cors`; applied, it would stop every engine, open `/logs`, `/metrics` and the
+//! API to anyone, or let every site's pages read answers again. Each is legitimate as a start, so a
+//! restart does them on purpose, and a reload refuses them.
 
 use super::Config;
 
@@ -18,6 +19,12 @@ pub fn check(running: &Config, next: Config) -> Result<Config, String> {
     if next.api_keys.is_empty() && !running.api_keys.is_empty() {
         return Err(
             "the new config has no apiKeys and would turn API key checks off; restart corral to do that on purpose"
+                .into(),
+        );
+    }
+    if next.cors.is_none() && running.cors.is_some() {
+        return Err(
+            "the new config has no security.cors and would let every origin read answers again; restart corral to do that on purpose"
                 .into(),
         );
     }
@@ -57,5 +64,22 @@ mod tests {
             check(&config(MODEL), keyed).is_ok(),
             "turning keys on is fine"
         );
+    }
+
+    #[test]
+    fn a_reload_may_not_drop_the_cors_policy() {
+        let with = "security:\n  cors:\n    allowedOrigins: ['https://app.example']\n";
+        let err = check(&config(&format!("{with}{MODEL}")), config(MODEL)).unwrap_err();
+        assert!(
+            err.contains("security.cors") && err.contains("restart"),
+            "{err}"
+        );
+        let changed = "security:\n  cors:\n    allowedOrigins: ['https://b.example']\n";
+        assert!(check(
+            &config(&format!("{with}{MODEL}")),
+            config(&format!("{changed}{MODEL}"))
+        )
+        .is_ok());
+        assert!(check(&config(MODEL), config(&format!("{with}{MODEL}"))).is_ok());
     }
 }
