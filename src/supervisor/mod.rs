@@ -10,6 +10,10 @@ mod capture;
 pub mod reaper;
 mod spawner;
 pub mod sweep;
+mod withheld;
+
+pub use withheld::holding_secrets;
+use withheld::withhold;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,27 +71,6 @@ pub struct ProcessSpec {
     /// the weights' size, or an explicit `loadTimeout`, is a floor; a plain `healthCheckTimeout`
     /// holds as llama-swap holds it.
     pub extend_on_progress: bool,
-}
-
-/// The names among `vars` (corral's environment) whose value is one of `secrets` (its API keys
-/// and peer keys), a trailing newline aside. Values are compared, not names: `apiKeys:
-/// ["${env.KEY}"]` keeps `KEY` from the engines, and so does any other variable that holds the
-/// same key. An engine that inherited them could read the keys that guard corral.
-pub fn holding_secrets(
-    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
-    secrets: &[&str],
-) -> Vec<std::ffi::OsString> {
-    let secret = |value: &std::ffi::OsStr| {
-        let value = value.as_encoded_bytes();
-        let trimmed = value.trim_ascii();
-        secrets
-            .iter()
-            .any(|s| !s.is_empty() && (value == s.as_bytes() || trimmed == s.as_bytes()))
-    };
-    vars.into_iter()
-        .filter(|(_, value)| secret(value))
-        .map(|(name, _)| name)
-        .collect()
 }
 
 /// The pids listed in `/proc` (none where it cannot be read).
@@ -416,14 +399,6 @@ impl Process {
     }
 }
 
-/// Keeps the variables `spec` withholds out of what `cmd` inherits (before its own `env` is set,
-/// which wins).
-fn withhold(cmd: &mut tokio::process::Command, spec: &ProcessSpec) {
-    for name in &spec.withheld {
-        cmd.env_remove(name);
-    }
-}
-
 /// Readiness probes: every 5 ms for the first two seconds (small models are ready in that time, and
 /// a user waits for each probe), every 20 ms up to five seconds, then every 100 ms.
 fn poll_interval(elapsed: Duration) -> Duration {
@@ -594,20 +569,6 @@ mod tests {
             poll_interval(Duration::from_secs(60)),
             Duration::from_millis(100)
         );
-    }
-
-    #[test]
-    fn variables_holding_a_secret_are_found_by_value() {
-        let vars = [
-            ("KEY", "k-secret"),
-            ("COPY_OF_KEY", "k-secret\n"),
-            ("PEER", "p-secret"),
-            ("OTHER", "k-secret-not"),
-            ("EMPTY", ""),
-        ]
-        .map(|(k, v)| (k.into(), v.into()));
-        let names = holding_secrets(vars, &["k-secret", "p-secret", ""]);
-        assert_eq!(names, ["KEY", "COPY_OF_KEY", "PEER"]);
     }
 
     /// A process `m` running `argv`, served at `base`, with no health check.
