@@ -30,18 +30,19 @@ impl HostRule {
     }
 
     /// Ok unless the request names a host that is neither loopback, an address, nor allowed.
+    /// Read as bytes: a value that is not visible ASCII is no loopback name, and is refused.
     pub fn admit(&self, headers: &HeaderMap, uri: &http::Uri) -> Result<(), Error> {
         let named = headers
             .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| uri.authority().map(|a| a.as_str()));
+            .map(|h| h.as_bytes())
+            .or_else(|| uri.authority().map(|a| a.as_str().as_bytes()));
         // no Host (HTTP/1.0): no browser sent it
         let Some(named) = named else { return Ok(()) };
         let host = host_part(named);
         if self.accepts(host) {
             return Ok(());
         }
-        let host = host.to_ascii_lowercase();
+        let host = String::from_utf8_lossy(host).to_ascii_lowercase();
         Err(Error::Forbidden(format!(
             "forbidden: Host {host:?} is not a loopback name; corral listens on a loopback address \
              and answers only loopback names and addresses (DNS rebinding). Add {host:?} to \
@@ -49,35 +50,47 @@ impl HostRule {
         )))
     }
 
-    /// Runs for every request on a loopback listener, so it compares without allocating.
-    fn accepts(&self, host: &str) -> bool {
-        let is = |name: &str| host.eq_ignore_ascii_case(name);
-        // an address cannot be rebound: the browser sends the name it resolved, not the address
-        host.parse::<std::net::IpAddr>().is_ok()
+    /// Runs for every request on a loopback listener, so it compares without allocating, and
+    /// tries the names clients send most before parsing an address.
+    fn accepts(&self, host: &[u8]) -> bool {
+        let is = |name: &str| host.eq_ignore_ascii_case(name.as_bytes());
+        host == b"127.0.0.1"
             || is("localhost")
-            || ends_with_ignore_case(host, ".localhost")
+            || ends_with_ignore_case(host, b".localhost")
+            || is_address(host)
             || self.hostname.as_deref().is_some_and(is)
             || self.allowed.iter().any(|a| is(a))
     }
 }
 
-fn ends_with_ignore_case(text: &str, suffix: &str) -> bool {
-    text.len() >= suffix.len()
-        && text.as_bytes()[text.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+/// Whether `host` is an IP address: one cannot be rebound, as the browser sends the name it
+/// resolved, not the address.
+fn is_address(host: &[u8]) -> bool {
+    std::str::from_utf8(host).is_ok_and(|h| h.parse::<std::net::IpAddr>().is_ok())
+}
+
+fn ends_with_ignore_case(text: &[u8], suffix: &[u8]) -> bool {
+    text.len() >= suffix.len() && text[text.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
 }
 
 /// The host of a `Host` value, without port, brackets or a final dot.
-fn host_part(value: &str) -> &str {
-    let value = value.trim();
-    let host = match value.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(v6),
-        None => value.rsplit_once(':').map_or(value, |(h, _)| h),
+fn host_part(value: &[u8]) -> &[u8] {
+    let value = value.trim_ascii();
+    let host = match value.strip_prefix(b"[") {
+        Some(v6) => v6.split(|b| *b == b']').next().unwrap_or(v6),
+        None => value
+            .iter()
+            .rposition(|b| *b == b':')
+            .map_or(value, |colon| &value[..colon]),
     };
-    host.trim_end_matches('.')
+    let dots = host.iter().rev().take_while(|b| **b == b'.').count();
+    &host[..host.len() - dots]
 }
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
 
     fn with_host(host: &str) -> HeaderMap {
@@ -123,6 +136,13 @@ mod tests {
         }
         let allowed = rule(&["corral.lan"]);
         assert!(allowed.admit(&with_host("Corral.LAN:8080"), &uri).is_ok());
+        let obs_text = HeaderValue::from_bytes(b"localh\xf6st").unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, obs_text);
+        assert!(
+            rule(&[]).admit(&h, &uri).is_err(),
+            "a value that is not ASCII is no loopback name"
+        );
         let h2 = http::Uri::from_static("http://evil.example/x");
         assert!(rule(&[]).admit(&HeaderMap::new(), &h2).is_err());
     }

@@ -162,7 +162,9 @@ where
 
 /// Where a read request goes, and the future that forwards it there: to a local model's instance
 /// or the loading stream, or to peers (boxed: their futures are larger, and kept out of every
-/// local request's).
+/// local request's). Kept out of line, with [`dispatch_local`] inlined into it, so that the
+/// local forwarding future is built in the slot this returns rather than built and then moved.
+#[inline(never)]
 fn route<'a>(
     app: &'a Arc<App>,
     mut incoming: Incoming,
@@ -276,6 +278,7 @@ struct Local<'m, 'c> {
 ///
 /// Not an `async fn`: everything before forwarding is done here, so the future returned holds
 /// the forwarding and the body's charge alone (see [`crate::proxy::forward`]).
+#[inline(always)]
 fn dispatch_local<'a>(
     app: &'a Arc<App>,
     incoming: Incoming,
