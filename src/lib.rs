@@ -6,7 +6,6 @@
 #![deny(unsafe_code)]
 mod api;
 mod body;
-mod catalog;
 pub mod config;
 mod deadline;
 mod engines;

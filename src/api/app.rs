@@ -31,7 +31,7 @@ impl Default for Limits {
 pub struct App {
     pub fleet: Fleet,
     /// The fleet's catalog when this App was built: a reload builds a new App.
-    pub catalog: Arc<crate::catalog::Catalog>,
+    pub catalog: Arc<crate::config::catalog::Catalog>,
     /// Cancelled when shutdown starts; shared by every App a reload builds.
     pub closing: tokio_util::sync::CancellationToken,
     /// Cancelled when a reload puts another App in this one's place, or at shutdown: endless

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{json, text, App};
 use crate::body::Body;
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 use crate::error::Error;
 
 /// `POST /api/models/load/<name>`: answers once the model is ready, with how long that took.

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use super::extract::BodyKind;
 use super::{filters, peers, App};
 use crate::body::{full, Body};
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 use crate::error::Error;
 use crate::proxy::{self, Outgoing};
 

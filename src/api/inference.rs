@@ -17,7 +17,7 @@ use super::forward::{forward_local, forward_to_least_loaded, rewrite_for_peer};
 use super::seen::Seen;
 use super::{budget, filters, loading, peers, routing, App};
 use crate::body::Body;
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 use crate::config::ModelConfig;
 use crate::error::Error;
 

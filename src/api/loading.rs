@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::forward::forward_local;
 use super::App;
 use crate::body::Body;
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 
 fn reasoning(text: &str) -> Bytes {
     let chunk = json!({"id": "corral-loading", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"reasoning_content": text}}]});

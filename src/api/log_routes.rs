@@ -9,7 +9,7 @@ use http_body_util::{BodyExt, StreamBody};
 
 use super::App;
 use crate::body::Body;
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 use crate::error::Error;
 use crate::logs::LogRing;
 

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::grant::Grant;
 use super::{json, App};
 use crate::body::Body;
-use crate::catalog::Catalog;
+use crate::config::catalog::Catalog;
 use crate::config::{Capabilities, ModelConfig};
 use crate::fleet::lifecycle::Status;
 use crate::fleet::{PhaseName, Snapshot};

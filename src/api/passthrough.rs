@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use super::seen::Seen;
 use super::{peers, redirect, routing, App};
 use crate::body::{Body, BoxError};
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 use crate::config::ModelConfig;
 use crate::error::Error;
 use crate::proxy::{self, Outgoing};

@@ -5,28 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::catalog::{Catalog, Target};
+pub use crate::config::catalog::Route;
+use crate::config::catalog::{self, Catalog};
 use crate::config::Config;
 use crate::error::Error;
 use crate::fleet::{Fleet, PhaseName};
-
-/// Where a request goes.
-#[derive(Debug, Clone)]
-pub enum Route {
-    Local {
-        target: Target,
-        model: Arc<str>,
-    },
-    Peer {
-        peer: String,
-        model: String,
-    },
-    /// A bare model id that several peers serve: the least loaded one gets it.
-    Peers {
-        owners: Vec<String>,
-        model: String,
-    },
-}
 
 /// The active profile: none at start and after every reload. Event streams watch it, so each
 /// change is told as a `profileChanged`.
@@ -142,44 +125,9 @@ pub fn resolve(
     Ok((resolve_plain(config, catalog, name)?, None))
 }
 
-/// A name that is not a selector: a local model, alias, replica or pool, else a peer's model
-/// (`peer/model`, or bare when one peer has it).
+/// A name that is not a selector, as [`catalog::route`] routes it; unknown names are refused.
 pub fn resolve_plain(config: &Config, catalog: &Catalog, name: &str) -> Result<Route, Error> {
-    if let Some((target, model)) = catalog.resolve(name) {
-        return Ok(Route::Local {
-            target: target.clone(),
-            model: model.clone(),
-        });
-    }
-    if let Some((peer, model)) = name.split_once('/') {
-        if config
-            .peers
-            .get(peer)
-            .is_some_and(|p| p.models.iter().any(|m| m == model))
-        {
-            return Ok(Route::Peer {
-                peer: peer.into(),
-                model: model.into(),
-            });
-        }
-    }
-    let owners: Vec<&String> = config
-        .peers
-        .iter()
-        .filter(|(_, p)| p.models.iter().any(|m| m == name))
-        .map(|(id, _)| id)
-        .collect();
-    match owners.as_slice() {
-        [] => Err(Error::UnknownModel),
-        [peer] => Ok(Route::Peer {
-            peer: (*peer).clone(),
-            model: name.into(),
-        }),
-        _ => Ok(Route::Peers {
-            owners: owners.into_iter().cloned().collect(),
-            model: name.into(),
-        }),
-    }
+    catalog::route(config, catalog, name).ok_or(Error::UnknownModel)
 }
 
 fn phase_of(fleet: &Fleet, config: &Config, target: &str) -> Option<PhaseName> {

@@ -3,6 +3,7 @@
 //! Two stages: [`expand`] runs llama-swap's pipeline on a located YAML tree ([`yaml`]), then
 //! [`decode`] turns the tree into the typed, validated [`Config`] that the rest of corral uses.
 
+pub(crate) mod catalog;
 mod decode;
 pub mod engine;
 mod expand;

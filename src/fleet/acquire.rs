@@ -10,7 +10,7 @@ use super::instance::Instance;
 use super::lease::{Lease, Reservation, Turn};
 use super::prepare::Prepared;
 use super::{oom, prefix, Fleet, Retire};
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 use crate::error::Error;
 use crate::supervisor::StartError;
 

@@ -10,7 +10,7 @@ use super::instance::Instance;
 use super::ledger::{self, Need};
 use super::prefix::PrefixMemory;
 use super::{Phase, PoolState};
-use crate::catalog::Catalog;
+use crate::config::catalog::Catalog;
 use crate::config::{Config, InstanceSpec, ModelConfig};
 use crate::logs::LogRing;
 use crate::sources::Fetcher;

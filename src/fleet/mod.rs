@@ -48,7 +48,6 @@ mod run;
 mod snapshot;
 mod start;
 mod stop;
-pub mod swap;
 mod swap_plan;
 #[cfg(test)]
 mod testing;
@@ -68,7 +67,7 @@ use phase::Phase;
 pub use phase::PhaseName;
 pub use snapshot::{device_totals, Download, Snapshot};
 
-use crate::catalog::Catalog;
+use crate::config::catalog::Catalog;
 use crate::config::{Config, PoolSettings};
 use crate::logs::Logs;
 use crate::supervisor::sweep::StateFile;

@@ -3,7 +3,8 @@
 
 use super::prepare::{load_of, Prepared};
 use super::room_plan::{holders_of, plan_room, Ask, Occupant, RoomPlan};
-use super::{ledger, swap, Fleet, State, StopReason};
+use super::{ledger, Fleet, State, StopReason};
+use crate::config::catalog::swap;
 
 impl Fleet {
     /// With devices configured, finds room for `id` or says why not; `None` means it may start

@@ -5,7 +5,8 @@
 use super::lease::Turn;
 use super::room_plan::Load;
 use super::swap_plan::{plan_swap, Conflict, SwapPlan};
-use super::{swap, Fleet, PhaseName, Retire, State, StopReason};
+use super::{Fleet, PhaseName, Retire, State, StopReason};
+use crate::config::catalog::swap;
 
 /// The outcome of one try: ready, or what the request waits for.
 pub(super) enum Prepared {

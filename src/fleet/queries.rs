@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::snapshot::{snapshot_of, Snapshot};
 use super::{lifecycle, Fleet, Inner};
-use crate::catalog::{Catalog, Target};
+use crate::config::catalog::{Catalog, Target};
 use crate::config::Config;
 use crate::logs::LogRing;
 

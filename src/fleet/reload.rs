@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::build::{build_instances, build_pools, same_process};
 use super::instance::Instance;
 use super::{weights, Fleet, PhaseName, Retire, State, StopReason};
-use crate::catalog::Catalog;
+use crate::config::catalog::Catalog;
 use crate::config::Config;
 
 impl Fleet {
@@ -164,7 +164,7 @@ fn succeed(old: &mut Instance, mut next: Instance) {
 
 #[cfg(test)]
 mod tests {
-    use crate::catalog::Target;
+    use crate::config::catalog::Target;
     use crate::fleet::phase::Phase;
     use crate::fleet::testing::{config, fleet, make_ready};
 

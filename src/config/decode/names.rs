@@ -2,11 +2,10 @@
 //! (COMPAT.md §1.6-1.8). llama-swap refuses such a config at load; left in, a typo would only show
 //! as a 404 on the first request that uses it, or one name would silently hide another.
 //!
-//! Checked on the decoded config with the resolution requests use ([`resolve_plain`] over the
+//! Checked on the decoded config with the resolution requests use ([`catalog::route`] over the
 //! [`Catalog`]), so a name is accepted exactly when a request naming it would be routed.
 
-use crate::api::routing::{resolve_plain, Route};
-use crate::catalog::{Catalog, Target};
+use crate::config::catalog::{self, Catalog, Route, Target};
 use crate::config::read::MapReader;
 use crate::config::yaml::Value;
 use crate::config::{Config, ConfigError, Selector};
@@ -31,7 +30,7 @@ struct Names<'a> {
 impl Names<'_> {
     /// Where a request for `name` (not a selector) goes, as the request path resolves it.
     fn route(&self, name: &str) -> Option<Route> {
-        resolve_plain(self.config, &self.catalog, name).ok()
+        catalog::route(self.config, &self.catalog, name)
     }
 
     /// What a name given to a model means locally, for a selector or peer model that would take it:
@@ -191,7 +190,7 @@ fn reach(route: &Route) -> String {
 }
 
 /// Local spillover targets must run together: starting any of them may stop none of the others
-/// under the swap rules the fleet applies ([`crate::fleet::swap::conflicts`]: groups, or the
+/// under the swap rules the fleet applies ([`crate::config::catalog::swap::conflicts`]: groups, or the
 /// matrix). With devices configured, memory may still make room by stopping one; that depends on
 /// what else runs, so it is left to the fleet.
 fn check_coexist(
@@ -202,7 +201,8 @@ fn check_coexist(
     let instances = local_instances(names, routes);
     let all = || instances.iter().map(String::as_str);
     for inst in &instances {
-        let stopped = crate::fleet::swap::conflicts(names.config, &names.catalog, inst, all());
+        let stopped =
+            crate::config::catalog::swap::conflicts(names.config, &names.catalog, inst, all());
         if let Some(other) = stopped.first() {
             let fix = if names.config.router.is_some() {
                 "list them together in one matrix set"

@@ -11,6 +11,10 @@ use std::sync::Arc;
 
 use crate::config::Config;
 
+mod route;
+pub mod swap;
+pub use route::{route, Route};
+
 /// Where a request goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {

@@ -1,6 +1,6 @@
 //! The group swap rules (llama-swap §1.4) as a pure function over instances.
 
-use crate::catalog::Catalog;
+use super::Catalog;
 use crate::config::Config;
 
 /// Which running instances must stop before `target` may run.
