@@ -24,8 +24,15 @@ pub fn render(config: &Config, show_secrets: bool) -> String {
     out
 }
 
-/// What bounds or shapes every model request: `globalConcurrencyLimit` and the startup profile.
+/// What bounds or shapes every model request: `globalConcurrencyLimit`, the startup profile, and
+/// Ollama's API when it is off.
 fn render_global(out: &mut String, config: &Config) {
+    if !config.ollama_api {
+        let _ = writeln!(
+            out,
+            "Ollama API: off (ollamaApi: false; /api/tags, /api/chat, ... answer 404)"
+        );
+    }
     if config.global_concurrency_limit > 0 {
         let _ = writeln!(
             out,

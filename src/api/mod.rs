@@ -27,6 +27,7 @@ mod log_routes;
 pub mod meter;
 mod model_detail;
 mod models;
+mod ollama;
 mod passthrough;
 mod peer_load;
 mod peers;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::logs::redact::{self, Redactor};
-pub use decode::CorsConfig;
+pub use decode::{parse_go_duration, CorsConfig};
 pub use memory::{Device, MemorySpec, Vendor};
 pub use server::ServerSettings;
 pub use yaml::Loc;
@@ -285,6 +285,9 @@ pub struct Config {
     /// `/metrics` answers without a key even when `apiKeys` are set (`openMetrics`), for an
     /// endpoint picker or a scraper that sends none.
     pub open_metrics: bool,
+    /// Ollama's API (`/api/tags`, `/api/chat`, ...) is served in front of the engines
+    /// (`ollamaApi`, on unless set to false).
+    pub ollama_api: bool,
     /// Host names accepted, beyond loopback names and addresses, while corral listens on a
     /// loopback address (`allowedHosts`).
     pub allowed_hosts: Vec<String>,

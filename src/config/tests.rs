@@ -963,3 +963,21 @@ fn disable_keep_alives_is_read_per_model() {
     assert!(c.models["a"].disable_keep_alives);
     assert!(!c.models["b"].disable_keep_alives);
 }
+
+/// `ollamaApi` is on unless set to false, and anything but a boolean is refused by name.
+#[test]
+fn the_ollama_api_is_on_unless_switched_off() {
+    let load = |yaml: &str| crate::config::load_str("t.yaml", yaml, &|_| None);
+    let on = load("models: {}\n").unwrap();
+    assert!(on.config.ollama_api);
+    let off = load("ollamaApi: false\nmodels: {}\n").unwrap();
+    assert!(off.warnings.is_empty(), "{:?}", off.warnings);
+    assert!(!off.config.ollama_api);
+    let bad = load("ollamaApi: sometimes\nmodels: {}\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bad.contains("ollamaApi") && bad.contains("true or false"),
+        "{bad}"
+    );
+}

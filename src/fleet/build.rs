@@ -115,6 +115,7 @@ fn stopped_instance(
         measured: None,
         oom_retried: false,
         retire: Retire::No,
+        keep_alive: None,
     }
 }
 

@@ -105,12 +105,24 @@ pub struct Instance {
     pub oom_retried: bool,
     /// Set by a reload that changed or removed this instance while it ran.
     pub retire: super::Retire,
+    /// An idle time a request set for this run of the instance (Ollama's `keep_alive`), in place
+    /// of the model's `ttl`: the generation it was set in, and the time (`None`: never unload).
+    pub keep_alive: Option<(u64, Option<Duration>)>,
 }
 
 impl Instance {
     pub fn free_slots(&self) -> usize {
         self.slots
             .saturating_sub(self.in_flight + self.external_busy)
+    }
+
+    /// How long it may stay idle before it is unloaded: what a request set for this run, else the
+    /// model's `ttl`; `None` never unloads.
+    pub fn ttl(&self) -> Option<Duration> {
+        match self.keep_alive {
+            Some((generation, ttl)) if generation == self.generation => ttl,
+            _ => self.model.ttl,
+        }
     }
 
     pub fn in_backoff(&self) -> bool {

@@ -27,6 +27,7 @@ mod eject;
 mod gpu_use;
 mod grow_plan;
 pub mod instance;
+mod keep_alive;
 mod lease;
 pub mod ledger;
 pub mod lifecycle;

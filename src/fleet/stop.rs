@@ -91,7 +91,7 @@ impl Fleet {
                 self.retire_idle(st);
             }
             for inst in st.instances.values_mut() {
-                let Some(ttl) = inst.model.ttl else { continue };
+                let Some(ttl) = inst.ttl() else { continue };
                 let queued = inst
                     .pool
                     .as_ref()

@@ -151,6 +151,7 @@ fn is_model_route(path: &str) -> bool {
         || path.starts_with("/upstream/")
         || super::inference::model_route(path).is_some()
         || super::inference::query_route(path).is_some()
+        || super::ollama::inference_scoped(path)
 }
 
 /// The peer paths corral's key for a peer is sent on: those an inference key reaches (its model

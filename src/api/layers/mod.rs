@@ -27,7 +27,7 @@ use crate::error::Error;
 pub use auth::AuthLayer;
 pub use cors::CorsLayer;
 pub use errors::RenderErrorsLayer;
-pub use model::ModelRequestLayer;
+pub use model::{translated, ModelRequestLayer};
 pub use open::OpenRoutesLayer;
 
 /// A future a layer answers at once, or leaves to the service it wraps.

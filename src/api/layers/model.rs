@@ -17,7 +17,7 @@ use crate::api::cancel::Cancellable;
 use crate::api::global_limit::Place;
 use crate::api::grant::Caller;
 use crate::api::seen::{metered, Seen};
-use crate::api::{inference, passthrough, App};
+use crate::api::{inference, ollama, passthrough, App};
 use crate::body::{Body, BoxError};
 use crate::error::Error;
 
@@ -69,7 +69,12 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let Some(call) = model_call(req.method(), req.uri().path()) else {
-            return Either::Right(self.routes.call(req));
+            // Ollama's API: looked for under `/api/` only, once the model routes did not match
+            let ollama = ollama::call(&self.app.config, req.method(), req.uri().path());
+            return match ollama {
+                Some(call) => Either::Left(ollama::serve(self.app, req, self.remote, call)),
+                None => Either::Right(self.routes.call(req)),
+            };
         };
         match admit(self.app, call) {
             Ok(place) => Either::Left(Box::pin(model_request(
@@ -81,6 +86,26 @@ where
             ))),
             Err(refused) => Either::Left(Box::pin(std::future::ready(Err(refused)))),
         }
+    }
+}
+
+/// A request another API translated into a model route's (Ollama's chat, say): admitted,
+/// dispatched to `upstream_path` and metered under `route`, as the model routes' own requests.
+pub fn translated<'a, B>(
+    app: &'a Arc<App>,
+    req: Request<B>,
+    remote: SocketAddr,
+    route: &'static str,
+    upstream_path: &'static str,
+) -> Routed<'a>
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError> + std::error::Error + Send + Sync + 'static,
+{
+    let call = ModelCall::Dispatch(route, upstream_path);
+    match admit(app, call) {
+        Ok(place) => Box::pin(model_request(app, req, remote, call, place)),
+        Err(refused) => Box::pin(std::future::ready(Err(refused))),
     }
 }
 

@@ -43,6 +43,7 @@ pub(in crate::config) const TOP_KEYS: &[&str] = &[
     "engines",
     "openMetrics",
     "allowedHosts",
+    "ollamaApi",
 ];
 
 /// One `models.<id>` entry.

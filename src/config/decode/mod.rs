@@ -35,7 +35,6 @@ use settings::Settings;
 
 pub use cors::CorsConfig;
 pub(super) use keys::TOP_KEYS;
-#[cfg(test)]
 pub use parse::parse_go_duration;
 pub use parse::split_command;
 
@@ -82,6 +81,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         unload_timeout: secs(s.unload),
         api_keys: s.api_keys,
         open_metrics: s.open_metrics,
+        ollama_api: s.ollama_api,
         allowed_hosts: s.allowed_hosts,
         cors,
         redactor: Default::default(),

@@ -24,6 +24,7 @@ pub(super) struct Settings<'n> {
     pub unload: i64,
     pub api_keys: Vec<ApiKey>,
     pub open_metrics: bool,
+    pub ollama_api: bool,
     pub allowed_hosts: Vec<String>,
     pub send_loading_state: bool,
 }
@@ -55,6 +56,7 @@ pub(super) fn decode_settings<'n>(
         unload,
         api_keys: decode_api_keys(top, warnings)?,
         open_metrics: top.boolean("openMetrics")?.unwrap_or(false),
+        ollama_api: top.boolean("ollamaApi")?.unwrap_or(true),
         allowed_hosts: decode_allowed_hosts(top)?,
         send_loading_state: top.boolean("sendLoadingState")?.unwrap_or(false),
     })
