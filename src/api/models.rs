@@ -1,4 +1,6 @@
-//! `GET /v1/models`: the OpenAI list, with llama-swap's extra fields (§2.2).
+//! `GET /v1/models`: the OpenAI list, with llama-swap's extra fields (§2.2), the metadata corral
+//! fills in (`metadata/`) and llama.cpp's router status (`llama_router/`); `GET /v1/models/<id>`:
+//! one entry of it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,10 +10,11 @@ use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::grant::Grant;
-use super::{json, App};
+use super::{json, llama_router, metadata, App};
 use crate::body::Body;
 use crate::catalog::Catalog;
 use crate::config::{Capabilities, ModelConfig};
+use crate::error::Error;
 use crate::fleet::lifecycle::Status;
 use crate::fleet::{PhaseName, Snapshot};
 
@@ -24,8 +27,27 @@ const CAPABILITY_KEYS: &[&str] = &[
 ];
 
 /// The list, holding only the models a key with a model list may use.
-pub fn list(app: &App, caller: Option<&Grant>) -> Response<Body> {
+pub async fn list(app: &App, caller: Option<&Grant>) -> Response<Body> {
+    let data = entries(app, caller).await;
+    // its CORS header, llama-swap v250's echo of `Origin`, is added with every other answer's
+    // (`layers/cors.rs`)
+    json(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/<id>`: the entry the list has for `id`, or 404 as for a model the list hides.
+pub async fn one(app: &App, caller: Option<&Grant>, id: &str) -> Result<Response<Body>, Error> {
+    let entry = entries(app, caller)
+        .await
+        .into_iter()
+        .find(|e| e["id"].as_str() == Some(id))
+        .ok_or_else(|| Error::NotFound(format!("model {id:?} not found")))?;
+    Ok(json(StatusCode::OK, &entry))
+}
+
+/// Every entry a caller may see, sorted by id.
+async fn entries(app: &App, caller: Option<&Grant>) -> Vec<Value> {
     let listing = Listing::new(app);
+    listing.learn().await;
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
         listing.model_entries(m, &mut data);
@@ -38,9 +60,8 @@ pub fn list(app: &App, caller: Option<&Grant>) -> Response<Body> {
         data.retain(|e| e["id"].as_str().is_some_and(|id| grant.may_use(id)));
     }
     data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    // its CORS header, llama-swap v250's echo of `Origin`, is added with every other answer's
-    // (`layers/cors.rs`)
-    json(StatusCode::OK, &json!({"object": "list", "data": data}))
+    data.iter_mut().for_each(llama_router::default_architecture);
+    data
 }
 
 /// The fleet's state, read once per listing so that every entry agrees on what is loaded.
@@ -68,6 +89,35 @@ impl<'a> Listing<'a> {
             catalog,
             statuses,
         }
+    }
+
+    /// Reads what the metadata rules need and is not known yet: the GGUF headers of the models
+    /// corral fills in, and what newly started engines report.
+    async fn learn(&self) {
+        let argvs = self
+            .app
+            .config
+            .models
+            .values()
+            .filter(|m| metadata::fills(m))
+            .map(|m| self.command_of(m).to_vec())
+            .collect();
+        metadata::read_headers(argvs).await;
+        metadata::learn_running(&self.app.config, &self.snapshot).await;
+    }
+
+    /// The command line a model's first running instance runs, else its configured one.
+    fn command_of<'m>(&'m self, m: &'m ModelConfig) -> &'m [String] {
+        self.members(m)
+            .into_iter()
+            .find_map(|s| s.argv.as_deref())
+            .or_else(|| m.instances.first().map(|i| i.argv.as_slice()))
+            .unwrap_or(&m.argv)
+    }
+
+    /// A model's instances in the snapshot.
+    fn members(&self, m: &ModelConfig) -> Vec<&Snapshot> {
+        self.snapshot.iter().filter(|s| *s.model == *m.id).collect()
     }
 
     /// Whether any of the instances `ids` is ready to serve.
@@ -106,9 +156,17 @@ impl<'a> Listing<'a> {
         }
     }
 
-    /// The model's own entry, with its lifecycle status and any download in progress.
+    /// The model's own entry, with its lifecycle status, any download in progress, the metadata
+    /// corral fills in and the router's status.
     fn model_entry(&self, m: &ModelConfig, loaded: bool, ids: &[String]) -> Value {
         let mut r = model_record(m, self.created, loaded, ids);
+        let members = self.members(m);
+        if metadata::fills(m) {
+            let running = members.iter().find(|s| s.state == PhaseName::Ready);
+            let facts = metadata::facts_for(m, running.copied());
+            metadata::fill(&mut r, &metadata::derive(&facts));
+        }
+        llama_router::describe(&mut r, &members);
         if let Some(st) = self.statuses.get(&*m.id) {
             r["status"]["lifecycle"] = json!(st.status.as_str());
             if let Some(reason) = &st.reason {
