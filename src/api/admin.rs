@@ -153,7 +153,10 @@ where
         Page::RouterUnload => super::llama_router::unload(app, req).await,
         Page::RouterEvents => Ok(super::llama_router::stream(app)),
         Page::Running => Ok(reports::running(app)),
-        Page::State => Ok(json(StatusCode::OK, &super::state::state(app))),
+        Page::State => {
+            super::models::learn(app).await;
+            Ok(json(StatusCode::OK, &super::state::state(app)))
+        }
         Page::Events => Ok(super::events::stream(app)),
         Page::Profiles => Ok(json(StatusCode::OK, &control::profiles(app))),
         Page::SetProfile => control::set_profile(app, req).await,

@@ -44,6 +44,34 @@ pub async fn one(app: &App, caller: Option<&Grant>, id: &str) -> Result<Response
     Ok(json(StatusCode::OK, &entry))
 }
 
+/// Reads what the metadata of the models needs and is not known yet (GGUF headers, new engines'
+/// `/props`), for a view that draws it without listing.
+pub async fn learn(app: &App) {
+    Listing::new(app).learn().await;
+}
+
+/// What the dashboard shows of a model's metadata, as its entry in the list has it: the context a
+/// request can use and the capability flags that hold.
+pub fn shown_metadata(m: &ModelConfig, snapshot: &[Snapshot]) -> Value {
+    let mut r = model_record(m, 0, false, &[]);
+    if metadata::fills(m) {
+        let running = snapshot
+            .iter()
+            .find(|s| *s.model == *m.id && s.state == PhaseName::Ready);
+        metadata::fill(&mut r, &metadata::derive(&metadata::facts_for(m, running)));
+    }
+    let flags: Vec<&String> = r["capabilities"]
+        .as_object()
+        .map(|c| {
+            c.iter()
+                .filter(|(_, v)| **v == true)
+                .map(|(k, _)| k)
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"context": r["context_length"], "capabilities": flags})
+}
+
 /// Every entry a caller may see, sorted by id.
 async fn entries(app: &App, caller: Option<&Grant>) -> Vec<Value> {
     let listing = Listing::new(app);
