@@ -155,6 +155,44 @@ async fn open_events(url: &str) -> hyper::body::Incoming {
     resp.into_body()
 }
 
+/// The command line in `status.args` is an admin's to see, with the config's secrets masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_admin_sees_the_command_line_and_never_its_secrets() {
+    let h = Harness::start(&format!(
+        "apiKeys:\n  - admin-key\n  - {{key: app-key, scope: inference}}\nmodels:\n{}",
+        fake_model("m", "--api-key engine-secret-1234", "")
+    ))
+    .await;
+    let admin = [
+        ("x-api-key", "admin-key"),
+        ("content-type", "application/json"),
+    ];
+    let load = model_body("m").to_string();
+    let r = request("POST", &format!("{}/models/load", h.url), &admin, load).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listed = |key: &'static str| {
+        let url = format!("{}/models", h.url);
+        async move {
+            let r = request("GET", &url, &[("x-api-key", key)], Bytes::new()).await;
+            r.json()["data"][0]["status"].clone()
+        }
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut seen = listed("admin-key").await;
+    while seen["value"] != "loaded" {
+        assert!(std::time::Instant::now() < deadline, "never loaded: {seen}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        seen = listed("admin-key").await;
+    }
+    let args = seen["args"].to_string();
+    assert!(args.contains("\"--api-key\",\"***\""), "{seen}");
+    assert!(!args.contains("engine-secret-1234"), "{seen}");
+    let seen = listed("app-key").await;
+    assert_eq!(seen["value"], "loaded", "{seen}");
+    assert!(seen.get("args").is_none(), "{seen}");
+    h.stop().await;
+}
+
 /// The data lines of an event stream, read until `enough` says so.
 async fn read_events(
     mut body: hyper::body::Incoming,

@@ -13,7 +13,7 @@ use super::grant::Grant;
 use super::{json, llama_router, metadata, App};
 use crate::body::Body;
 use crate::catalog::Catalog;
-use crate::config::{Capabilities, ModelConfig};
+use crate::config::{Capabilities, ModelConfig, Scope};
 use crate::error::Error;
 use crate::fleet::lifecycle::Status;
 use crate::fleet::{PhaseName, Snapshot};
@@ -74,7 +74,8 @@ pub fn shown_metadata(m: &ModelConfig, snapshot: &[Snapshot]) -> Value {
 
 /// Every entry a caller may see, sorted by id.
 async fn entries(app: &App, caller: Option<&Grant>) -> Vec<Value> {
-    let listing = Listing::new(app);
+    let mut listing = Listing::new(app);
+    listing.shows_commands = caller.is_none_or(|g| g.scope.allows(Scope::Admin));
     listing.learn().await;
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
@@ -99,6 +100,8 @@ struct Listing<'a> {
     snapshot: Vec<Snapshot>,
     catalog: Arc<Catalog>,
     statuses: BTreeMap<String, Status>,
+    /// Whether entries show the command line a model runs: to an admin, as `/running` does.
+    shows_commands: bool,
 }
 
 impl<'a> Listing<'a> {
@@ -116,6 +119,7 @@ impl<'a> Listing<'a> {
             snapshot,
             catalog,
             statuses,
+            shows_commands: true,
         }
     }
 
@@ -194,7 +198,8 @@ impl<'a> Listing<'a> {
             let facts = metadata::facts_for(m, running.copied());
             metadata::fill(&mut r, &metadata::derive(&facts));
         }
-        llama_router::describe(&mut r, &members);
+        let redactor = self.shows_commands.then_some(&self.app.config.redactor);
+        llama_router::describe(&mut r, &members, redactor);
         if let Some(st) = self.statuses.get(&*m.id) {
             r["status"]["lifecycle"] = json!(st.status.as_str());
             if let Some(reason) = &st.reason {

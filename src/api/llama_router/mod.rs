@@ -126,10 +126,23 @@ pub fn download_progress(members: &[&Snapshot]) -> Value {
 }
 
 /// Puts the router's status into a model's entry, keeping what llama-swap's `status` carries.
-pub fn describe(record: &mut Value, members: &[&Snapshot]) {
-    let Value::Object(router) = status_of(members) else {
+/// The command line (`args`) is shown with the config's secrets masked, and only where `redactor`
+/// is given: to an admin, as `/running` shows it.
+pub fn describe(
+    record: &mut Value,
+    members: &[&Snapshot],
+    redactor: Option<&crate::config::Redactor>,
+) {
+    let Value::Object(mut router) = status_of(members) else {
         return;
     };
+    if let (Some(Value::Array(args)), Some(r)) = (router.remove("args"), redactor) {
+        let argv: Vec<String> = args
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect();
+        router.insert("args".into(), json!(r.argv(&argv)));
+    }
     if !record["status"].is_object() {
         record["status"] = json!({});
     }
