@@ -120,8 +120,9 @@ async fn statuses_move_with_the_instances_and_each_move_is_an_event() {
         .unwrap()
         .clone();
     assert_eq!(
-        a["status"],
-        json!({"value": "loaded", "lifecycle": "active"})
+        (&a["status"]["value"], &a["status"]["lifecycle"]),
+        (&json!("loaded"), &json!("active")),
+        "{a}"
     );
     let metrics = get(&format!("{}/metrics", h.url)).await.text();
     assert_eq!(status_metric(&metrics, "a", "active").as_deref(), Some("1"));

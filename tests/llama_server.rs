@@ -669,6 +669,49 @@ async fn upstream_passthrough_returns_slots() {
     .await;
 }
 
+/// What llama.cpp's router API reads of a real llama-server: before the start, the context its
+/// command line gives each request; once it runs, the context its own `/props` reports; and
+/// `/metrics?model=` is its own `llamacpp:*` text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_after_start_and_engine_metrics_come_from_llama_server() {
+    let Some(server) = llama_server() else { return };
+    bounded(60, async {
+        let flags = "-c 512 --metrics";
+        let (_models, h) = serve_one(&server, "chat", TinyOptions::default(), flags, "").await;
+        let entry = |list: Value| {
+            list["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["id"] == "chat")
+                .cloned()
+                .unwrap()
+        };
+        let before = entry(get(&format!("{}/v1/models", h.url)).await.json());
+        assert_eq!(
+            before["context_length"], 512,
+            "-c 512 on one slot: {before}"
+        );
+        let props = get(&format!("{}/upstream/chat/props", h.url)).await.json();
+        let reported = &props["default_generation_settings"]["n_ctx"];
+        assert!(reported.as_u64().is_some_and(|n| n > 0), "{props}");
+        let after = entry(get(&format!("{}/models", h.url)).await.json());
+        assert_eq!(&after["context_length"], reported, "{after}");
+        assert_eq!(&after["meta"]["n_ctx"], reported, "{after}");
+        assert_eq!(after["status"]["value"], "loaded", "{after}");
+
+        let metrics = get(&format!("{}/metrics?model=chat", h.url)).await;
+        assert_eq!(metrics.status, 200, "{}", metrics.text());
+        assert!(
+            metrics.text().contains("llamacpp:prompt_tokens_total"),
+            "{}",
+            metrics.text()
+        );
+        h.stop().await;
+    })
+    .await;
+}
+
 // === 8. a llama-server that cannot start ===
 
 /// A llama-server that exits while loading is reported at once, as a 500 that quotes it.

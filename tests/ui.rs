@@ -19,7 +19,11 @@ fn models() -> String {
             "name: Chat model\nmemory: 2GiB",
         ),
         fake_model("m2", "--embedding-dim 16", "memory: 1GiB"),
-        fake_model("m3", "", "memory: 1GiB"),
+        fake_model(
+            "m3",
+            "-c 8192 -np 2",
+            "memory: 1GiB\ncapabilities: {tools: true}",
+        ),
         fake_model("slow", "--loading-ms 4000", "memory: 1GiB"),
     ]
     .concat()
@@ -147,7 +151,11 @@ async fn api_state_reports_instances_pools_devices_and_load_progress() {
             "--loading-ms 1500 --api-key ${env.ENGINE_SECRET}",
             "memory: 2GiB\nloadTimeout: 60"
         ),
-        fake_model("chat", "-np 2", "memory: 1GiB\nreplicas: 2"),
+        fake_model(
+            "chat",
+            "-np 2 -c 8192",
+            "memory: 1GiB\nreplicas: 2\ncapabilities: {in: [text, image]}"
+        ),
     );
     let h = Harness::start(&yaml).await;
     let url = format!("{}/api/state", h.url);
@@ -218,6 +226,11 @@ async fn api_state_reports_instances_pools_devices_and_load_progress() {
         .find(|m| m["id"] == "chat")
         .unwrap();
     assert_eq!(model["instances"], serde_json::json!(["chat-0", "chat-1"]));
+    assert_eq!(
+        model["metadata"],
+        serde_json::json!({"context": 4096, "capabilities": ["vision"]}),
+        "the context per request and the capabilities the list tells"
+    );
     h.stop().await;
 }
 

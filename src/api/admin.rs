@@ -36,6 +36,10 @@ enum Page {
     CancelInflight,
     LoadModel,
     UnloadModel,
+    ModelRecord,
+    RouterLoad,
+    RouterUnload,
+    RouterEvents,
 }
 
 const fn row(methods: Methods, pattern: &'static str, handler: Page) -> Route<Page> {
@@ -51,7 +55,11 @@ use Methods::{Post, Put, Read};
 /// Every management route, in the order they are tried.
 const ROUTES: &[Route<Page>] = &[
     row(Read, "/v1/models", Page::ModelList),
+    row(Read, "/v1/models/{id*}", Page::ModelRecord),
     row(Read, "/models", Page::ModelList),
+    row(Post, "/models/load", Page::RouterLoad),
+    row(Post, "/models/unload", Page::RouterUnload),
+    row(Read, "/models/sse", Page::RouterEvents),
     row(Read, "/running", Page::Running),
     row(Read, "/api/state", Page::State),
     row(Read, "/api/events", Page::Events),
@@ -139,15 +147,25 @@ where
     super::meter::settle_all();
     let query = req.uri().query();
     match page {
-        Page::ModelList => Ok(super::models::list(app, caller(&req))),
+        Page::ModelList => Ok(super::models::list(app, caller(&req)).await),
+        Page::ModelRecord => super::models::one(app, caller(&req), &params.get("id")).await,
+        Page::RouterLoad => super::llama_router::load(app, req).await,
+        Page::RouterUnload => super::llama_router::unload(app, req).await,
+        Page::RouterEvents => Ok(super::llama_router::stream(app)),
         Page::Running => Ok(reports::running(app)),
-        Page::State => Ok(json(StatusCode::OK, &super::state::state(app))),
+        Page::State => {
+            super::models::learn(app).await;
+            Ok(json(StatusCode::OK, &super::state::state(app)))
+        }
         Page::Events => Ok(super::events::stream(app)),
         Page::Profiles => Ok(json(StatusCode::OK, &control::profiles(app))),
         Page::SetProfile => control::set_profile(app, req).await,
         Page::Activity => reports::activity(app, query),
         Page::Stats => reports::stats(app, query),
-        Page::Metrics => Ok(reports::metrics(app)),
+        Page::Metrics => match query.and_then(|q| super::extract::query_param(q, "model")) {
+            Some(model) => super::llama_router::engine_metrics(app, caller(&req), &model).await,
+            None => Ok(reports::metrics(app)),
+        },
         Page::UnloadAll => control::unload_all(app).await,
         Page::UnloadAllJson => control::unload_all_json(app).await,
         Page::Performance => {

@@ -197,6 +197,9 @@ fn route<'a>(
         routing::Route::Local { model, .. } => seen.may_use(|| model.to_string())?,
         routing::Route::Peers { .. } => {}
     }
+    if let (Some(q), routing::Route::Local { target, model }) = (&incoming.query, &route) {
+        super::llama_router::refuse_unloaded(app, q, target, model)?; // `?autoload=false`
+    }
     Ok(match route {
         routing::Route::Peer { peer, model } => {
             seen.found(app, format!("{peer}/{model}").into());

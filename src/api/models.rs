@@ -1,4 +1,6 @@
-//! `GET /v1/models`: the OpenAI list, with llama-swap's extra fields (§2.2).
+//! `GET /v1/models`: the OpenAI list, with llama-swap's extra fields (§2.2), the metadata corral
+//! fills in (`metadata/`) and llama.cpp's router status (`llama_router/`); `GET /v1/models/<id>`:
+//! one entry of it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,10 +10,11 @@ use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::grant::Grant;
-use super::{json, App};
+use super::{json, llama_router, metadata, App};
 use crate::body::Body;
 use crate::config::catalog::Catalog;
-use crate::config::{Capabilities, ModelConfig};
+use crate::config::{Capabilities, ModelConfig, Scope};
+use crate::error::Error;
 use crate::fleet::lifecycle::Status;
 use crate::fleet::{PhaseName, Snapshot};
 
@@ -24,8 +27,56 @@ const CAPABILITY_KEYS: &[&str] = &[
 ];
 
 /// The list, holding only the models a key with a model list may use.
-pub fn list(app: &App, caller: Option<&Grant>) -> Response<Body> {
-    let listing = Listing::new(app);
+pub async fn list(app: &App, caller: Option<&Grant>) -> Response<Body> {
+    let data = entries(app, caller).await;
+    // its CORS header, llama-swap v250's echo of `Origin`, is added with every other answer's
+    // (`layers/cors.rs`)
+    json(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/<id>`: the entry the list has for `id`, or 404 as for a model the list hides.
+pub async fn one(app: &App, caller: Option<&Grant>, id: &str) -> Result<Response<Body>, Error> {
+    let entry = entries(app, caller)
+        .await
+        .into_iter()
+        .find(|e| e["id"].as_str() == Some(id))
+        .ok_or_else(|| Error::NotFound(format!("model {id:?} not found")))?;
+    Ok(json(StatusCode::OK, &entry))
+}
+
+/// Reads what the metadata of the models needs and is not known yet (GGUF headers, new engines'
+/// `/props`), for a view that draws it without listing.
+pub async fn learn(app: &App) {
+    Listing::new(app).learn().await;
+}
+
+/// What the dashboard shows of a model's metadata, as its entry in the list has it: the context a
+/// request can use and the capability flags that hold.
+pub fn shown_metadata(m: &ModelConfig, snapshot: &[Snapshot]) -> Value {
+    let mut r = model_record(m, 0, false, &[]);
+    if metadata::fills(m) {
+        let running = snapshot
+            .iter()
+            .find(|s| *s.model == *m.id && s.state == PhaseName::Ready);
+        metadata::fill(&mut r, &metadata::derive(&metadata::facts_for(m, running)));
+    }
+    let flags: Vec<&String> = r["capabilities"]
+        .as_object()
+        .map(|c| {
+            c.iter()
+                .filter(|(_, v)| **v == true)
+                .map(|(k, _)| k)
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"context": r["context_length"], "capabilities": flags})
+}
+
+/// Every entry a caller may see, sorted by id.
+async fn entries(app: &App, caller: Option<&Grant>) -> Vec<Value> {
+    let mut listing = Listing::new(app);
+    listing.shows_commands = caller.is_none_or(|g| g.scope.allows(Scope::Admin));
+    listing.learn().await;
     let mut data = Vec::new();
     for m in app.config.models.values().filter(|m| !m.unlisted) {
         listing.model_entries(m, &mut data);
@@ -38,9 +89,8 @@ pub fn list(app: &App, caller: Option<&Grant>) -> Response<Body> {
         data.retain(|e| e["id"].as_str().is_some_and(|id| grant.may_use(id)));
     }
     data.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    // its CORS header, llama-swap v250's echo of `Origin`, is added with every other answer's
-    // (`layers/cors.rs`)
-    json(StatusCode::OK, &json!({"object": "list", "data": data}))
+    data.iter_mut().for_each(llama_router::default_architecture);
+    data
 }
 
 /// The fleet's state, read once per listing so that every entry agrees on what is loaded.
@@ -50,6 +100,8 @@ struct Listing<'a> {
     snapshot: Vec<Snapshot>,
     catalog: Arc<Catalog>,
     statuses: BTreeMap<String, Status>,
+    /// Whether entries show the command line a model runs: to an admin, as `/running` does.
+    shows_commands: bool,
 }
 
 impl<'a> Listing<'a> {
@@ -67,7 +119,37 @@ impl<'a> Listing<'a> {
             snapshot,
             catalog,
             statuses,
+            shows_commands: true,
         }
+    }
+
+    /// Reads what the metadata rules need and is not known yet: the GGUF headers of the models
+    /// corral fills in, and what newly started engines report.
+    async fn learn(&self) {
+        let argvs = self
+            .app
+            .config
+            .models
+            .values()
+            .filter(|m| metadata::fills(m))
+            .map(|m| self.command_of(m).to_vec())
+            .collect();
+        metadata::read_headers(argvs).await;
+        metadata::learn_running(&self.app.config, &self.snapshot).await;
+    }
+
+    /// The command line a model's first running instance runs, else its configured one.
+    fn command_of<'m>(&'m self, m: &'m ModelConfig) -> &'m [String] {
+        self.members(m)
+            .into_iter()
+            .find_map(|s| s.argv.as_deref())
+            .or_else(|| m.instances.first().map(|i| i.argv.as_slice()))
+            .unwrap_or(&m.argv)
+    }
+
+    /// A model's instances in the snapshot.
+    fn members(&self, m: &ModelConfig) -> Vec<&Snapshot> {
+        self.snapshot.iter().filter(|s| *s.model == *m.id).collect()
     }
 
     /// Whether any of the instances `ids` is ready to serve.
@@ -106,9 +188,18 @@ impl<'a> Listing<'a> {
         }
     }
 
-    /// The model's own entry, with its lifecycle status and any download in progress.
+    /// The model's own entry, with its lifecycle status, any download in progress, the metadata
+    /// corral fills in and the router's status.
     fn model_entry(&self, m: &ModelConfig, loaded: bool, ids: &[String]) -> Value {
         let mut r = model_record(m, self.created, loaded, ids);
+        let members = self.members(m);
+        if metadata::fills(m) {
+            let running = members.iter().find(|s| s.state == PhaseName::Ready);
+            let facts = metadata::facts_for(m, running.copied());
+            metadata::fill(&mut r, &metadata::derive(&facts));
+        }
+        let redactor = self.shows_commands.then_some(&self.app.config.redactor);
+        llama_router::describe(&mut r, &members, redactor);
         if let Some(st) = self.statuses.get(&*m.id) {
             r["status"]["lifecycle"] = json!(st.status.as_str());
             if let Some(reason) = &st.reason {

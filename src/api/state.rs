@@ -16,14 +16,14 @@ use crate::fleet::{PhaseName, Snapshot};
 pub fn state(app: &App) -> Value {
     let snapshot = app.fleet.snapshot();
     json!({
-        "models": models(app),
+        "models": models(app, &snapshot),
         "instances": snapshot.iter().map(|s| instance(app, s)).collect::<Vec<_>>(),
         "pools": pools(app),
         "devices": app.config.devices.iter().map(|d| device(d, &snapshot)).collect::<Vec<_>>(),
     })
 }
 
-fn models(app: &App) -> Vec<Value> {
+fn models(app: &App, snapshot: &[Snapshot]) -> Vec<Value> {
     let statuses = app.fleet.statuses();
     app.config
         .models
@@ -38,6 +38,7 @@ fn models(app: &App) -> Vec<Value> {
                 "aliases": m.aliases, "unlisted": m.unlisted,
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()),
                 "instances": m.instances.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+                "metadata": super::models::shown_metadata(m, snapshot),
             })
         })
         .collect()

@@ -496,6 +496,8 @@ pub struct Capabilities {
     pub tools: bool,
     pub reranker: bool,
     pub context: u64,
+    /// `disableAuto`: corral fills in nothing the config leaves unset.
+    pub disable_auto: bool,
 }
 
 /// A swap group (`groups.<id>`, or the implicit `(default)` group of models in no group).

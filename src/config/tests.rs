@@ -981,3 +981,21 @@ fn the_ollama_api_is_on_unless_switched_off() {
         "{bad}"
     );
 }
+
+/// `capabilities.disableAuto` (a boolean) and the `video` modality, as llama-swap takes them.
+#[test]
+fn capabilities_take_disable_auto_and_video() {
+    let c = load(
+        "models:\n  m: {cmd: srv, proxy: 'http://h:1', capabilities: {in: [text, video], disableAuto: true}}\n  n: {cmd: srv, proxy: 'http://h:1'}\n",
+    );
+    assert_eq!(c.models["m"].capabilities.input, ["text", "video"]);
+    assert!(c.models["m"].capabilities.disable_auto);
+    assert!(!c.models["n"].capabilities.disable_auto);
+    let err = load_err(
+        "models:\n  m: {cmd: srv, proxy: 'http://h:1', capabilities: {disableAuto: sometimes}}\n",
+    );
+    assert!(
+        err.contains("capabilities.disableAuto: must be true or false"),
+        "{err}"
+    );
+}

@@ -461,7 +461,7 @@ impl HealthClient {
     }
 
     /// A GET within two seconds: its status and body.
-    async fn get(&self, url: String) -> Option<(http::StatusCode, bytes::Bytes)> {
+    pub async fn get(&self, url: String) -> Option<(http::StatusCode, bytes::Bytes)> {
         let fut = async {
             let resp = self.client.get(url.parse().ok()?).await.ok()?;
             let status = resp.status();

@@ -9,7 +9,7 @@
 
 Exits 0 when every check passed, 77 when Chromium or chromedriver is not installed, 1 otherwise.
 The corral at URL runs the config tests/ui.rs writes: models `m1` (chat), `m2` (embeddings) and
-`m3` (never loaded before the logs check) and `slow` (loads for 4 s) on a device `gpu0`; with keys, a model `hidden-model`.
+`m3` (never loaded before the logs check; `-c 8192 -np 2` and tools) and `slow` (loads for 4 s) on a device `gpu0`; with keys, a model `hidden-model`.
 """
 
 import json
@@ -179,6 +179,18 @@ def check_load_and_unload(page, url, shots):
     page.no_console_errors("load and unload")
 
 
+def check_context_column(page, url, shots):
+    """The Context column tells the context one request can use and the capabilities."""
+    page.open("/ui/models")
+    cell = 'tr[data-model="m3"] td.context'
+    page.wait("m3's context", lambda: page.text(f"{cell} [data-context]", "data-context") == "4096")
+    if "4,096 tokens" not in page.text(cell):
+        fail(f"m3's context cell reads {page.text(cell)!r}")
+    if "function calling" not in page.text(cell):
+        fail(f"m3's capabilities are missing: {page.text(cell)!r}")
+    page.no_console_errors("context column")
+
+
 def check_live_update(page, url, shots):
     """A model loaded through the API shows as ready without reloading the page."""
     page.d.execute_script("window.__sameDocument = true")
@@ -339,7 +351,7 @@ def screenshots(page, url, shots):
 def open_mode(driver, url, shots):
     page = Page(driver, url)
     started = time.time()
-    for check in (check_pages, check_load_and_unload, check_live_update, check_load_progress,
+    for check in (check_pages, check_load_and_unload, check_context_column, check_live_update, check_load_progress,
                   check_playground, check_captures,
                   check_logs, check_performance, screenshots):
         check(page, url, shots)

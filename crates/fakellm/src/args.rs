@@ -14,6 +14,11 @@ pub struct Config {
     pub alias: String,
     pub slots: usize,
     pub ctx_size: u64,
+    /// `--kv-unified`: every slot may use the whole context, as `/props` then reports.
+    pub kv_unified: bool,
+    /// What `/props` reports as a request's context, instead of the context per slot (an engine
+    /// that fitted a smaller context than it was told).
+    pub props_n_ctx: Option<u64>,
     pub loading_ms: u64,
     pub progress_ms: u64,
     pub never_healthy: bool,
@@ -66,6 +71,8 @@ impl Default for Config {
             alias: "fakellm".to_string(),
             slots: 1,
             ctx_size: 4096,
+            kv_unified: false,
+            props_n_ctx: None,
             loading_ms: 0,
             progress_ms: 0,
             never_healthy: false,
@@ -116,7 +123,9 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --require-model          fail like llama-server when the model file is missing
   -a, --alias NAME         model id reported in /v1/models (default fakellm)
   -np, --parallel, --slots N   slot count (default 1)
-  -c, --ctx-size N         context size reported in /props (default 4096)
+  -c, --ctx-size N         context size, shared by the slots in /props (default 4096)
+  -kvu, --kv-unified       every slot may use the whole context (/props reports it whole)
+  --props-n-ctx N          the per-request context /props reports, whatever -c and -np say
   --loading-ms MS          answer 503 'Loading model' for MS after start
   --progress-ms MS         print 'loading: N%' every MS while loading
   --never-healthy          stay in the loading state forever
@@ -163,6 +172,7 @@ const VALUE_FLAGS: &[&str] = &[
     "--parallel",
     "-c",
     "--ctx-size",
+    "--props-n-ctx",
     "--loading-ms",
     "--progress-ms",
     "--exit-after-ms",
@@ -195,6 +205,8 @@ const BOOL_FLAGS: &[&str] = &[
     "--fail-oom",
     "--fail-port",
     "--cors",
+    "-kvu",
+    "--kv-unified",
 ];
 
 fn looks_like_value(tok: &str) -> bool {
@@ -256,6 +268,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--fail-oom" => cfg.fail_oom = true,
                 "--fail-port" => cfg.fail_port = true,
                 "--cors" => cfg.cors = true,
+                "-kvu" | "--kv-unified" => cfg.kv_unified = true,
                 _ => unreachable!(),
             }
             continue;
@@ -279,6 +292,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "-a" | "--alias" => cfg.alias = v,
                 "-np" | "--parallel" => cfg.slots = num::<usize>(flag, &v)?.max(1),
                 "-c" | "--ctx-size" => cfg.ctx_size = num(flag, &v)?,
+                "--props-n-ctx" => cfg.props_n_ctx = Some(num(flag, &v)?),
                 "--loading-ms" => cfg.loading_ms = num(flag, &v)?,
                 "--progress-ms" => cfg.progress_ms = num(flag, &v)?,
                 "--exit-after-ms" => cfg.exit_after_ms = Some(num(flag, &v)?),
@@ -408,6 +422,17 @@ mod tests {
         assert_eq!(c.alias, "m1");
         // -ngl 99, --cache-type-k q8_0, --mmproj x, --jinja, --seed -1, --flash-attn on
         assert_eq!(c.warnings.len(), 6, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn kv_unified_and_props_n_ctx_shape_what_props_reports() {
+        let c = p(&["--port", "5", "-kvu", "--props-n-ctx", "3000"]).unwrap();
+        assert!(c.kv_unified);
+        assert_eq!(c.props_n_ctx, Some(3000));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let plain = p(&["--port", "5"]).unwrap();
+        assert!(!plain.kv_unified);
+        assert_eq!(plain.props_n_ctx, None);
     }
 
     #[test]

@@ -171,7 +171,7 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
             "total_slots": cfg.slots,
             "model_path": cfg.model,
             "model_alias": cfg.alias,
-            "default_generation_settings": {"n_ctx": cfg.ctx_size},
+            "default_generation_settings": {"n_ctx": request_context(&cfg)},
         })
         .to_string(),
     );
@@ -1401,6 +1401,20 @@ mod tests {
     }
 
     #[test]
+    fn props_reports_the_context_of_one_slot() {
+        let cfg = |ctx_size, slots, kv_unified, props_n_ctx| Config {
+            ctx_size,
+            slots,
+            kv_unified,
+            props_n_ctx,
+            ..Config::default()
+        };
+        assert_eq!(request_context(&cfg(4096, 4, false, None)), 1024);
+        assert_eq!(request_context(&cfg(4096, 4, true, None)), 4096);
+        assert_eq!(request_context(&cfg(4096, 4, false, Some(3000))), 3000);
+    }
+
+    #[test]
     fn relevance_prefers_overlap() {
         assert!(relevance("red apple", "a red apple") > relevance("red apple", "blue sky"));
         let r = relevance("q", "d");
@@ -1442,4 +1456,14 @@ mod tests {
         assert_eq!(route(&Method::POST, "/reranking"), Route::Rerank);
         assert_eq!(route(&Method::PUT, "/v1/chat/completions"), Route::Echo);
     }
+}
+
+/// The context one request can use, as llama-server's `/props` reports it: the context shared by
+/// the slots, unless the KV cache is unified (or `--props-n-ctx` says otherwise).
+fn request_context(cfg: &Config) -> u64 {
+    cfg.props_n_ctx.unwrap_or(if cfg.kv_unified {
+        cfg.ctx_size
+    } else {
+        cfg.ctx_size / cfg.slots.max(1) as u64
+    })
 }

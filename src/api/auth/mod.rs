@@ -145,9 +145,10 @@ pub fn scope_for(path: &str) -> Scope {
     }
 }
 
-/// Model routes (any method), the model list, and the load report peers read.
+/// Model routes (any method), the model list and its entries, and the load report peers read.
 fn is_model_route(path: &str) -> bool {
     matches!(path, "/v1/models" | "/models" | "/api/load")
+        || path.starts_with("/v1/models/")
         || path.starts_with("/upstream/")
         || super::inference::model_route(path).is_some()
         || super::inference::query_route(path).is_some()
@@ -168,6 +169,7 @@ pub fn changes_state(method: &Method, path: &str) -> bool {
         Method::GET | Method::HEAD => path == "/unload",
         Method::POST => {
             path == "/api/models/unload"
+                || matches!(path, "/models/load" | "/models/unload")
                 || path.starts_with("/api/models/unload/")
                 || path.starts_with("/api/models/load/")
                 || (path.starts_with("/api/inflight/") && path.ends_with("/cancel"))

@@ -103,9 +103,28 @@ fn route_scopes() {
     assert_eq!(scope_for("/v1/models"), Scope::Inference);
     assert_eq!(scope_for("/props"), Scope::Inference);
     assert_eq!(scope_for("/metrics"), Scope::Metrics);
-    for admin_route in ["/running", "/unload", "/logs", "/api/events", "/upstream"] {
+    assert_eq!(scope_for("/v1/models/m"), Scope::Inference);
+    assert_eq!(scope_for("/v1/models/peer/m"), Scope::Inference);
+    for admin_route in [
+        "/running",
+        "/unload",
+        "/logs",
+        "/api/events",
+        "/upstream",
+        "/models/load",
+        "/models/unload",
+        "/models/sse",
+    ] {
         assert_eq!(scope_for(admin_route), Scope::Admin, "{admin_route}");
     }
+}
+
+#[test]
+fn the_routers_load_and_unload_change_state() {
+    for path in ["/models/load", "/models/unload"] {
+        assert!(changes_state(&Method::POST, path), "{path}");
+    }
+    assert!(!changes_state(&Method::GET, "/models/sse"));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! a tag as `:latest`.
 
 use super::super::{routing, App};
-use crate::catalog::Target;
+use crate::config::catalog::Target;
 
 const LATEST: &str = ":latest";
 

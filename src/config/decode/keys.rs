@@ -112,4 +112,4 @@ pub(super) const MODEL_FILTER_KEYS: &[&str] =
 pub(super) const PEER_FILTER_KEYS: &[&str] = &["stripParams", "strip_params", "setParams"];
 
 /// What `capabilities.in` and `capabilities.out` may list.
-pub(super) const MODALITIES: &[&str] = &["text", "audio", "image"];
+pub(super) const MODALITIES: &[&str] = &["text", "audio", "image", "video"];

@@ -185,7 +185,7 @@ fn decode_capabilities(
 ) -> Result<Capabilities, ConfigError> {
     let caps = m.child(
         "capabilities",
-        &["in", "out", "tools", "reranker", "context"],
+        &["in", "out", "tools", "reranker", "context", "disableAuto"],
         warnings,
     )?;
     Ok(Capabilities {
@@ -197,13 +197,17 @@ fn decode_capabilities(
             Some(c) if c < 0 => return Err(caps.err("context", "must be 0 or more")),
             c => c.unwrap_or(0) as u64,
         },
+        disable_auto: caps.boolean("disableAuto")?.unwrap_or(false),
     })
 }
 
 fn modalities(caps: &MapReader<'_>, key: &str) -> Result<Vec<String>, ConfigError> {
     let list = caps.strings(key)?;
     if let Some(bad) = list.iter().find(|m| !MODALITIES.contains(&m.as_str())) {
-        return Err(caps.err(key, format!("{bad:?} is not one of text, audio, image")));
+        return Err(caps.err(
+            key,
+            format!("{bad:?} is not one of text, audio, image, video"),
+        ));
     }
     Ok(list)
 }

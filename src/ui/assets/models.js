@@ -108,18 +108,27 @@ function devicesPanel(devices) {
 function modelsTable(view, list) {
   if (!list.length) return h('p', { class: 'empty' }, 'No models are configured.');
   return h('table', {},
-    h('thead', {}, h('tr', {}, ['Model', 'State', 'Replicas', 'Queue', 'Load', ''].map((t) => h('th', { scope: 'col', class: t === 'Queue' ? 'num' : null }, t)))),
+    h('thead', {}, h('tr', {}, ['Model', 'State', 'Context', 'Replicas', 'Queue', 'Load', ''].map((t) => h('th', { scope: 'col', class: t === 'Queue' ? 'num' : null }, t)))),
     h('tbody', {}, list.map((r) => {
       const state = overall(r.instances);
       return h('tr', { 'data-model': r.id },
         h('td', {}, r.model ? h('a', { href: `/ui/models/${encodeURIComponent(r.id)}` }, r.id) : h('strong', {}, r.id),
           (r.title || r.note) ? h('div', { class: 'small muted' }, [r.title, r.note].filter(Boolean).join(' — ')) : null),
         h('td', { class: 'state', 'data-state': state }, badge(state, r.instances), lifecycle(r.model)),
+        h('td', { class: 'context' }, context(r.model?.metadata)),
         h('td', {}, r.instances.map((i) => replica(i, r.instances.length > 1))),
         h('td', { class: 'num' }, String(r.queue)),
         h('td', {}, r.instances.filter((i) => i.state === 'starting').map((i) => (i.download ? download(i) : progress(view, i)))),
         h('td', {}, buttons(view, r.id, state)));
     })));
+}
+
+/** The context one request can use and the model's capabilities, as the model list tells them. */
+function context(metadata) {
+  if (!metadata) return null;
+  const n = metadata.context;
+  return [h('span', { 'data-context': n ?? '', title: 'tokens one request can use' }, n ? `${n.toLocaleString('en')} tokens` : 'unknown'),
+    metadata.capabilities.length ? h('div', { class: 'small muted', 'data-capabilities': metadata.capabilities.join(' ') }, metadata.capabilities.join(', ').replaceAll('_', ' ')) : null];
 }
 
 function badge(state, instances) {
