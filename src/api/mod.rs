@@ -26,6 +26,7 @@ mod loading;
 mod log_routes;
 pub mod meter;
 mod model_detail;
+mod model_times;
 mod models;
 mod passthrough;
 mod peer_load;
