@@ -657,3 +657,39 @@ async fn activity_log_and_stats() {
     assert!(stats["total_output_tokens"].as_u64().unwrap() > 0);
     h.stop().await;
 }
+
+/// Each activity row names its source as llama-swap does (`src`: `ip:` and the caller's address
+/// and port), whether the request was answered or failed before its answer, and
+/// `?src_prefix=` keeps the rows whose source starts with the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_rows_name_their_source_and_filter_by_its_prefix() {
+    let broken = "  broken:\n    cmd: /nonexistent/engine --port ${PORT}\n";
+    let h = Harness::start(&format!("models:\n{}{broken}", fake_model("a", "", ""))).await;
+    let url = format!("{}/v1/chat/completions", h.url);
+    assert_eq!(post_json(&url, &chat("a")).await.status, 200);
+    assert!(post_json(&url, &chat("broken")).await.status >= 500);
+    let activity = |query: &str| {
+        let url = format!("{}/api/metrics/activity?{query}", h.url);
+        async move { get(&url).await }
+    };
+    let page = activity("").await.json();
+    let sources: Vec<&str> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["src"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources.len(), 2, "{page}");
+    for src in &sources {
+        let port = src
+            .strip_prefix("ip:127.0.0.1:")
+            .expect("ip:<address>:<port>");
+        assert!(port.parse::<u16>().is_ok(), "{src}");
+    }
+    assert_eq!(activity("src_prefix=ip:127.").await.json()["total"], 2);
+    assert_eq!(activity("src_prefix=ip:10.").await.json()["total"], 0);
+    assert_eq!(activity("src_prefix=tc:").await.json()["total"], 0);
+    let exact = activity(&format!("src_prefix={}", sources[0])).await.json();
+    assert_eq!(exact["data"][0]["src"], sources[0]);
+    h.stop().await;
+}

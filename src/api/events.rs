@@ -27,13 +27,16 @@ fn profile_changed(app: &App) -> Bytes {
 pub fn model_status(app: &App) -> Value {
     let snapshot = app.fleet.snapshot();
     let statuses = app.fleet.statuses();
+    let now = std::time::SystemTime::now();
     let mut out: Vec<Value> = snapshot
         .iter()
         .filter_map(|s| {
             let m = app.config.models.get(&s.model)?;
             let status = statuses.get(&s.model).map(|st| st.status.as_str());
-            Some(json!({"status": status, "download": s.download,"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
-                "state": s.state.as_str(), "unlisted": m.unlisted, "peerID": "", "aliases": m.aliases, "pool": s.pool}))
+            let mut v = json!({"status": status, "download": s.download,"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
+                "state": s.state.as_str(), "unlisted": m.unlisted, "peerID": "", "aliases": m.aliases, "pool": s.pool});
+            v.as_object_mut()?.extend(super::model_times::fields(s, now));
+            Some(v)
         })
         .collect();
     for (peer, p) in &app.config.peers {

@@ -15,6 +15,7 @@ use super::forward::forward_local;
 use super::App;
 use crate::body::Body;
 use crate::config::catalog::Target;
+use crate::supervisor::LoadingProgress;
 
 fn reasoning(text: &str) -> Bytes {
     let chunk = json!({"id": "corral-loading", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"reasoning_content": text}}]});
@@ -44,13 +45,14 @@ pub fn stream(
         tokio::pin!(forward);
         let mut dots = tokio::time::interval(Duration::from_millis(750));
         dots.tick().await;
+        let mut shown = None;
         let result = loop {
             tokio::select! {
                 r = &mut forward => break r,
                 _ = dots.tick() => {
                     let line = match app.fleet.download_of(&model_id) {
                         Some(d) => reasoning(&download_line(&d)),
-                        None => reasoning("."),
+                        None => reasoning(&progress_line(app.fleet.loading_of(&model_id), &mut shown)),
                     };
                     if tx.send(line).await.is_err() {
                         return;
@@ -105,6 +107,28 @@ async fn send_answer(
     }
 }
 
+/// What a tick shows of the engine's own report: the report when it changed since the last one
+/// shown, else a dot.
+fn progress_line(report: Option<LoadingProgress>, shown: &mut Option<LoadingProgress>) -> String {
+    match report {
+        Some(r) if shown.as_ref() != Some(&r) => {
+            let line = loading_line(&r);
+            *shown = Some(r);
+            line
+        }
+        _ => ".".to_string(),
+    }
+}
+
+/// One line of an engine's report: its percentage and its message, as far as it gave them.
+fn loading_line(r: &LoadingProgress) -> String {
+    match r.progress {
+        Some(p) if r.message.is_empty() => format!("\nloading {:.0}%", p * 100.0),
+        Some(p) => format!("\nloading {:.0}%: {}", p * 100.0, r.message),
+        None => format!("\nloading: {}", r.message),
+    }
+}
+
 /// One progress line of a download: file, bytes of total, rate and time left.
 fn download_line(d: &crate::fleet::Download) -> String {
     let size = crate::memory::format_bytes;
@@ -118,4 +142,32 @@ fn download_line(d: &crate::fleet::Download) -> String {
         size(d.bytes),
         size(d.bytes_per_second as u64)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_is_shown_once_then_dots_until_it_changes() {
+        let report = |p, m: &str| LoadingProgress {
+            progress: p,
+            message: m.into(),
+        };
+        let mut shown = None;
+        let half = report(Some(0.5), "tensors");
+        assert_eq!(progress_line(None, &mut shown), ".");
+        assert_eq!(
+            progress_line(Some(half.clone()), &mut shown),
+            "\nloading 50%: tensors"
+        );
+        assert_eq!(progress_line(Some(half), &mut shown), ".");
+        let warm = report(None, "warming up");
+        assert_eq!(
+            progress_line(Some(warm), &mut shown),
+            "\nloading: warming up"
+        );
+        let quarter = report(Some(0.25), "");
+        assert_eq!(progress_line(Some(quarter), &mut shown), "\nloading 25%");
+    }
 }

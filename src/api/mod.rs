@@ -28,6 +28,7 @@ mod log_routes;
 mod metadata;
 pub mod meter;
 mod model_detail;
+mod model_times;
 mod models;
 mod ollama;
 mod passthrough;

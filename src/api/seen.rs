@@ -158,6 +158,7 @@ fn failed(
         error: Some(app.config.redactor.text(&e.to_string()).into_owned()),
         capture: seen.capture,
         key: labels.key.clone(),
+        src: Some(seen.remote),
     });
     e
 }
@@ -178,6 +179,7 @@ fn answered(
         holds,
         path,
         capture,
+        remote,
         ..
     } = seen;
     let (parts, body) = resp.into_parts();
@@ -198,7 +200,7 @@ fn answered(
     body.with_inflight(guard, cancel)
         .with_idle_limit(idle_limit)
         .length_framed(length_framed)
-        .logged_in(app.activity.clone(), path, status, content_type)
+        .logged_in(app.activity.clone(), path, status, content_type, remote)
         .recording(recording)
         .holding(holds);
     Response::from_parts(parts, BodyExt::boxed(body))

@@ -53,7 +53,7 @@ fn instance(app: &App, s: &Snapshot) -> Value {
         .and_then(process_age);
     json!({
         "id": s.instance, "model": s.model, "pool": s.pool, "state": s.state.as_str(),
-        "download": s.download,
+        "download": s.download, "loading": s.loading,
         "inFlight": s.in_flight, "slots": s.slots, "free": s.free,
         "failures": s.failures, "circuitOpen": s.circuit_open,
         "memory": s.memory, "measured": s.measured, "devices": s.devices,

@@ -3,11 +3,14 @@
 //! order, and a ready one cannot be downloading. Its name labels `/running`, events and the
 //! metrics.
 
+use std::time::SystemTime;
+
 use serde::Serialize;
 use tokio::sync::watch;
 
 use super::instance::StopOrder;
 use super::Download;
+use crate::supervisor::LoadingProgress;
 
 /// The name of a phase: what `/running` and events show, and the metrics' `state` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, strum::EnumIter)]
@@ -58,20 +61,22 @@ pub struct Spawned {
 pub enum Phase {
     #[default]
     Stopped,
-    /// Fetching its weights (`download`, while one runs), then loading once `process` is spawned.
+    /// Fetching its weights (`download`, while one runs), then loading once `process` is spawned,
+    /// with the progress its engine last reported (`loading`).
     Starting {
         stop: StopSender,
         download: Option<Download>,
         process: Option<Spawned>,
+        loading: Option<LoadingProgress>,
     },
+    /// Serving, since the wall-clock time it became ready.
     Ready {
         stop: StopSender,
         process: Spawned,
+        since: SystemTime,
     },
     /// Told to stop and on its way out: another order would change nothing.
-    Stopping {
-        process: Spawned,
-    },
+    Stopping { process: Spawned },
 }
 
 impl Phase {
@@ -129,6 +134,30 @@ impl Phase {
         }
     }
 
+    /// The loading progress a starting instance's engine last reported.
+    pub fn loading(&self) -> Option<&LoadingProgress> {
+        match self {
+            Phase::Starting { loading, .. } => loading.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Shows the progress a starting instance's engine reported (a late report after the start
+    /// has ended changes nothing).
+    pub fn set_loading(&mut self, report: LoadingProgress) {
+        if let Phase::Starting { loading, .. } = self {
+            *loading = Some(report);
+        }
+    }
+
+    /// When a ready (or stopping-after-ready) instance became ready.
+    pub fn ready_since(&self) -> Option<SystemTime> {
+        match self {
+            Phase::Ready { since, .. } => Some(*since),
+            _ => None,
+        }
+    }
+
     /// Records the process a starting instance spawned.
     pub fn spawned(&mut self, spawned: Spawned) {
         if let Phase::Starting { process, .. } = self {
@@ -136,10 +165,14 @@ impl Phase {
         }
     }
 
-    /// A starting instance's engine has loaded: ready, still taking stop orders.
-    pub fn ready(&mut self, process: Spawned) {
+    /// A starting instance's engine has loaded: ready from `since`, still taking stop orders.
+    pub fn ready(&mut self, process: Spawned, since: SystemTime) {
         *self = match std::mem::take(self) {
-            Phase::Starting { stop, .. } => Phase::Ready { stop, process },
+            Phase::Starting { stop, .. } => Phase::Ready {
+                stop,
+                process,
+                since,
+            },
             other => other,
         };
     }
@@ -200,6 +233,7 @@ mod tests {
             stop,
             download: None,
             process: None,
+            loading: None,
         };
         phase.set_download(Some(Download::default()));
         phase.download_mut().expect("fetching").bytes = 7;
@@ -212,8 +246,20 @@ mod tests {
         phase.spawned(spawned(41));
         assert_eq!(phase.name(), PhaseName::Starting);
         assert_eq!(phase.process().map(|p| p.pid), Some(41));
-        phase.ready(spawned(41));
+        let report = LoadingProgress {
+            progress: Some(0.5),
+            message: "loading tensors".into(),
+        };
+        phase.set_loading(report.clone());
+        assert_eq!(phase.loading(), Some(&report));
+        assert_eq!(phase.ready_since(), None);
+        let since = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        phase.ready(spawned(41), since);
         assert_eq!(phase.name(), PhaseName::Ready);
+        assert_eq!(phase.ready_since(), Some(since));
+        assert_eq!(phase.loading(), None, "a ready instance is not loading");
+        phase.set_loading(report);
+        assert_eq!(phase.loading(), None, "a late report changes nothing");
         assert!(!phase.is_stopping());
         let order = |reason| StopOrder {
             grace: Duration::ZERO,
@@ -245,7 +291,7 @@ mod tests {
     #[test]
     fn only_a_starting_instance_becomes_ready_and_only_a_ready_one_stopping() {
         let mut phase = Phase::Stopped;
-        phase.ready(spawned(1));
+        phase.ready(spawned(1), SystemTime::now());
         phase.stopping();
         phase.spawned(spawned(1));
         phase.set_download(Some(Download::default()));
@@ -255,7 +301,7 @@ mod tests {
         let mut stopping = Phase::Stopping {
             process: spawned(2),
         };
-        stopping.ready(spawned(3));
+        stopping.ready(spawned(3), SystemTime::now());
         assert_eq!(stopping.name(), PhaseName::Stopping);
         assert_eq!(stopping.process().map(|p| p.pid), Some(2));
     }

@@ -3,7 +3,7 @@
 //! change. Each phase is a method of [`Run`], so the task reads as its life does.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 use tokio::sync::watch;
@@ -145,7 +145,7 @@ impl Run {
         stop: &mut watch::Receiver<Option<StopOrder>>,
     ) -> bool {
         let (ready, ordered) = tokio::select! {
-            r = process.wait_ready(spec, &self.inner.health) => (r, None),
+            r = process.wait_ready(spec, &self.inner.health, |report| self.loading(report)) => (r, None),
             order = next_order(stop) => {
                 process.stop(spec, order.grace, &self.inner.spawner).await;
                 (Err(StartError::Aborted), Some(order.reason))
@@ -171,6 +171,12 @@ impl Run {
         false
     }
 
+    /// Shows the loading progress the engine reported.
+    fn loading(&self, report: crate::supervisor::LoadingProgress) {
+        tracing::debug!(instance = %self.id, "loading progress: {report:?}");
+        self.inner.update(&self.id, |i| i.phase.set_loading(report));
+    }
+
     /// Counts the start, learns the slots and the memory the engine reports, and marks it ready.
     async fn mark_ready(&self, process: &Process, spec: &ProcessSpec) {
         let took = self.started.elapsed().as_secs_f64();
@@ -190,7 +196,7 @@ impl Run {
         let history = String::from_utf8_lossy(&process.output()).into_owned();
         let measured = super::ledger::measured_from_log(&history);
         self.inner.update(&self.id, |i| {
-            i.phase.ready(spawned(process, spec));
+            i.phase.ready(spawned(process, spec), SystemTime::now());
             i.oom_retried = false;
             i.last_used = Instant::now();
             if let Some(n) = reported_slots {

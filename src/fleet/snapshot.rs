@@ -35,6 +35,11 @@ pub struct Snapshot {
     pub download: Option<Download>,
     /// The command line of its process, while one runs.
     pub argv: Option<Vec<String>>,
+    /// When it became ready, while it serves.
+    #[serde(skip)]
+    pub ready_since: Option<std::time::SystemTime>,
+    /// The loading progress its engine last reported, while it starts.
+    pub loading: Option<crate::supervisor::LoadingProgress>,
 }
 
 /// How far the download of an instance's weights has come.
@@ -104,6 +109,8 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
             last_error: i.last_error.as_ref().map(|(_, e)| e.to_string()),
             download: i.phase.download().cloned(),
             argv: i.phase.process().map(|p| p.argv.clone()),
+            ready_since: i.phase.ready_since(),
+            loading: i.phase.loading().cloned(),
         })
         .collect()
 }
@@ -111,6 +118,15 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
 impl Fleet {
     pub fn snapshot(&self) -> Vec<Snapshot> {
         snapshot_of(&self.inner.lock())
+    }
+
+    /// The loading progress an engine of the model last reported, while one starts.
+    pub fn loading_of(&self, model: &str) -> Option<crate::supervisor::LoadingProgress> {
+        let st = self.inner.lock();
+        st.instances
+            .values()
+            .filter(|i| *i.model.id == *model)
+            .find_map(|i| i.phase.loading().cloned())
     }
 
     /// The download of a model's weights, while one runs for any of its instances.

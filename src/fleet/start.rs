@@ -17,6 +17,7 @@ impl Fleet {
             stop,
             download: None,
             process: None,
+            loading: None,
         };
         let sinks = Sinks {
             model: inst.logs.clone(),

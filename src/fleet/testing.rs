@@ -58,6 +58,7 @@ pub(super) fn make_ready(fleet: &Fleet, id: &str) -> Engine {
             pid: child.id(),
             argv: vec!["sleep".into()],
         },
+        since: std::time::SystemTime::now(),
     };
     Engine {
         process: child,

@@ -7,6 +7,7 @@
 //! SIGKILL after the grace period, and the stop returns only once the child has been reaped.
 
 mod capture;
+pub mod progress;
 pub mod reaper;
 mod spawner;
 pub mod sweep;
@@ -27,6 +28,7 @@ use nix::unistd::Pid;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use capture::{capture, Pipe};
+pub use progress::LoadingProgress;
 pub use spawner::Spawner;
 
 use crate::logs::{LogMark, LogRing, Logs};
@@ -298,19 +300,20 @@ impl Process {
     }
 
     /// Polls the health URL until it answers 200: quickly at first (a small model is ready in
-    /// milliseconds), then every 100 ms. A 503 "Loading model" is just loading.
+    /// milliseconds), then every 100 ms. A 503 "Loading model" is just loading; a not-ready answer
+    /// that reports its progress (see [`progress`]) is handed to `on_loading` when it changes, and
+    /// each new progress value restarts the countdown.
     pub async fn wait_ready(
         &self,
         spec: &ProcessSpec,
         health: &HealthClient,
+        mut on_loading: impl FnMut(LoadingProgress),
     ) -> Result<(), StartError> {
         let Some(url) = &spec.health_url else {
             return Ok(());
         };
         let started = Instant::now();
-        let mut deadline = crate::deadline::after(tokio::time::Instant::now(), spec.load_timeout);
-        let mut last_answer: Option<u64> = None;
-        let mut answer_changed = Instant::now();
+        let mut load = LoadWatch::new(spec.load_timeout);
         loop {
             let probe = tokio::select! {
                 status = self.exited() => {
@@ -321,27 +324,22 @@ impl Process {
             };
             match probe {
                 Probe::Ready => return Ok(()),
-                Probe::NotReady(answer) => {
-                    if answer.is_some() && answer != last_answer {
-                        last_answer = answer;
-                        answer_changed = Instant::now();
-                    }
-                }
+                Probe::NotReady { answer, loading } => load.heard(answer, loading, &mut on_loading),
             }
-            if tokio::time::Instant::now() >= deadline {
-                let progress = self.recent_progress(answer_changed, spec.stall);
+            if tokio::time::Instant::now() >= load.deadline {
+                let progress = self.recent_progress(load.answer_changed, spec.stall);
                 let Some(progress) = progress.filter(|_| spec.extend_on_progress) else {
                     return Err(StartError::Timeout {
                         after: started.elapsed(),
                         tail: self.tail(),
                     });
                 };
-                deadline =
+                load.deadline =
                     crate::deadline::after(tokio::time::Instant::from_std(progress), spec.stall);
             }
             tokio::select! {
                 _ = tokio::time::sleep(poll_interval(started.elapsed())) => {}
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep_until(load.deadline) => {}
             }
         }
     }
@@ -432,8 +430,12 @@ fn describe_status(status: std::process::ExitStatus) -> String {
 /// One readiness probe's answer.
 pub enum Probe {
     Ready,
-    /// Not ready; a fingerprint of the answer when there was one.
-    NotReady(Option<u64>),
+    /// Not ready: a fingerprint of the answer when there was one, and the loading progress it
+    /// reported.
+    NotReady {
+        answer: Option<u64>,
+        loading: Option<LoadingProgress>,
+    },
 }
 
 /// A small client for health probes.
@@ -528,13 +530,14 @@ impl HealthClient {
         )
     }
 
-    /// True when the URL answers 200 within two seconds.
-    /// Ready on a 200; otherwise a fingerprint of the answer, to notice a load that is moving.
+    /// Ready on a 200; otherwise a fingerprint of the answer, to notice a load that is moving,
+    /// and the loading progress it reports. At most [`progress::BODY_MAX_BYTES`] of a body are
+    /// read: a larger one is no report, and the rest of it is left unread.
     pub async fn probe(&self, url: &http::Uri) -> Probe {
         let fut = async {
             let resp = self.client.get(url.clone()).await.ok()?;
             let status = resp.status();
-            let body = resp.into_body().collect().await.ok()?.to_bytes();
+            let body = read_capped(resp.into_body(), progress::BODY_MAX_BYTES).await?;
             Some((status, body))
         };
         match tokio::time::timeout(Duration::from_secs(2), fut).await {
@@ -543,9 +546,76 @@ impl HealthClient {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 (status.as_u16(), &body[..]).hash(&mut h);
-                Probe::NotReady(Some(h.finish()))
+                Probe::NotReady {
+                    answer: Some(h.finish()),
+                    loading: progress::parse(&body),
+                }
             }
-            _ => Probe::NotReady(None),
+            _ => Probe::NotReady {
+                answer: None,
+                loading: None,
+            },
+        }
+    }
+}
+
+/// A body's first bytes, up to one past `cap` (so that a larger body shows as larger); `None`
+/// when it breaks off.
+async fn read_capped(mut body: hyper::body::Incoming, cap: usize) -> Option<Vec<u8>> {
+    let mut read = Vec::new();
+    while read.len() <= cap {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        if let Ok(data) = frame.ok()?.into_data() {
+            let room = cap + 1 - read.len();
+            read.extend_from_slice(&data[..data.len().min(room)]);
+        }
+    }
+    Some(read)
+}
+
+/// A load's countdown while it is polled: its deadline, and the signs that it moves.
+struct LoadWatch {
+    deadline: tokio::time::Instant,
+    load_timeout: Duration,
+    /// The last answer's fingerprint, and when it last changed.
+    last_answer: Option<u64>,
+    answer_changed: Instant,
+    countdown: progress::Countdown,
+}
+
+impl LoadWatch {
+    fn new(load_timeout: Duration) -> LoadWatch {
+        LoadWatch {
+            deadline: crate::deadline::after(tokio::time::Instant::now(), load_timeout),
+            load_timeout,
+            last_answer: None,
+            answer_changed: Instant::now(),
+            countdown: progress::Countdown::default(),
+        }
+    }
+
+    /// Takes in a not-ready answer: a changed answer is a sign of progress, a new progress value
+    /// restarts the countdown, and a changed report is shown.
+    fn heard(
+        &mut self,
+        answer: Option<u64>,
+        loading: Option<LoadingProgress>,
+        on_loading: &mut impl FnMut(LoadingProgress),
+    ) {
+        if answer.is_some() && answer != self.last_answer {
+            self.last_answer = answer;
+            self.answer_changed = Instant::now();
+        }
+        let Some(report) = loading else { return };
+        let noted = self.countdown.note(&report);
+        if noted.restart {
+            let restarted = crate::deadline::after(tokio::time::Instant::now(), self.load_timeout);
+            self.deadline = self.deadline.max(restarted);
+        }
+        if noted.changed {
+            on_loading(report);
         }
     }
 }

@@ -57,6 +57,10 @@ pub struct Config {
     /// Answer with llama-server's CORS headers: `Access-Control-Allow-Origin` echoing the
     /// request's `Origin` (empty without one) and `Access-Control-Allow-Credentials: true`.
     pub cors: bool,
+    /// While loading, answer `/health` with a JSON loading report (`{"progress": F, "message":
+    /// "loading tensors"}`, F the fraction of `--loading-ms` passed, in `--progress-ms` steps)
+    /// instead of llama-server's 503 "Loading model".
+    pub health_progress: bool,
     /// Human readable warnings about ignored arguments, printed at startup.
     pub warnings: Vec<String>,
 }
@@ -102,6 +106,7 @@ impl Default for Config {
             fail_oom_once: None,
             fail_port: false,
             cors: false,
+            health_progress: false,
             warnings: Vec::new(),
         }
     }
@@ -153,6 +158,9 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --fail-port              print the engine's port-taken lines, exit 1
   --fail-oom-once PATH     as --fail-oom when PATH does not exist, creating it; else start
   --cors                   answer with llama-server's CORS headers (Origin echoed, credentials)
+  --health-progress        while loading, /health answers 503 with {\"progress\": F, \"message\": ..}:
+                           F is the share of --loading-ms passed, moving in --progress-ms steps
+                           (0 for ever with --never-healthy and no --loading-ms)
 
 Unknown flags are ignored with a warning.
 
@@ -207,6 +215,7 @@ const BOOL_FLAGS: &[&str] = &[
     "--cors",
     "-kvu",
     "--kv-unified",
+    "--health-progress",
 ];
 
 fn looks_like_value(tok: &str) -> bool {
@@ -269,6 +278,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--fail-port" => cfg.fail_port = true,
                 "--cors" => cfg.cors = true,
                 "-kvu" | "--kv-unified" => cfg.kv_unified = true,
+                "--health-progress" => cfg.health_progress = true,
                 _ => unreachable!(),
             }
             continue;
@@ -507,9 +517,11 @@ mod tests {
             "4",
             "--embedding-dim",
             "16",
+            "--health-progress",
         ])
         .unwrap();
         assert_eq!(c.host, "::1");
+        assert!(c.health_progress);
         assert!(c.require_model && c.never_healthy && c.ignore_sigterm);
         assert!(c.fork_grandchild && c.setpgrp_grandchild && c.buffer_report);
         assert_eq!(c.loading_ms, 100);

@@ -252,6 +252,20 @@ fn spawn_grandchild(cfg: &Config, events: Option<&Events>) {
     }
 }
 
+/// `--health-progress`: the share of `--loading-ms` passed, in whole `--progress-ms` steps, as a
+/// loading report (never 1: the load is done at 1).
+fn loading_report(st: &State) -> Bytes {
+    let cfg = &st.cfg;
+    let mut elapsed = st.born.elapsed().as_millis() as u64;
+    if let Some(step) = elapsed.checked_div(cfg.progress_ms) {
+        elapsed = step * cfg.progress_ms;
+    }
+    let fraction = (elapsed as f64 / cfg.loading_ms.max(1) as f64).min(0.99);
+    let fraction = if cfg.loading_ms == 0 { 0.0 } else { fraction };
+    let report = json!({"progress": fraction, "message": "loading tensors"});
+    Bytes::from(report.to_string())
+}
+
 async fn loader(st: Arc<State>, start: Instant) {
     let cfg = &st.cfg;
     let loading = cfg.never_healthy || cfg.loading_ms > 0;
@@ -785,6 +799,9 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
     }
 
     if !st.loaded.load(Ordering::Acquire) {
+        if st.cfg.health_progress && rt == Route::Health {
+            return full(&st, 503, JSON, loading_report(&st), tracker);
+        }
         return full(&st, 503, JSON, Bytes::from_static(LOADING_BODY), tracker);
     }
     if parts.method == Method::GET {

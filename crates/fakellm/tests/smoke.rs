@@ -702,3 +702,42 @@ fn completion_status_flag_and_ignore_sigterm() {
     );
     assert_eq!(http(srv.port, "GET", "/health", &[], b"").status, 200);
 }
+
+/// `--health-progress`: while loading, `/health` reports the share of `--loading-ms` passed in
+/// `--progress-ms` steps (other routes keep llama-server's body), then 200 once loaded.
+#[test]
+fn health_progress_reports_the_load_in_steps() {
+    let srv = Server::start(&[
+        "--loading-ms",
+        "1000",
+        "--progress-ms",
+        "250",
+        "--health-progress",
+    ]);
+    srv.wait_listening();
+    let r = http(srv.port, "GET", "/health", &[], b"");
+    assert_eq!(r.status, 503);
+    let first = r.json();
+    assert_eq!(first["message"], "loading tensors");
+    let progress = |v: &Value| v["progress"].as_f64().unwrap();
+    assert!(progress(&first) < 1.0, "{first}");
+    let other = http(srv.port, "GET", "/v1/models", &[], b"");
+    assert!(String::from_utf8_lossy(&other.body).contains("Loading model"));
+    let t = Instant::now();
+    let mut seen = vec![progress(&first)];
+    loop {
+        let r = http(srv.port, "GET", "/health", &[], b"");
+        if r.status == 200 {
+            break;
+        }
+        let p = progress(&r.json());
+        assert!(p * 4.0 == (p * 4.0).round(), "in 250 ms steps of 1000: {p}");
+        if seen.last() != Some(&p) {
+            seen.push(p);
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never loaded");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(seen.len() >= 3, "the progress moved: {seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+}

@@ -19,6 +19,7 @@ use crate::api::meter::Tokens;
 use query::Query;
 
 mod query;
+pub mod source;
 mod store;
 
 pub use store::OpenError as StoreError;
@@ -41,6 +42,8 @@ pub struct Row {
     pub has_capture: bool,
     /// The label of the API key it presented (a key's name or fingerprint, never the key).
     pub key: Option<Arc<str>>,
+    /// The address it came from (see [`source`]); `None` in rows kept from before.
+    pub src: Option<std::net::SocketAddr>,
 }
 
 /// A response's content type, shared when it is one of the usual ones.
@@ -94,6 +97,8 @@ pub struct Entry {
     pub capture: Option<super::captures::Capture>,
     /// The label of the API key it presented.
     pub key: Option<Arc<str>>,
+    /// The address it came from.
+    pub src: Option<std::net::SocketAddr>,
 }
 
 impl Entry {
@@ -246,6 +251,7 @@ impl Activity {
                 error: e.error,
                 has_capture,
                 key: e.key,
+                src: e.src,
             };
             self.tally.count(&row);
             if rows.rows.len() >= self.max {
@@ -343,6 +349,7 @@ fn row_json(r: &Row) -> Value {
     let mut v = json!({
         "id": r.id,
         "timestamp": crate::rfc3339::format(r.time),
+        "src": source::text(r.src),
         "model": &*r.model,
         "req_path": &*r.req_path,
         "resp_content_type": &*r.content_type,

@@ -8,6 +8,7 @@ use super::Row;
 enum Sort {
     Id,
     Time,
+    Src,
     Model,
     Key,
     Path,
@@ -28,6 +29,7 @@ impl Sort {
         Ok(match name {
             "id" => Sort::Id,
             "time" => Sort::Time,
+            "src" => Sort::Src,
             "model" => Sort::Model,
             "key" => Sort::Key,
             "req_path" => Sort::Path,
@@ -60,6 +62,7 @@ fn compare(a: &Row, b: &Row, key: &Sort) -> std::cmp::Ordering {
     match key {
         Sort::Id => a.id.cmp(&b.id),
         Sort::Time => a.time.cmp(&b.time),
+        Sort::Src => super::source::text(a.src).cmp(&super::source::text(b.src)),
         Sort::Model => a.model.cmp(&b.model),
         Sort::Key => a.key.cmp(&b.key),
         Sort::Path => a.req_path.cmp(&b.req_path),
@@ -79,6 +82,8 @@ pub(super) struct Query {
     models: Vec<String>,
     /// Key labels (names or fingerprints); rows made with any of them pass.
     keys: Vec<String>,
+    /// Rows whose source starts with it pass (taken literally; empty passes all).
+    src_prefix: String,
     start: Option<SystemTime>,
     end: Option<SystemTime>,
     min_id: Option<u64>,
@@ -94,6 +99,7 @@ impl Query {
         let mut q = Query {
             models: Vec::new(),
             keys: Vec::new(),
+            src_prefix: String::new(),
             start: None,
             end: None,
             min_id: None,
@@ -117,6 +123,7 @@ impl Query {
             match k.as_str() {
                 "model" => q.models.push(v),
                 "key" => q.keys.push(v),
+                "src_prefix" => q.src_prefix = v,
                 "start" => q.start = Some(time(&k, &v)?),
                 "end" => q.end = Some(time(&k, &v)?),
                 "min_id" => q.min_id = Some(number(&k, &v, 1, u64::MAX)?),
@@ -131,9 +138,10 @@ impl Query {
         Ok(q)
     }
 
-    /// Whether a row passes the model, time and id filters.
+    /// Whether a row passes the model, key, source, time and id filters.
     pub fn keeps(&self, r: &Row) -> bool {
-        (self.models.is_empty() || self.models.iter().any(|m| **m == *r.model))
+        (self.src_prefix.is_empty() || super::source::text(r.src).starts_with(&self.src_prefix))
+            && (self.models.is_empty() || self.models.iter().any(|m| **m == *r.model))
             && (self.keys.is_empty() || self.keys.iter().any(|k| Some(&**k) == r.key.as_deref()))
             && self.start.is_none_or(|s| r.time >= s)
             && self.end.is_none_or(|e| r.time <= e)

@@ -17,6 +17,7 @@ fn entry(model: &str, status: u16, prompt: u64, speed: f64) -> Entry {
         ttft_ms: Some(1),
         error: (status >= 400).then(|| "boom".to_string()),
         capture: None,
+        src: None,
     }
 }
 
@@ -121,4 +122,40 @@ fn long_texts_are_cut_in_the_row_and_in_the_stored_row() {
         stored.len()
     );
     assert!(bytes < 8 << 10, "the row takes {bytes} bytes");
+}
+
+/// llama-swap's `TestStore_ActivitySourcePrefixSortAndLegacyDefault`: `src_prefix` keeps the rows
+/// whose source starts with it, literally; a row from before sources were kept has none (`""`)
+/// and passes only without a prefix; `sort=src` orders by the source's text.
+#[test]
+fn src_prefix_keeps_the_rows_whose_source_starts_with_it() {
+    let log = Activity::new(10);
+    for src in ["127.0.0.1:10", "[::1]:7", "127.0.0.2:1", "10.0.0.1:9"] {
+        log.record(Entry {
+            src: src.parse().ok(),
+            ..entry("m", 200, 1, 1.0)
+        });
+    }
+    log.record(entry("legacy", 200, 1, 1.0));
+    let sources = |query: &str| -> Vec<String> {
+        let page = log.query(query).unwrap();
+        let rows = page["data"].as_array().unwrap();
+        rows.iter()
+            .map(|r| r["src"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        sources("src_prefix=ip:127.0.0.&sort=src&order=asc"),
+        ["ip:127.0.0.1:10", "ip:127.0.0.2:1"]
+    );
+    assert_eq!(
+        sources("src_prefix=ip:%5B"),
+        ["ip:[::1]:7"],
+        "percent-decoded"
+    );
+    assert_eq!(sources("src_prefix=ip:1_.").len(), 0, "no wildcards");
+    assert_eq!(sources("src_prefix=tc:").len(), 0);
+    assert_eq!(sources("model=legacy"), [""]);
+    assert_eq!(sources("src_prefix=").len(), 5, "an empty prefix keeps all");
+    assert_eq!(log.query("src_prefix=ip:").unwrap()["total"], 4);
 }

@@ -88,6 +88,8 @@ struct ActivityRecord {
     req_path: std::borrow::Cow<'static, str>,
     status: u16,
     content_type: std::borrow::Cow<'static, str>,
+    /// The address the request came from.
+    src: std::net::SocketAddr,
 }
 
 impl Metered {
@@ -130,12 +132,14 @@ impl Metered {
         req_path: std::borrow::Cow<'static, str>,
         status: http::StatusCode,
         content_type: &str,
+        src: std::net::SocketAddr,
     ) -> &mut Self {
         self.activity = Some(ActivityRecord {
             log,
             req_path,
             status: status.as_u16(),
             content_type: super::activity::content_type(content_type),
+            src,
         });
         self
     }

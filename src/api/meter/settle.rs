@@ -97,6 +97,7 @@ impl Pending {
             error,
             capture: self.recording.map(Recording::finish),
             key: self.key,
+            src: Some(a.src),
         };
         a.log.record_as(id, time, entry);
     }

@@ -167,12 +167,21 @@ function replica(i, named) {
 }
 
 function progress(view, i) {
+  if (i.loading?.progress != null) return reported(i);
   if (i.loadElapsed == null) return h('div', { class: 'small muted' }, 'starting…');
   const elapsed = i.loadElapsed + (performance.now() - view.fetchedAt) / 1000;
   const fraction = elapsed / (i.loadDeadline || 1);
   return h('div', { class: 'small' },
     bar([[fraction, fraction > 1 ? 'over' : '']], `loading ${i.id}`),
     `${seconds(elapsed)} of ${seconds(i.loadDeadline)} deadline`);
+}
+
+/** The progress the engine itself reports from its health check, with its message. */
+function reported(i) {
+  const { progress: fraction, message } = i.loading;
+  return h('div', { class: 'small', 'data-loading': i.id },
+    bar([[fraction, '']], `loading ${i.id}`),
+    `${Math.round(fraction * 100)}%${message ? `: ${message}` : ''}`);
 }
 
 function buttons(view, id, state) {

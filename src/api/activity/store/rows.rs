@@ -29,24 +29,29 @@ CREATE TABLE IF NOT EXISTS corral_activity (
     prompt_per_second REAL,
     tokens_per_second REAL,
     error TEXT,
-    api_key TEXT
+    api_key TEXT,
+    src TEXT
 );
 CREATE INDEX IF NOT EXISTS corral_activity_ts ON corral_activity (ts_ms);
 ";
 
 /// The layout `SCHEMA` makes; older files are brought to it by [`migrate`].
-const VERSION: i64 = 2;
+const VERSION: i64 = 3;
 
 /// Makes the table, or brings an older one to this layout: version 1 had no `api_key` column (the
-/// label of the API key that made the request).
+/// label of the API key that made the request), version 2 no `src` (where it came from).
 pub fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(SCHEMA)?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let has_key = conn
-        .prepare("SELECT api_key FROM corral_activity LIMIT 0")
-        .is_ok();
-    if version < VERSION && !has_key {
-        conn.execute_batch("ALTER TABLE corral_activity ADD COLUMN api_key TEXT")?;
+    for column in ["api_key", "src"] {
+        let has = conn
+            .prepare(&format!("SELECT {column} FROM corral_activity LIMIT 0"))
+            .is_ok();
+        if version < VERSION && !has {
+            conn.execute_batch(&format!(
+                "ALTER TABLE corral_activity ADD COLUMN {column} TEXT"
+            ))?;
+        }
     }
     conn.pragma_update(None, "user_version", VERSION)
 }
@@ -67,8 +72,10 @@ pub fn insert(conn: &mut Connection, rows: &[Row]) -> rusqlite::Result<()> {
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO corral_activity (id, ts_ms, model, req_path, status, \
              content_type, duration_ms, ttft_ms, prompt_tokens, completion_tokens, cache_tokens, \
-             draft_tokens, draft_accepted, prompt_per_second, tokens_per_second, error, api_key) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+             draft_tokens, draft_accepted, prompt_per_second, tokens_per_second, error, api_key, \
+             src) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+             ?18)",
         )?;
         for r in rows {
             let t = r.tokens;
@@ -90,6 +97,7 @@ pub fn insert(conn: &mut Connection, rows: &[Row]) -> rusqlite::Result<()> {
                 t.and_then(|t| t.tokens_per_second),
                 r.error.as_deref(),
                 r.key.as_deref(),
+                r.src.map(|_| crate::api::activity::source::text(r.src)),
             ])?;
         }
     }
@@ -100,7 +108,7 @@ pub fn insert(conn: &mut Connection, rows: &[Row]) -> rusqlite::Result<()> {
 /// bookkeeping.
 pub const ROW_BYTES: &str = "100 + length(CAST(model AS BLOB)) + length(CAST(req_path AS BLOB)) \
      + length(CAST(content_type AS BLOB)) + COALESCE(length(CAST(error AS BLOB)), 0) \
-     + COALESCE(length(CAST(api_key AS BLOB)), 0)";
+     + COALESCE(length(CAST(api_key AS BLOB)), 0) + COALESCE(length(CAST(src AS BLOB)), 0)";
 
 /// Deletes rows older than the retention's age, then all but its newest `max_rows`, then the
 /// oldest of those until the rest fit in `max_bytes`.
@@ -137,7 +145,7 @@ pub fn newest(conn: &Connection, keep: usize) -> rusqlite::Result<(Vec<Row>, u64
     let mut stmt = conn.prepare(
         "SELECT id, ts_ms, model, req_path, status, content_type, duration_ms, ttft_ms, \
          prompt_tokens, completion_tokens, cache_tokens, draft_tokens, draft_accepted, \
-         prompt_per_second, tokens_per_second, error, api_key \
+         prompt_per_second, tokens_per_second, error, api_key, src \
          FROM corral_activity ORDER BY id DESC LIMIT ?1",
     )?;
     let limit = keep.min(i64::MAX as usize) as i64;
@@ -178,5 +186,8 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         error: r.get(15)?,
         has_capture: false,
         key: r.get::<_, Option<String>>(16)?.map(Arc::from),
+        src: r
+            .get::<_, Option<String>>(17)?
+            .and_then(|s| crate::api::activity::source::parse(&s)),
     })
 }

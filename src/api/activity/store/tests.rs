@@ -7,6 +7,7 @@ use crate::api::meter::Tokens;
 fn row(id: u64, age: Duration) -> Row {
     Row {
         key: None,
+        src: None,
         id,
         time: SystemTime::now() - age,
         model: Arc::from("m"),
@@ -218,7 +219,7 @@ fn a_rows_key_label_survives_a_reopen() {
 }
 
 #[test]
-fn a_store_of_the_first_layout_gains_the_key_column_and_keeps_its_rows() {
+fn a_store_of_the_first_layout_gains_the_key_and_source_columns_and_keeps_its_rows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.db");
     {
@@ -241,16 +242,19 @@ fn a_store_of_the_first_layout_gains_the_key_column_and_keeps_its_rows() {
         (&*opened.rows[0].model, opened.rows[0].key.as_deref()),
         ("old", None)
     );
+    let src = "[::1]:51234".parse().ok();
     opened.store.save(Row {
         key: Some("apps".into()),
+        src,
         ..row(2, Duration::ZERO)
     });
     drop(opened);
     let again = Store::open(&path, 10, Retention::default()).unwrap();
     assert_eq!(again.rows[1].key.as_deref(), Some("apps"));
+    assert_eq!((again.rows[0].src, again.rows[1].src), (None, src));
     let conn = Connection::open(&path).unwrap();
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 }

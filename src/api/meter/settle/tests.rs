@@ -21,6 +21,7 @@ fn pending(series: &Arc<RequestSeries>, log: &Arc<Activity>) -> Pending {
             req_path: "/v1/chat/completions".into(),
             status: 200,
             content_type: "application/json".into(),
+            src: "127.0.0.1:9".parse().unwrap(),
         })),
         recording: None,
     }
