@@ -5,23 +5,17 @@
 //! fuzz targets need is re-exported below, by name.
 #![deny(unsafe_code)]
 mod api;
-mod body;
+mod clock;
 pub mod config;
-mod deadline;
 mod engines;
-mod error;
-pub mod fdlimit;
 mod fleet;
 mod gpu;
-mod host_memory;
 mod logs;
 pub use logs::logging;
 mod matrix;
 mod memory;
 mod metrics;
-mod model_server;
 mod proxy;
-mod rfc3339;
 mod server;
 mod sources;
 mod supervisor;
@@ -31,7 +25,6 @@ pub use api::activity::Activity;
 pub use api::extract::{classify, model_from_body, query_param, rewrite_multipart_model, BodyKind};
 pub use api::meter::{Labels, Metered};
 pub use api::Limits;
-pub use body::BoxError;
 pub use engines::{
     argv as engine_argv, diagnose, env as engine_env, read_capacity, read_load, Cause, Diagnosis,
     EngineKind, Launch, Load, LoadFormat, LoadReport, ModelForm, Readiness, Task,
@@ -43,6 +36,8 @@ pub use memory::{
     parse_llama_args, Estimate,
 };
 pub use metrics::Metrics;
+pub use proxy::body::BoxError;
+pub use server::fdlimit;
 pub use server::tls::TlsCertificate;
 pub use server::{run, run_with_reloads, Options, Reload};
 pub use sources::{FetchError, Fetched, Fetcher, Form, HfRef, Progress, Source, Want};

@@ -9,9 +9,8 @@ use corral::{Logs, TlsCertificate};
 use tokio_util::sync::CancellationToken;
 
 mod cli;
-mod plan;
-mod pull;
-mod reload;
+
+use cli::{plan, pull, reload};
 
 /// The allocator: glibc's unless built with `--features mimalloc` or `jemalloc` (the A/B in
 /// bench/README.md chose the default).

@@ -17,8 +17,8 @@ use http::{header, Request, Response};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use crate::body::{Body, BoxError};
 use crate::logs::Logs;
+use crate::proxy::body::{Body, BoxError};
 
 /// Paths polled so often that their lines would drown the rest (llama-swap skips the same).
 const QUIET: &[&str] = &["/wol-health", "/api/performance", "/metrics"];
@@ -150,7 +150,7 @@ mod tests {
         let access = Access::begin(&request("/v1/chat/completions"), remote, &logs).unwrap();
         let resp = Response::builder()
             .status(201)
-            .body(crate::body::full("hello"))
+            .body(crate::proxy::body::full("hello"))
             .unwrap();
         let resp = access.answered(resp);
         assert!(logs.http.history().is_empty(), "not before the body ends");

@@ -9,8 +9,8 @@ use http::{header, Method, Request, Response, StatusCode};
 
 use super::router::{self, Methods, Params, Route};
 use super::{control, json, log_routes, reports, App};
-use crate::body::Body;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// What answers a management route.
 #[derive(Debug, Clone, Copy)]
@@ -128,7 +128,7 @@ fn not_allowed(path: &str) -> Option<Response<Body>> {
         .status(StatusCode::METHOD_NOT_ALLOWED)
         .header(header::ALLOW, allow.join(", "))
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(crate::body::full("Method Not Allowed\n"))
+        .body(crate::proxy::body::full("Method Not Allowed\n"))
         .expect("valid");
     Some(response)
 }
@@ -199,6 +199,6 @@ fn not_found() -> Response<Body> {
     Response::builder()
         .status(StatusCode::NOT_FOUND)
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(crate::body::full("404 page not found\n"))
+        .body(crate::proxy::body::full("404 page not found\n"))
         .expect("valid")
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::error::Error;
+use crate::proxy::error::Error;
 
 /// The shared budget (`maxBufferedBodies`).
 #[derive(Debug, Clone)]

@@ -14,8 +14,8 @@ use std::task::{Context, Poll};
 use futures_util::task::AtomicWaker;
 use http::Response;
 
-use crate::body::Body;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// One request's cancel: set once by an operator, seen by the request's task. Only one task polls a
 /// request at a time (its future, then its response body), so one waker is enough.
@@ -106,7 +106,7 @@ mod tests {
     async fn work_that_ends_is_answered_and_a_cancelled_request_does_no_work() {
         let cancel = Cancel::new();
         let answer = Cancellable::new(&cancel, async {
-            Ok(Response::new(crate::body::full("done")))
+            Ok(Response::new(crate::proxy::body::full("done")))
         })
         .await;
         assert_eq!(answer.unwrap().status(), 200);

@@ -8,9 +8,9 @@ use http::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::{json, text, App};
-use crate::body::Body;
 use crate::config::catalog::Target;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// `POST /api/models/load/<name>`: answers once the model is ready, with how long that took.
 pub async fn load(app: &App, name: &str) -> Result<Response<Body>, Error> {

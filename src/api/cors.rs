@@ -11,8 +11,8 @@
 use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::auth::{self, Keys};
-use crate::body::Body;
 use crate::config::{CorsConfig, Scope};
+use crate::proxy::body::Body;
 
 /// Chrome's Private Network Access preflight asks with this, and is answered with the next.
 static REQUEST_PRIVATE_NETWORK: HeaderName =
@@ -38,7 +38,7 @@ pub fn preflight(
 ) -> Response<Body> {
     let mut resp = Response::builder()
         .status(StatusCode::NO_CONTENT)
-        .body(crate::body::empty())
+        .body(crate::proxy::body::empty())
         .expect("valid");
     let out = resp.headers_mut();
     match cors {

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use super::App;
-use crate::body::Body;
+use crate::proxy::body::Body;
 
 fn frame(kind: &str, data: &Value) -> Bytes {
     let inner = json!({"type": kind, "data": data.to_string()});
@@ -115,7 +115,7 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
             }
         }
     });
-    crate::body::sse_from_task(rx, task)
+    crate::proxy::body::sse_from_task(rx, task)
 }
 
 /// What a new subscriber gets first: the logs so far, every model's state, the UI's settings, the

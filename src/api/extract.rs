@@ -6,7 +6,7 @@ use http_body_util::{BodyExt, Limited};
 
 use super::budget::{BodyBudget, Charge};
 use super::scan;
-use crate::error::Error;
+use crate::proxy::error::Error;
 
 /// Reads a whole request body, refusing more than `limit` bytes (413) and more than the shared
 /// budget has room for (503). Bytes are charged as they arrive, so a client that declares a large

@@ -12,9 +12,9 @@ use http_body_util::BodyExt;
 
 use super::extract::BodyKind;
 use super::{filters, peers, App};
-use crate::body::{full, Body};
 use crate::config::catalog::Target;
-use crate::error::Error;
+use crate::proxy::body::{full, Body};
+use crate::proxy::error::Error;
 use crate::proxy::{self, Outgoing};
 
 /// Sends a buffered request to the target's instance; for a pool, a member that fails before
@@ -350,7 +350,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_answer_that_never_ends_is_given_up() {
         let endless = http_body_util::StreamBody::new(futures_util::stream::pending::<
-            Result<http_body::Frame<Bytes>, crate::body::BoxError>,
+            Result<http_body::Frame<Bytes>, crate::proxy::body::BoxError>,
         >());
         let err = read_whole(answer(endless.boxed()), "chat-0")
             .await

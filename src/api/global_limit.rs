@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::proxy::error::Error;
 
 /// The bound and the requests holding a place under it. The count is shared by every App a
 /// reload builds, so the requests still answering under the old config count against the new.

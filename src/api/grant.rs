@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::config::{ApiKey, Scope};
-use crate::error::Error;
+use crate::proxy::error::Error;
 
 /// One configured key, as the requests it admits see it.
 #[derive(Debug)]

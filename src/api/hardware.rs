@@ -69,13 +69,13 @@ fn parse_stat(text: &str) -> Vec<(u64, u64)> {
 /// One `sys_stats` entry, in llama-swap's fields (plus the whole CPU's percent).
 pub fn system_sample(cpu: &mut CpuTimes, now: SystemTime) -> Value {
     let (whole, cores) = cpu.busy_since();
-    let crate::host_memory::HostMemory {
+    let crate::memory::host::HostMemory {
         total,
         available,
         free,
         swap_total,
         swap_free,
-    } = crate::host_memory::read();
+    } = crate::memory::host::read();
     let load: Vec<f64> = read("/proc/loadavg")
         .split_whitespace()
         .take(3)
@@ -83,7 +83,7 @@ pub fn system_sample(cpu: &mut CpuTimes, now: SystemTime) -> Value {
         .collect();
     let mb = |b: u64| b >> 20;
     json!({
-        "timestamp": crate::rfc3339::format(now),
+        "timestamp": crate::clock::rfc3339::format(now),
         "cpu_util_pct": whole,
         "cpu_util_per_core": cores,
         "mem_total_mb": mb(total),
@@ -172,7 +172,7 @@ impl GpuReader {
             return Vec::new();
         };
         self.failures = 0;
-        let at = crate::rfc3339::format(now);
+        let at = crate::clock::rfc3339::format(now);
         for g in &mut gpus {
             g["timestamp"] = Value::String(at.clone());
         }
@@ -229,7 +229,7 @@ pub async fn snapshot(config: &Config) -> Value {
         .filter(|l| l.starts_with("processor"))
         .count();
     let usable = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let memory = crate::host_memory::read();
+    let memory = crate::memory::host::read();
     json!({
         "schema_version": 1,
         "architecture": std::env::consts::ARCH,

@@ -6,7 +6,7 @@
 
 use http::{header, HeaderMap};
 
-use crate::error::Error;
+use crate::proxy::error::Error;
 
 /// The names a loopback listener accepts besides loopback ones.
 #[derive(Debug, Default)]

@@ -16,10 +16,10 @@ use super::extract::{self, BodyKind};
 use super::forward::{forward_local, forward_to_least_loaded, rewrite_for_peer};
 use super::seen::Seen;
 use super::{budget, filters, loading, peers, routing, App};
-use crate::body::Body;
 use crate::config::catalog::Target;
 use crate::config::ModelConfig;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// POST routes whose JSON (or form) body names the model: the route, and the path sent upstream.
 pub fn model_route(path: &str) -> Option<(&'static str, &'static str)> {

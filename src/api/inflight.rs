@@ -22,7 +22,7 @@ struct Entry {
 
 impl Entry {
     fn record(&self, id: u64) -> Value {
-        json!({"id": id, "timestamp": crate::rfc3339::format(self.started), "model": self.model,
+        json!({"id": id, "timestamp": crate::clock::rfc3339::format(self.started), "model": self.model,
             "req_path": self.path, "method": self.method.as_str(), "remote_ip": self.remote.to_string()})
     }
 }

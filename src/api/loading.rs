@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 
 use super::forward::forward_local;
 use super::App;
-use crate::body::Body;
 use crate::config::catalog::Target;
+use crate::proxy::body::Body;
 use crate::supervisor::LoadingProgress;
 
 fn reasoning(text: &str) -> Bytes {
@@ -62,14 +62,14 @@ pub fn stream(
         };
         send_answer(&tx, result, started).await;
     });
-    crate::body::sse_from_task(rx, task)
+    crate::proxy::body::sse_from_task(rx, task)
 }
 
 /// After the progress lines: how long loading took and the model's own stream, or the error as an
 /// SSE event. Ends early when the client has left.
 async fn send_answer(
     tx: &mpsc::Sender<Bytes>,
-    result: Result<Response<Body>, crate::error::Error>,
+    result: Result<Response<Body>, crate::proxy::error::Error>,
     started: Instant,
 ) {
     let resp = match result {

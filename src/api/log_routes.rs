@@ -8,10 +8,10 @@ use http::{header, HeaderMap, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, StreamBody};
 
 use super::App;
-use crate::body::Body;
 use crate::config::catalog::Target;
-use crate::error::Error;
 use crate::logs::LogRing;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// `GET /logs`: the combined history; a browser is sent to the UI instead.
 pub fn history(app: &App, headers: &HeaderMap) -> Response<Body> {
@@ -23,7 +23,7 @@ pub fn history(app: &App, headers: &HeaderMap) -> Response<Body> {
         return Response::builder()
             .status(StatusCode::FOUND)
             .header(header::LOCATION, "/ui/")
-            .body(crate::body::empty())
+            .body(crate::proxy::body::empty())
             .expect("valid");
     }
     let history = Bytes::from(app.logs.combined.history());

@@ -52,7 +52,7 @@ use futures_util::FutureExt;
 use http::{header, Request, Response, StatusCode};
 use tower::{Service, ServiceBuilder};
 
-use crate::body::{full, Body, BoxError};
+use crate::proxy::body::{full, Body, BoxError};
 pub use app::{App, Limits};
 pub use model_detail::shown_command;
 
@@ -131,6 +131,6 @@ fn redirect(status: StatusCode, to: &str) -> Response<Body> {
     Response::builder()
         .status(status)
         .header(header::LOCATION, to)
-        .body(crate::body::empty())
+        .body(crate::proxy::body::empty())
         .expect("valid response")
 }

@@ -3,9 +3,9 @@
 use serde_json::{json, Value};
 
 use super::App;
-use crate::error::Error;
 use crate::fleet::lifecycle::{status_of, Status};
 use crate::fleet::Snapshot;
+use crate::proxy::error::Error;
 
 /// The model `name` means (an id or an alias), as one JSON document.
 pub fn detail(app: &App, name: &str) -> Result<Value, Error> {

@@ -13,7 +13,10 @@ pub fn fields(s: &Snapshot, now: SystemTime) -> Map<String, Value> {
     let mut out = Map::new();
     match (s.state, s.ready_since, &s.loading) {
         (PhaseName::Ready, Some(since), _) => {
-            out.insert("readySince".into(), json!(crate::rfc3339::format(since)));
+            out.insert(
+                "readySince".into(),
+                json!(crate::clock::rfc3339::format(since)),
+            );
             // at least 1, so that a model ready this very moment still shows an uptime
             let up = now.duration_since(since).unwrap_or_default().as_millis();
             out.insert("uptimeMs".into(), json!(up.max(1) as u64));

@@ -11,12 +11,12 @@ use serde_json::{json, Map, Value};
 
 use super::grant::Grant;
 use super::{json, llama_router, metadata, App};
-use crate::body::Body;
 use crate::config::catalog::Catalog;
 use crate::config::{Capabilities, ModelConfig, Scope};
-use crate::error::Error;
 use crate::fleet::lifecycle::Status;
 use crate::fleet::{PhaseName, Snapshot};
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// Metadata keys that configured capabilities replace.
 const CAPABILITY_KEYS: &[&str] = &[

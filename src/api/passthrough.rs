@@ -10,10 +10,10 @@ use http_body_util::BodyExt;
 
 use super::seen::Seen;
 use super::{peers, redirect, routing, App};
-use crate::body::{Body, BoxError};
 use crate::config::catalog::Target;
 use crate::config::ModelConfig;
-use crate::error::Error;
+use crate::proxy::body::{Body, BoxError};
+use crate::proxy::error::Error;
 use crate::proxy::{self, Outgoing};
 
 /// `/upstream/<model>/<path>`: the longest prefix that names a model wins; the rest goes upstream as

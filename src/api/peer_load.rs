@@ -243,7 +243,7 @@ async fn read(reading: &Reading) -> Result<BTreeMap<String, u64>, Failure> {
         base: reading.base.clone(),
         path_and_query: "/api/load".into(),
         parts,
-        body: crate::body::empty(),
+        body: crate::proxy::body::empty(),
         client_addr: None,
     };
     let resp = crate::proxy::forward(&reading.client, out, Some(POLL_EVERY), ())
@@ -257,7 +257,10 @@ async fn read(reading: &Reading) -> Result<BTreeMap<String, u64>, Failure> {
 }
 
 /// A body read whole, unless it is larger than `max` bytes.
-async fn read_capped(mut body: crate::body::Body, max: usize) -> Result<bytes::Bytes, Failure> {
+async fn read_capped(
+    mut body: crate::proxy::body::Body,
+    max: usize,
+) -> Result<bytes::Bytes, Failure> {
     let mut read = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|_| Unreachable)?.into_data() else {
@@ -402,12 +405,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_report_over_the_cap_is_not_read() {
-        let big = crate::body::full(vec![b' '; 100]);
+        let big = crate::proxy::body::full(vec![b' '; 100]);
         assert!(matches!(
             read_capped(big, 99).await,
             Err(Failure::Oversized)
         ));
-        let fits = crate::body::full(vec![b' '; 99]);
+        let fits = crate::proxy::body::full(vec![b' '; 99]);
         assert_eq!(read_capped(fits, 99).await.unwrap().len(), 99);
     }
 

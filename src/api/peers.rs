@@ -8,8 +8,8 @@ use http::{header, HeaderValue};
 
 use super::auth::X_API_KEY;
 use super::App;
-use crate::body::{full, Body};
-use crate::error::Error;
+use crate::proxy::body::{full, Body};
+use crate::proxy::error::Error;
 use crate::proxy::{self, Outgoing};
 
 /// Sends a buffered (possibly rewritten) request to a peer.

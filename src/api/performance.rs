@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 
 use super::hardware;
 use super::{json, App};
-use crate::body::Body;
-use crate::error::Error;
 use crate::fleet::Fleet;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// How far back the rings reach.
 const WINDOW: Duration = Duration::from_secs(3600);
@@ -75,7 +75,7 @@ impl ModelSample {
 
     fn json(&self) -> Value {
         json!({
-            "timestamp": crate::rfc3339::format(self.at),
+            "timestamp": crate::clock::rfc3339::format(self.at),
             "requests": self.requests,
             "requests_per_second": self.per_second,
             "ttft_p50_ms": self.ttft_p50_ms,
@@ -178,7 +178,8 @@ async fn sample_loop(
             let now = SystemTime::now();
             let system = hardware::system_sample(&mut cpu, now);
             let gpu = gpus.sample(now).await;
-            let (loads, _) = crate::model_server::loads(&fleet.snapshot(), &fleet.queue_depths());
+            let (loads, _) =
+                crate::metrics::model_server::loads(&fleet.snapshot(), &fleet.queue_depths());
             let mut series = series.lock().unwrap_or_else(|e| e.into_inner());
             series.system.push_back((now, system));
             series.gpus.extend(gpu.into_iter().map(|g| (now, g)));
@@ -198,7 +199,7 @@ fn add_models(
     now: SystemTime,
     elapsed: Duration,
     mut counts: HashMap<Arc<str>, Counts>,
-    loads: &BTreeMap<String, crate::model_server::Load>,
+    loads: &BTreeMap<String, crate::metrics::model_server::Load>,
 ) {
     let mut ids: Vec<String> = series.models.keys().cloned().collect();
     ids.extend(counts.keys().map(|k| k.to_string()));
@@ -254,7 +255,7 @@ pub async fn answer(app: &App, path: &str, query: Option<&str>) -> Result<Respon
     for (k, v) in super::extract::query_pairs(query.unwrap_or("")) {
         match k.as_str() {
             "after" => {
-                after = Some(crate::rfc3339::parse(&v).ok_or_else(|| {
+                after = Some(crate::clock::rfc3339::parse(&v).ok_or_else(|| {
                     Error::BadRequest(format!("after must be an RFC 3339 time, not {v:?}"))
                 })?)
             }

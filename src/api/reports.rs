@@ -6,10 +6,10 @@ use serde_json::{json, Value};
 
 use super::grant::Grant;
 use super::{json, App};
-use crate::body::Body;
 use crate::config::Scope;
-use crate::error::Error;
 use crate::fleet::PhaseName;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// `GET /running`: every instance not stopped, with its command line masked.
 pub fn running(app: &App) -> Response<Body> {
@@ -44,7 +44,8 @@ pub fn load_report(app: &App, caller: Option<&Grant>) -> Value {
         }
     };
     // the figures the model-server gauges publish, so a peer and a picker see the same load
-    let (loads, _) = crate::model_server::loads(&app.fleet.snapshot(), &app.fleet.queue_depths());
+    let (loads, _) =
+        crate::metrics::model_server::loads(&app.fleet.snapshot(), &app.fleet.queue_depths());
     let mut models: serde_json::Map<String, Value> = app
         .config
         .models
@@ -104,6 +105,6 @@ pub fn metrics(app: &App) -> Response<Body> {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )
-        .body(crate::body::full(text))
+        .body(crate::proxy::body::full(text))
         .expect("valid")
 }

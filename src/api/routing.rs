@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 pub use crate::config::catalog::Route;
 use crate::config::catalog::{self, Catalog};
 use crate::config::Config;
-use crate::error::Error;
 use crate::fleet::{Fleet, PhaseName};
+use crate::proxy::error::Error;
 
 /// The active profile: none at start and after every reload. Event streams watch it, so each
 /// change is told as a `profileChanged`.

@@ -12,9 +12,9 @@ use http_body_util::BodyExt;
 use super::cancel::Cancel;
 use super::grant::{self, Grant};
 use super::{activity, captures, inflight, meter, App};
-use crate::body::Body;
 use crate::config::Config;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// What a model request learns on its way: its model, and its place in the in-flight list.
 pub struct Seen {

@@ -11,7 +11,7 @@ use super::lease::{Lease, Reservation, Turn};
 use super::prepare::Prepared;
 use super::{oom, prefix, Fleet, Retire};
 use crate::config::catalog::Target;
-use crate::error::Error;
+use crate::proxy::error::Error;
 use crate::supervisor::StartError;
 
 /// What a direct request carries from one try to the next.
@@ -62,7 +62,7 @@ impl Fleet {
             }
             match &direct.no_room {
                 Some((since, _)) => {
-                    let deadline = crate::deadline::after(*since, self.no_room_limit(id));
+                    let deadline = crate::clock::deadline::after(*since, self.no_room_limit(id));
                     tokio::select! {
                         _ = notified => {}
                         _ = tokio::time::sleep_until(deadline) => {}

@@ -138,7 +138,7 @@ impl Lifecycle {
     pub fn publish(&self, kind: &str, model: &str, mut fields: Value) {
         fields["type"] = json!(kind);
         fields["model"] = json!(model);
-        fields["at"] = json!(crate::rfc3339::format(std::time::SystemTime::now()));
+        fields["at"] = json!(crate::clock::rfc3339::format(std::time::SystemTime::now()));
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if recent.len() == KEPT {
             recent.pop_front();

@@ -13,7 +13,7 @@ use super::prefix::{Holder, Prefix};
 use super::prepare::Prepared;
 use super::{pick, Fleet, Retire, State};
 use crate::config::Balance;
-use crate::error::Error;
+use crate::proxy::error::Error;
 
 /// What one waiting request asks of its pool.
 struct Wants<'a> {
@@ -41,9 +41,9 @@ impl Fleet {
         let ticket = self.enqueue(pool)?;
         let (timeout, prefix_wait) = self.queue_timeouts(pool);
         let now = tokio::time::Instant::now();
-        let deadline = crate::deadline::after(now, timeout);
+        let deadline = crate::clock::deadline::after(now, timeout);
         // until then, a request waits for the replica holding its prefix rather than go elsewhere
-        let prefer_until = crate::deadline::after(now, prefix_wait);
+        let prefer_until = crate::clock::deadline::after(now, prefix_wait);
         let mut awaited: HashMap<String, u64> = HashMap::new();
         loop {
             let waiter = self.inner.changed.waiter();

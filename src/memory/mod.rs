@@ -5,6 +5,7 @@
 
 mod compute;
 mod estimate;
+pub(crate) mod host;
 mod kv;
 mod llama_args;
 mod params;

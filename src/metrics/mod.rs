@@ -6,6 +6,7 @@
 //! request handling. Every label value comes from the config: unknown names never become labels.
 
 mod fleet;
+pub(crate) mod model_server;
 mod present;
 mod requests;
 mod system;
@@ -43,7 +44,7 @@ pub struct Metrics {
     present: PresentGauges,
     system: SystemGauges,
     /// What an inference gateway's endpoint picker reads.
-    model_server: crate::model_server::Gauges,
+    model_server: crate::metrics::model_server::Gauges,
 }
 
 /// Registers `c` in `r` and returns it.
@@ -105,7 +106,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let r = Registry::new();
         Metrics {
-            model_server: crate::model_server::Gauges::new(&r),
+            model_server: crate::metrics::model_server::Gauges::new(&r),
             requests: RequestMetrics::new(&r),
             fleet: fleet::fleet_counters(&r),
             config_reloads: counter(

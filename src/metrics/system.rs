@@ -49,7 +49,7 @@ impl SystemGauges {
 
     /// System gauges llama-swap users chart, read cheaply from /proc (and the cgroup's limit).
     fn read_proc(&self) {
-        let memory = crate::host_memory::read();
+        let memory = crate::memory::host::read();
         for (bytes, kind) in [(memory.total, "total"), (memory.available, "available")] {
             self.system_memory
                 .with_label_values(&[kind])

@@ -5,6 +5,8 @@
 //! drops the upstream connection, so a disconnect reaches the engine at once. Nothing here spawns a
 //! task that could outlive the client: a websocket's tunnel runs on the client's own connection
 //! (`tunnel.rs`).
+pub(crate) mod body;
+pub(crate) mod error;
 mod headers;
 pub(crate) mod tunnel;
 pub(crate) mod upstream;
@@ -26,8 +28,8 @@ use http::{header, HeaderMap, HeaderValue, Request, Response};
 use http_body::{Body as HttpBody, Frame};
 use http_body_util::BodyExt;
 
-use crate::body::{Body, BoxError};
-use crate::error::Error;
+use crate::proxy::body::{Body, BoxError};
+use crate::proxy::error::Error;
 use headers::{add_forwarded_for, strip_hop_by_hop, Host, X_ACCEL_BUFFERING};
 use upstream::{Origin, Upstream};
 
@@ -208,7 +210,7 @@ pub async fn forward_upgrade<G: Send + 'static>(
     parts.headers.insert(header::HOST, to.origin.host.clone());
     parts.uri = to.uri;
     parts.version = http::Version::HTTP_11;
-    let upstream_req = Request::from_parts(parts, crate::body::empty());
+    let upstream_req = Request::from_parts(parts, crate::proxy::body::empty());
     let send = upstream.send_upgrade(&to.origin.address, upstream_req);
     let mut resp = within(send, response_header_timeout).await?;
     if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
@@ -230,7 +232,7 @@ pub async fn forward_upgrade<G: Send + 'static>(
         }
     }
     let (parts, _) = resp.into_parts();
-    Ok(Response::from_parts(parts, crate::body::empty()))
+    Ok(Response::from_parts(parts, crate::proxy::body::empty()))
 }
 
 /// A body that holds a guard until it is finished or dropped.
@@ -316,7 +318,7 @@ mod tests {
         let req = Request::get("/ws")
             .header(header::UPGRADE, "websocket")
             .header(header::CONNECTION, "upgrade")
-            .body(crate::body::empty())
+            .body(crate::proxy::body::empty())
             .unwrap();
         let limit = Some(Duration::from_millis(300));
         let forwarded = forward_upgrade(&upstream, &base, "/ws", req, limit, ());

@@ -48,14 +48,14 @@ pub async fn join<G>(client: OnUpgrade, upstream: OnUpgrade, idle: Duration, gua
     let mut upstream = Moving::new(TokioIo::new(upstream), start, &last);
     let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
     let mut copy = std::pin::pin!(copy);
-    let quiet = tokio::time::sleep_until(crate::deadline::after(start, idle));
+    let quiet = tokio::time::sleep_until(crate::clock::deadline::after(start, idle));
     let mut quiet = std::pin::pin!(quiet);
     loop {
         tokio::select! {
             _ = copy.as_mut() => return,
             () = quiet.as_mut() => {
                 let moved = start + Duration::from_nanos(last.load(Ordering::Relaxed));
-                let due = crate::deadline::after(moved, idle);
+                let due = crate::clock::deadline::after(moved, idle);
                 if due <= Instant::now() {
                     tracing::debug!("closed a websocket idle for {}s", idle.as_secs());
                     return;

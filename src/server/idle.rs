@@ -285,7 +285,7 @@ impl<T> IdleDeadline<T> {
             ));
         }
         let served = self.activity.served.load(Ordering::Acquire);
-        let deadline = crate::deadline::after(since, self.bound(served));
+        let deadline = crate::clock::deadline::after(since, self.bound(served));
         let timer = self
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, Version};
 use http_body::Frame;
 
-use crate::body::{Body, BoxError};
+use crate::proxy::body::{Body, BoxError};
 use crate::proxy::tunnel::Handoff;
 use crate::server::idle::{Activity, InFlight};
 use crate::server::slow_body::{BodyDeadline, BodyLimits};
@@ -158,8 +158,8 @@ impl http_body::Body for InFlightBody {
 /// 408 for a body read too slowly; an HTTP/1 connection then closes (its unread rest of the body
 /// cannot be skipped in time anyway).
 fn slow_body_response(version: Version, accept: Option<&HeaderValue>) -> Response<Body> {
-    let err = crate::error::Error::BodyTimeout("the client sent its body too slowly");
-    let mut resp = crate::error::render(&err, accept);
+    let err = crate::proxy::error::Error::BodyTimeout("the client sent its body too slowly");
+    let mut resp = crate::proxy::error::render(&err, accept);
     if version < Version::HTTP_2 {
         resp.headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
@@ -199,7 +199,7 @@ mod tests {
             Ok(_) => StatusCode::OK,
             Err(_) => StatusCode::BAD_REQUEST,
         };
-        let mut resp = Response::new(crate::body::full("read"));
+        let mut resp = Response::new(crate::proxy::body::full("read"));
         *resp.status_mut() = status;
         resp
     }
@@ -225,7 +225,7 @@ mod tests {
             assert_eq!(close.is_some_and(|v| v == "close"), closes, "{version:?}");
         }
         let service = connection(reads_body::<BodyDeadline<Body>>, &activity, limits);
-        let quick = Request::new(crate::body::full("all at once"));
+        let quick = Request::new(crate::proxy::body::full("all at once"));
         assert_eq!(service.call(quick).await.unwrap().status(), StatusCode::OK);
     }
 
@@ -238,13 +238,15 @@ mod tests {
         };
         let answer = |status: StatusCode| {
             move |_: Request<BodyDeadline<Body>>| async move {
-                let mut resp = Response::new(crate::body::full("answer"));
+                let mut resp = Response::new(crate::proxy::body::full("answer"));
                 *resp.status_mut() = status;
                 resp
             }
         };
         let service = connection(answer(StatusCode::OK), &activity, limits);
-        let resp = service.call(Request::new(crate::body::empty())).await;
+        let resp = service
+            .call(Request::new(crate::proxy::body::empty()))
+            .await;
         assert!(activity.idle_since().is_none(), "the body is still to send");
         resp.unwrap().into_body().collect().await.unwrap();
         assert!(activity.idle_since().is_some());
@@ -252,7 +254,7 @@ mod tests {
         let service = connection(answer(StatusCode::SWITCHING_PROTOCOLS), &activity, limits);
         drop(
             service
-                .call(Request::new(crate::body::empty()))
+                .call(Request::new(crate::proxy::body::empty()))
                 .await
                 .unwrap(),
         );

@@ -2,6 +2,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod connection;
+pub mod fdlimit;
 pub(crate) mod idle;
 pub(crate) mod layers;
 pub(crate) mod slow_body;
@@ -336,7 +337,7 @@ async fn preload(fleet: Fleet) {
 fn max_connections(settings: &crate::config::ServerSettings) -> usize {
     let max = settings
         .max_connections
-        .unwrap_or_else(|| admission::default_max(crate::fdlimit::current()));
+        .unwrap_or_else(|| admission::default_max(crate::server::fdlimit::current()));
     tracing::info!("serving at most {max} client connections at once");
     max
 }

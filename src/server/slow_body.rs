@@ -65,12 +65,12 @@ impl<B> BodyDeadline<B> {
 
     /// The earlier of the two bounds, and which one it is.
     fn deadline(&self, started: Instant, last: Instant, received: u64) -> (Instant, &'static str) {
-        let stalled = crate::deadline::after(last, self.limits.stall);
+        let stalled = crate::clock::deadline::after(last, self.limits.stall);
         if self.limits.min_rate == 0 {
             return (stalled, "no data within the limit");
         }
         let earned = Duration::from_secs_f64(received as f64 / self.limits.min_rate as f64);
-        let slow = crate::deadline::after(started, self.limits.stall.saturating_add(earned));
+        let slow = crate::clock::deadline::after(started, self.limits.stall.saturating_add(earned));
         if slow < stalled {
             (slow, "below the minimum rate")
         } else {

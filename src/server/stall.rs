@@ -248,7 +248,7 @@ impl<F: Future<Output = ()>> Future for SendDeadline<F> {
                 *this.timer = None;
                 return Poll::Pending;
             }
-            let next = crate::deadline::after(tokio::time::Instant::now(), *this.tick);
+            let next = crate::clock::deadline::after(tokio::time::Instant::now(), *this.tick);
             timer.as_mut().reset(next);
         }
         Poll::Pending

@@ -334,8 +334,10 @@ impl Process {
                         tail: self.tail(),
                     });
                 };
-                load.deadline =
-                    crate::deadline::after(tokio::time::Instant::from_std(progress), spec.stall);
+                load.deadline = crate::clock::deadline::after(
+                    tokio::time::Instant::from_std(progress),
+                    spec.stall,
+                );
             }
             tokio::select! {
                 _ = tokio::time::sleep(poll_interval(started.elapsed())) => {}
@@ -588,7 +590,7 @@ struct LoadWatch {
 impl LoadWatch {
     fn new(load_timeout: Duration) -> LoadWatch {
         LoadWatch {
-            deadline: crate::deadline::after(tokio::time::Instant::now(), load_timeout),
+            deadline: crate::clock::deadline::after(tokio::time::Instant::now(), load_timeout),
             load_timeout,
             last_answer: None,
             answer_changed: Instant::now(),
@@ -611,7 +613,8 @@ impl LoadWatch {
         let Some(report) = loading else { return };
         let noted = self.countdown.note(&report);
         if noted.restart {
-            let restarted = crate::deadline::after(tokio::time::Instant::now(), self.load_timeout);
+            let restarted =
+                crate::clock::deadline::after(tokio::time::Instant::now(), self.load_timeout);
             self.deadline = self.deadline.max(restarted);
         }
         if noted.changed {

@@ -9,7 +9,7 @@
 
 use http::{header, Method, Response, StatusCode};
 
-use crate::body::Body;
+use crate::proxy::body::Body;
 
 /// An embedded file: its path under `/ui/`, its media type, its bytes.
 pub struct Asset {
@@ -98,7 +98,7 @@ fn file(content_type: &str, body: impl Into<bytes::Bytes>) -> Response<Body> {
         .header(header::CONTENT_SECURITY_POLICY, CSP)
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
         .header(header::REFERRER_POLICY, "no-referrer")
-        .body(crate::body::full(body))
+        .body(crate::proxy::body::full(body))
         .expect("valid response")
 }
 
@@ -106,7 +106,7 @@ fn redirect(to: &'static str) -> Response<Body> {
     Response::builder()
         .status(StatusCode::MOVED_PERMANENTLY)
         .header(header::LOCATION, to)
-        .body(crate::body::empty())
+        .body(crate::proxy::body::empty())
         .expect("valid response")
 }
 
@@ -114,7 +114,7 @@ fn not_found() -> Response<Body> {
     Response::builder()
         .status(StatusCode::NOT_FOUND)
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(crate::body::full("404 page not found\n"))
+        .body(crate::proxy::body::full("404 page not found\n"))
         .expect("valid response")
 }
 

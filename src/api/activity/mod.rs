@@ -348,7 +348,7 @@ fn row_json(r: &Row) -> Value {
     let rate = |v: Option<f64>| v.unwrap_or(-1.0);
     let mut v = json!({
         "id": r.id,
-        "timestamp": crate::rfc3339::format(r.time),
+        "timestamp": crate::clock::rfc3339::format(r.time),
         "src": source::text(r.src),
         "model": &*r.model,
         "req_path": &*r.req_path,

@@ -116,7 +116,7 @@ impl Query {
                 .ok_or_else(|| format!("{k} must be a whole number from {min} to {max}, not {v:?}"))
         };
         let time = |k: &str, v: &str| {
-            crate::rfc3339::parse(v)
+            crate::clock::rfc3339::parse(v)
                 .ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
         };
         for (k, v) in crate::api::extract::query_pairs(query) {

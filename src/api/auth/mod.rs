@@ -11,7 +11,7 @@ use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 use super::grant::Grant;
 use super::hosts::HostRule;
 use crate::config::{ApiKey, Scope};
-use crate::error::Error;
+use crate::proxy::error::Error;
 
 /// Header names looked up on every model request, made once (a name given as text is parsed for
 /// each lookup).

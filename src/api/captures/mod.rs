@@ -420,7 +420,7 @@ impl Captures {
 
 /// `GET /api/captures/<id>`: 400 for an id that is not a number, 404 when it is gone (or captures
 /// are off).
-pub fn route(captures: Option<&Captures>, id: &str) -> http::Response<crate::body::Body> {
+pub fn route(captures: Option<&Captures>, id: &str) -> http::Response<crate::proxy::body::Body> {
     use http::StatusCode;
     let Ok(id) = id.parse::<u64>() else {
         let bad = json!({"error": "invalid capture ID"});

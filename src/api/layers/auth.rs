@@ -10,8 +10,8 @@ use http::{Request, Response};
 use super::{answer_now, Answer};
 use crate::api::auth::{self, Keys};
 use crate::api::grant::{Caller, Grant};
-use crate::body::Body;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 #[derive(Clone, Copy)]
 pub struct AuthLayer<'a> {

@@ -10,8 +10,8 @@ use http::{header, HeaderValue, Method, Request, Response};
 
 use crate::api::auth::Keys;
 use crate::api::cors;
-use crate::body::Body;
 use crate::config::CorsConfig;
+use crate::proxy::body::Body;
 
 #[derive(Clone, Copy)]
 pub struct CorsLayer<'a> {
@@ -147,7 +147,7 @@ mod tests {
     use super::super::stub::{self, Stub};
     use super::*;
     use crate::config::{ApiKey, Scope};
-    use crate::error::Error;
+    use crate::proxy::error::Error;
 
     const DASH: &str = "https://dash.example";
 

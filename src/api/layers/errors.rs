@@ -10,9 +10,9 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use tower::util::Oneshot;
 use tower::ServiceExt;
 
-use crate::body::Body;
 use crate::config::Redactor;
-use crate::error::{render, Error};
+use crate::proxy::body::Body;
+use crate::proxy::error::{render, Error};
 
 #[derive(Clone, Copy)]
 pub struct RenderErrorsLayer<'a> {
@@ -163,7 +163,7 @@ mod tests {
             Ok(Response::builder()
                 .status(StatusCode::NO_CONTENT)
                 .header(header::CONTENT_LENGTH, "0")
-                .body(crate::body::empty())
+                .body(crate::proxy::body::empty())
                 .unwrap())
         }
         let redactor = Redactor::default();

@@ -21,8 +21,8 @@ use futures_util::future::Either;
 use http::{Request, Response};
 
 use super::{admin, App};
-use crate::body::Body;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 pub use auth::AuthLayer;
 pub use cors::CorsLayer;
@@ -86,8 +86,8 @@ mod stub {
 
     use http::{Request, Response};
 
-    use crate::body::Body;
-    use crate::error::Error;
+    use crate::proxy::body::Body;
+    use crate::proxy::error::Error;
 
     /// What test requests carry.
     pub type Sent = http_body_util::Full<bytes::Bytes>;

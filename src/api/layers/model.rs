@@ -18,8 +18,8 @@ use crate::api::global_limit::Place;
 use crate::api::grant::Caller;
 use crate::api::seen::{metered, Seen};
 use crate::api::{inference, ollama, passthrough, App};
-use crate::body::{Body, BoxError};
-use crate::error::Error;
+use crate::proxy::body::{Body, BoxError};
+use crate::proxy::error::Error;
 
 #[derive(Clone, Copy)]
 pub struct ModelRequestLayer<'a> {

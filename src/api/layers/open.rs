@@ -9,9 +9,9 @@ use http::{Method, Request, Response, StatusCode};
 use super::{answer_now, Answer};
 use crate::api::auth::Keys;
 use crate::api::{cors, redirect, text};
-use crate::body::Body;
 use crate::config::CorsConfig;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 #[derive(Clone, Copy)]
 pub struct OpenRoutesLayer<'a> {

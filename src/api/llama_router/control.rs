@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::{model_state, RouterState};
 use crate::api::{json, App};
-use crate::body::Body;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// The `model` of a `{"model": id}` body.
 async fn model_of<B>(app: &App, req: Request<B>) -> Result<String, Error>

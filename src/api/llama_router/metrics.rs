@@ -5,9 +5,9 @@ use http::{header, Response, StatusCode};
 
 use crate::api::grant::Grant;
 use crate::api::App;
-use crate::body::Body;
-use crate::error::Error;
 use crate::fleet::PhaseName;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// The text a ready instance of `name` answers on its `/metrics`, with its status and type.
 pub async fn engine_metrics(
@@ -39,7 +39,7 @@ pub async fn engine_metrics(
     Ok(Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, content_type)
-        .body(crate::body::full(body))
+        .body(crate::proxy::body::full(body))
         .expect("valid response"))
 }
 

@@ -11,8 +11,8 @@ mod sse;
 use serde_json::{json, Map, Value};
 
 use crate::config::catalog::Target;
-use crate::error::Error;
 use crate::fleet::{PhaseName, Snapshot};
+use crate::proxy::error::Error;
 
 pub use control::{load, unload};
 pub use metrics::engine_metrics;

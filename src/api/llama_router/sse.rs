@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 
 use super::{download_progress, model_state, RouterState};
 use crate::api::App;
-use crate::body::Body;
 use crate::fleet::Snapshot;
+use crate::proxy::body::Body;
 
 /// What the stream last told of one model: its state and its download.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,5 +88,5 @@ pub fn stream(app: &Arc<App>) -> Response<Body> {
             told = now;
         }
     });
-    crate::body::sse_from_task(rx, task)
+    crate::proxy::body::sse_from_task(rx, task)
 }

@@ -16,8 +16,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame};
 
-use crate::body::{Body, BoxError};
 use crate::metrics::{KeySeries, Metrics, RequestSeries};
+use crate::proxy::body::{Body, BoxError};
 use idle::IdleLimit;
 pub use settle::{after_the_write, settle_all};
 pub(crate) use usage::Tokens;
@@ -290,7 +290,7 @@ impl HttpBody for Metered {
 
 /// The last event of a stream the upstream broke off.
 pub(super) fn stream_error_event(why: &str) -> Bytes {
-    crate::error::sse_error_event(
+    crate::proxy::error::sse_error_event(
         http::StatusCode::BAD_GATEWAY,
         &format!("the upstream stream ended early: {why}"),
     )

@@ -53,7 +53,7 @@ impl Counts {
 
 /// Now, as Ollama's `created_at`.
 pub fn created_at() -> String {
-    crate::rfc3339::format(SystemTime::now())
+    crate::clock::rfc3339::format(SystemTime::now())
 }
 
 /// Ollama's `done_reason` for OpenAI's `finish_reason`: a tool call ends as a stop.
@@ -203,7 +203,7 @@ mod tests {
         assert_eq!(out["prompt_eval_duration"], 2_500_000);
         assert_eq!(out["eval_duration"], 30_000_000);
         assert!(out["total_duration"].as_u64().is_some());
-        assert!(crate::rfc3339::parse(out["created_at"].as_str().unwrap()).is_some());
+        assert!(crate::clock::rfc3339::parse(out["created_at"].as_str().unwrap()).is_some());
     }
 
     #[test]

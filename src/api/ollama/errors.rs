@@ -4,8 +4,8 @@
 use http::{header, Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::body::Body;
-use crate::error::Error;
+use crate::proxy::body::Body;
+use crate::proxy::error::Error;
 
 /// The most of an engine's error answer that is read for its message.
 const UPSTREAM_ERROR_LIMIT: usize = 64 * 1024;
@@ -25,7 +25,7 @@ pub fn from_error(e: &Error, model: &str) -> Response<Body> {
         other => other.to_string(),
     };
     let mut resp = error(e.status(), &message);
-    let rendered = crate::error::render(e, None);
+    let rendered = crate::proxy::error::render(e, None);
     for name in [header::RETRY_AFTER, header::WWW_AUTHENTICATE] {
         if let Some(value) = rendered.headers().get(&name) {
             resp.headers_mut().insert(name, value.clone());

@@ -19,8 +19,8 @@ use super::errors::{self, error};
 use super::request::{self, Asked, Translated, Upstream};
 use super::stream::{Ndjson, NdjsonBody};
 use super::{keep_alive, names, Call};
-use crate::body::{full, Body, BoxError};
-use crate::error::Error;
+use crate::proxy::body::{full, Body, BoxError};
+use crate::proxy::error::Error;
 
 const NDJSON: &str = "application/x-ndjson";
 

@@ -12,9 +12,9 @@ use super::super::grant::Grant;
 use super::super::{json, App};
 use super::errors::error;
 use super::facts::{self, Facts};
-use crate::body::Body;
 use crate::config::ModelConfig;
 use crate::fleet::{PhaseName, Snapshot};
+use crate::proxy::body::Body;
 
 /// The most of a `/api/show` body that is read: it names a model and little else.
 const SHOW_BODY_LIMIT: u64 = 64 * 1024;
@@ -69,7 +69,7 @@ fn tag(name: &str, facts: &Facts) -> Value {
         "name": name, "model": name, "size": facts.size, "details": facts.details(),
     });
     if let Some(modified) = facts.modified {
-        entry["modified_at"] = json!(crate::rfc3339::format(modified));
+        entry["modified_at"] = json!(crate::clock::rfc3339::format(modified));
     }
     entry
 }
@@ -116,7 +116,7 @@ fn running(
         "details": facts.details(),
     });
     if let Some(latest) = due.and_then(|d| d.into_iter().max()) {
-        entry["expires_at"] = json!(crate::rfc3339::format(latest));
+        entry["expires_at"] = json!(crate::clock::rfc3339::format(latest));
     }
     if let Some(ctx) = facts::context_length(model) {
         entry["context_length"] = json!(ctx);
@@ -139,7 +139,7 @@ where
     };
     let routed = super::names::routed(app, name);
     let Some(id) = app.config.real_model_name(&routed).map(str::to_string) else {
-        let e = crate::error::Error::UnknownModel;
+        let e = crate::proxy::error::Error::UnknownModel;
         return super::errors::from_error(&e, name);
     };
     if !may_use(caller, &routed) && !may_use(caller, &id) {
@@ -188,7 +188,7 @@ fn shown(model: &ModelConfig, facts: &Facts) -> Value {
         out["template"] = json!(template);
     }
     if let Some(modified) = facts.modified {
-        out["modified_at"] = json!(crate::rfc3339::format(modified));
+        out["modified_at"] = json!(crate::clock::rfc3339::format(modified));
     }
     out
 }

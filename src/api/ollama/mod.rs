@@ -28,9 +28,9 @@ use bytes::Bytes;
 use http::{Method, Request, Response};
 
 use super::App;
-use crate::body::{Body, BoxError};
 use crate::config::Config;
-use crate::error::Error;
+use crate::proxy::body::{Body, BoxError};
+use crate::proxy::error::Error;
 
 /// What an Ollama route asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

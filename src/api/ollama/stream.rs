@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::answer::{self, Counts};
 use super::request::Asked;
 use super::Call;
-use crate::body::{Body, BoxError};
+use crate::proxy::body::{Body, BoxError};
 
 /// The translation of one stream, fed the engine's bytes as they arrive.
 pub struct Ndjson {
@@ -340,7 +340,7 @@ mod tests {
     #[tokio::test]
     async fn the_body_translates_as_it_reads() {
         use http_body_util::BodyExt;
-        let inner = crate::body::full(STREAM);
+        let inner = crate::proxy::body::full(STREAM);
         let body = NdjsonBody::new(inner, Ndjson::new(&asked(Call::Chat), Instant::now()));
         let bytes = body.collect().await.unwrap().to_bytes();
         let got = lines(&bytes);

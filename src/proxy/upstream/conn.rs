@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 
 use super::{home, Address, Connection, Upstream};
-use crate::body::{Body, BoxError};
+use crate::proxy::body::{Body, BoxError};
 
 /// One HTTP/1.1 connection: the sending half and the connection future that does the I/O.
 pub(super) struct Conn {

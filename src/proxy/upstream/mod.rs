@@ -19,7 +19,7 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::body::Body;
+use crate::proxy::body::Body;
 use conn::Conn;
 pub use conn::UpstreamBody;
 
@@ -63,8 +63,8 @@ pub struct Origin {
 
 impl Origin {
     /// Parses `http://host[:port][/prefix]` or `https://…`.
-    pub fn parse(base: &str) -> Result<Origin, crate::error::Error> {
-        use crate::error::Error;
+    pub fn parse(base: &str) -> Result<Origin, crate::proxy::error::Error> {
+        use crate::proxy::error::Error;
         let bad = |why: &str| Error::Internal(format!("bad upstream URL {base:?}: {why}"));
         let (rest, tls, default_port) = if let Some(rest) = base.strip_prefix("http://") {
             (rest, false, 80)
@@ -161,10 +161,10 @@ pub enum Failure {
     Exchange(hyper::Error),
 }
 
-impl From<Failure> for crate::error::Error {
+impl From<Failure> for crate::proxy::error::Error {
     /// A connection never made is unreachable; one made that then failed is an upstream error.
-    fn from(failure: Failure) -> crate::error::Error {
-        use crate::error::Error;
+    fn from(failure: Failure) -> crate::proxy::error::Error {
+        use crate::proxy::error::Error;
         match failure {
             Failure::Connect(_) => Error::Unreachable(failure.to_string()),
             Failure::Exchange(_) => Error::Upstream(failure.to_string()),
@@ -248,7 +248,7 @@ impl Upstream {
     }
 
     /// `base` parsed, once.
-    pub fn origin(&self, base: &str) -> Result<Arc<Origin>, crate::error::Error> {
+    pub fn origin(&self, base: &str) -> Result<Arc<Origin>, crate::proxy::error::Error> {
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(origin) = origins.get(base) {
             return Ok(origin.clone());

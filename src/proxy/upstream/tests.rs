@@ -115,7 +115,7 @@ async fn a_streamed_answer_wakes_its_reader_once_per_frame_and_is_read_whole() {
     for _ in 0..2 {
         let req = Request::get("/events")
             .header(http::header::HOST, origin.host.clone())
-            .body(crate::body::empty())
+            .body(crate::proxy::body::empty())
             .unwrap();
         let resp = upstream.send(origin.clone(), req).await.unwrap();
         let (frames, wakes) = read_counting_wakes(resp.into_body()).await;
@@ -183,7 +183,7 @@ async fn two_requests(reuse: bool) -> (usize, Vec<String>) {
     for _ in 0..2 {
         let req = Request::get("/props")
             .header(http::header::HOST, origin.host.clone())
-            .body(crate::body::empty())
+            .body(crate::proxy::body::empty())
             .unwrap();
         let resp = upstream.send(origin.clone(), req).await.unwrap();
         let body = http_body_util::BodyExt::collect(resp.into_body()).await;

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 
-use crate::body::{full, Body};
+use crate::proxy::body::{full, Body};
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[cfg_attr(
@@ -93,7 +93,7 @@ impl Error {
 
     /// The same error with known secrets masked in the messages that carry a command line or an
     /// engine's output (a failed start, and the backoff that repeats it).
-    pub fn redacted(self, redactor: &crate::config::Redactor) -> Error {
+    pub fn redacted(self, redactor: &crate::logs::redact::Redactor) -> Error {
         match self {
             Error::StartFailed(m) => Error::StartFailed(redactor.text(&m).into_owned()),
             Error::Busy {
