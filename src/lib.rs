@@ -15,15 +15,14 @@ pub use logs::logging;
 mod matrix;
 mod memory;
 mod metrics;
+mod observe;
 mod proxy;
+mod routing;
 mod server;
 mod sources;
 mod supervisor;
 mod ui;
 
-pub use api::activity::Activity;
-pub use api::extract::{classify, model_from_body, query_param, rewrite_multipart_model, BodyKind};
-pub use api::meter::{Labels, Metered};
 pub use api::Limits;
 pub use engines::{
     argv as engine_argv, diagnose, env as engine_env, read_capacity, read_load, Cause, Diagnosis,
@@ -36,7 +35,12 @@ pub use memory::{
     parse_llama_args, Estimate,
 };
 pub use metrics::Metrics;
+pub use observe::activity::Activity;
+pub use observe::meter::{Labels, Metered};
 pub use proxy::body::BoxError;
+pub use routing::extract::{
+    classify, model_from_body, query_param, rewrite_multipart_model, BodyKind,
+};
 pub use server::fdlimit;
 pub use server::tls::TlsCertificate;
 pub use server::{run, run_with_reloads, Options, Reload};

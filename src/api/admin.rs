@@ -7,8 +7,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 
-use super::router::{self, Methods, Params, Route};
-use super::{control, json, log_routes, reports, App};
+use crate::api::control;
+use crate::api::json;
+use crate::api::log_routes;
+use crate::api::reports;
+use crate::api::router::{self, Methods, Params, Route};
+use crate::api::App;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
 
@@ -86,9 +90,9 @@ const ROUTES: &[Route<Page>] = &[
 ];
 
 /// The grant of the key a request presented, when keys are configured.
-fn caller<B>(req: &Request<B>) -> Option<&super::grant::Grant> {
+fn caller<B>(req: &Request<B>) -> Option<&crate::routing::grant::Grant> {
     req.extensions()
-        .get::<super::grant::Caller>()
+        .get::<crate::routing::grant::Caller>()
         .map(|c| &*c.0)
 }
 
@@ -113,8 +117,8 @@ where
 /// llama-swap's Go mux answers, so a client that used the wrong method is told so.
 fn not_allowed(path: &str) -> Option<Response<Body>> {
     let mut methods = router::methods_for(ROUTES, path);
-    let model = super::inference::model_route(path).map(|_| router::Methods::Post);
-    let query = super::inference::query_route(path).map(|_| router::Methods::Read);
+    let model = crate::routing::inference::model_route(path).map(|_| router::Methods::Post);
+    let query = crate::routing::inference::query_route(path).map(|_| router::Methods::Read);
     for m in model.into_iter().chain(query) {
         if !methods.contains(&m) {
             methods.push(m);
@@ -144,32 +148,35 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     // what every answer so far wrote to the metrics and the activity log is there to read
-    super::meter::settle_all();
+    crate::observe::meter::settle_all();
     let query = req.uri().query();
     match page {
-        Page::ModelList => Ok(super::models::list(app, caller(&req)).await),
-        Page::ModelRecord => super::models::one(app, caller(&req), &params.get("id")).await,
-        Page::RouterLoad => super::llama_router::load(app, req).await,
-        Page::RouterUnload => super::llama_router::unload(app, req).await,
-        Page::RouterEvents => Ok(super::llama_router::stream(app)),
+        Page::ModelList => Ok(crate::api::models::list(app, caller(&req)).await),
+        Page::ModelRecord => crate::api::models::one(app, caller(&req), &params.get("id")).await,
+        Page::RouterLoad => crate::api::llama_router::load(app, req).await,
+        Page::RouterUnload => crate::api::llama_router::unload(app, req).await,
+        Page::RouterEvents => Ok(crate::api::llama_router::stream(app)),
         Page::Running => Ok(reports::running(app)),
         Page::State => {
-            super::models::learn(app).await;
-            Ok(json(StatusCode::OK, &super::state::state(app)))
+            crate::api::models::learn(app).await;
+            Ok(json(StatusCode::OK, &crate::api::state::state(app)))
         }
-        Page::Events => Ok(super::events::stream(app)),
+        Page::Events => Ok(crate::api::events::stream(app)),
         Page::Profiles => Ok(json(StatusCode::OK, &control::profiles(app))),
         Page::SetProfile => control::set_profile(app, req).await,
         Page::Activity => reports::activity(app, query),
         Page::Stats => reports::stats(app, query),
-        Page::Metrics => match query.and_then(|q| super::extract::query_param(q, "model")) {
-            Some(model) => super::llama_router::engine_metrics(app, caller(&req), &model).await,
+        Page::Metrics => match query.and_then(|q| crate::routing::extract::query_param(q, "model"))
+        {
+            Some(model) => {
+                crate::api::llama_router::engine_metrics(app, caller(&req), &model).await
+            }
             None => Ok(reports::metrics(app)),
         },
         Page::UnloadAll => control::unload_all(app).await,
         Page::UnloadAllJson => control::unload_all_json(app).await,
         Page::Performance => {
-            super::performance::answer(app, req.uri().path(), req.uri().query()).await
+            crate::observe::performance::answer(app, req.uri().path(), req.uri().query()).await
         }
         Page::Lifecycle => Ok(json(StatusCode::OK, &reports::lifecycle(app))),
         Page::ModelDetail => model_detail(app, &params.get("id")),
@@ -191,7 +198,10 @@ fn model_detail(app: &App, id: &str) -> Result<Response<Body>, Error> {
     if id.is_empty() {
         return Ok(not_found());
     }
-    Ok(json(StatusCode::OK, &super::model_detail::detail(app, id)?))
+    Ok(json(
+        StatusCode::OK,
+        &crate::api::model_detail::detail(app, id)?,
+    ))
 }
 
 /// The answer to a path no route serves, worded as llama-swap's (Go's) default.

@@ -3,11 +3,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{activity, auth, budget, global_limit, inflight, peer_load, performance, routing};
+use crate::api::auth;
+use crate::api::global_limit;
 use crate::config::{Config, Timeouts};
 use crate::fleet::Fleet;
 use crate::logs::Logs;
+use crate::observe::activity;
+use crate::observe::inflight;
+use crate::observe::performance;
 use crate::proxy::upstream::{self, Upstream};
+use crate::routing::budget;
+use crate::routing::names;
+use crate::routing::peer_load;
 
 /// Limits on what a client may send.
 #[derive(Debug, Clone, Copy)]
@@ -38,27 +45,27 @@ pub struct App {
     /// streams (events, logs) end with it, so that none goes on under the keys, masks and config
     /// it began with (a client opens them again), and the drain can finish.
     pub replaced: tokio_util::sync::CancellationToken,
-    pub profiles: routing::Profiles,
-    pub spillover: routing::Spillover,
-    pub(super) peer_clients: BTreeMap<String, Arc<Upstream>>,
+    pub profiles: names::Profiles,
+    pub spillover: names::Spillover,
+    pub(crate) peer_clients: BTreeMap<String, Arc<Upstream>>,
     /// `globalConcurrencyLimit`, over every model request.
-    pub(super) global_limit: global_limit::GlobalLimit,
+    pub(crate) global_limit: global_limit::GlobalLimit,
     /// What the peers report of their load, where several serve one model.
-    pub(super) peer_loads: peer_load::PeerLoads,
+    pub(crate) peer_loads: peer_load::PeerLoads,
     pub inflight: Arc<inflight::Inflight>,
     pub activity: Arc<activity::Activity>,
     /// The samples behind `/api/performance`.
-    pub(super) performance: Arc<performance::Performance>,
+    pub(crate) performance: Arc<performance::Performance>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub config: Arc<Config>,
     pub logs: Arc<Logs>,
     pub limits: Limits,
     /// Shared by every App a reload builds, like the requests in flight.
     pub budget: budget::BodyBudget,
-    pub(super) keys: auth::Keys,
+    pub(crate) keys: auth::Keys,
     /// corral listens on a loopback address: requests must name a loopback host (see `hosts.rs`).
-    pub(super) loopback_listener: bool,
-    pub(super) clients: BTreeMap<String, Arc<Upstream>>,
+    pub(crate) loopback_listener: bool,
+    pub(crate) clients: BTreeMap<String, Arc<Upstream>>,
 }
 
 impl App {
@@ -144,7 +151,7 @@ impl App {
             catalog: fleet.catalog(),
             replaced: closing.child_token(),
             closing,
-            profiles: routing::Profiles::starting_with(config.startup_profile.clone()),
+            profiles: names::Profiles::starting_with(config.startup_profile.clone()),
             spillover: Default::default(),
             peer_clients,
             inflight: Default::default(),

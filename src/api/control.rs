@@ -7,7 +7,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::{json, text, App};
+use crate::api::json;
+use crate::api::text;
+use crate::api::App;
 use crate::config::catalog::Target;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
@@ -80,9 +82,9 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let (parts, body) = req.into_parts();
-    let declared = super::extract::declared_length(&parts.headers);
+    let declared = crate::routing::extract::declared_length(&parts.headers);
     let (bytes, _charge) =
-        super::extract::read_body(declared, body, 64 * 1024, &app.budget).await?;
+        crate::routing::extract::read_body(declared, body, 64 * 1024, &app.budget).await?;
     let v: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))?;
     let name = match v.get("name") {

@@ -10,7 +10,7 @@
 
 use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::auth::{self, Keys};
+use crate::api::auth::{self, Keys};
 use crate::config::{CorsConfig, Scope};
 use crate::proxy::body::Body;
 

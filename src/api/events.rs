@@ -10,7 +10,7 @@ use http::Response;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
-use super::App;
+use crate::api::App;
 use crate::proxy::body::Body;
 
 fn frame(kind: &str, data: &Value) -> Bytes {
@@ -35,7 +35,7 @@ pub fn model_status(app: &App) -> Value {
             let status = statuses.get(&s.model).map(|st| st.status.as_str());
             let mut v = json!({"status": status, "download": s.download,"id": s.instance, "name": m.name.clone().unwrap_or_default(), "description": m.description.clone().unwrap_or_default(),
                 "state": s.state.as_str(), "unlisted": m.unlisted, "peerID": "", "aliases": m.aliases, "pool": s.pool});
-            v.as_object_mut()?.extend(super::model_times::fields(s, now));
+            v.as_object_mut()?.extend(crate::api::model_times::fields(s, now));
             Some(v)
         })
         .collect();

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, StreamBody};
 
-use super::App;
+use crate::api::App;
 use crate::config::catalog::Target;
 use crate::logs::LogRing;
 use crate::proxy::body::Body;

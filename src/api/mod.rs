@@ -1,46 +1,25 @@
 //! The HTTP API: llama-swap's routes, auth, CORS and error rendering.
 
-mod access_log;
-pub mod activity;
-mod admin;
-mod announce;
-mod app;
-pub mod auth;
-pub mod budget;
-mod cancel;
-mod captures;
-mod control;
-mod cors;
-mod events;
-pub mod extract;
-mod filters;
-mod forward;
-mod global_limit;
-pub mod grant;
-mod hardware;
-mod hosts;
-mod inference;
-pub mod inflight;
-mod layers;
-mod llama_router;
-mod loading;
-mod log_routes;
-mod metadata;
-pub mod meter;
-mod model_detail;
-mod model_times;
-mod models;
-mod ollama;
-mod passthrough;
-mod peer_load;
-mod peers;
-mod performance;
-mod reports;
-mod router;
-pub mod routing;
-mod scan;
-mod seen;
-mod state;
+pub(crate) mod access_log;
+pub(crate) mod admin;
+pub(crate) mod app;
+pub(crate) mod auth;
+pub(crate) mod control;
+pub(crate) mod cors;
+pub(crate) mod events;
+pub(crate) mod global_limit;
+pub(crate) mod hosts;
+pub(crate) mod layers;
+pub(crate) mod llama_router;
+pub(crate) mod log_routes;
+pub(crate) mod metadata;
+pub(crate) mod model_detail;
+pub(crate) mod model_times;
+pub(crate) mod models;
+pub(crate) mod ollama;
+pub(crate) mod reports;
+pub(crate) mod router;
+pub(crate) mod state;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -127,7 +106,7 @@ pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
         .expect("valid response")
 }
 
-fn redirect(status: StatusCode, to: &str) -> Response<Body> {
+pub(crate) fn redirect(status: StatusCode, to: &str) -> Response<Body> {
     Response::builder()
         .status(status)
         .header(header::LOCATION, to)

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use super::App;
+use crate::api::App;
 use crate::fleet::lifecycle::{status_of, Status};
 use crate::fleet::Snapshot;
 use crate::proxy::error::Error;

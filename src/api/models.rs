@@ -9,14 +9,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use super::grant::Grant;
-use super::{json, llama_router, metadata, App};
+use crate::api::json;
+use crate::api::llama_router;
+use crate::api::metadata;
+use crate::api::App;
 use crate::config::catalog::Catalog;
 use crate::config::{Capabilities, ModelConfig, Scope};
 use crate::fleet::lifecycle::Status;
 use crate::fleet::{PhaseName, Snapshot};
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
+use crate::routing::grant::Grant;
 
 /// Metadata keys that configured capabilities replace.
 const CAPABILITY_KEYS: &[&str] = &[

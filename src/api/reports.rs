@@ -4,12 +4,13 @@
 use http::{header, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::grant::Grant;
-use super::{json, App};
+use crate::api::json;
+use crate::api::App;
 use crate::config::Scope;
 use crate::fleet::PhaseName;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
+use crate::routing::grant::Grant;
 
 /// `GET /running`: every instance not stopped, with its command line masked.
 pub fn running(app: &App) -> Response<Body> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::App;
+use crate::api::App;
 use crate::config::Device;
 use crate::fleet::{PhaseName, Snapshot};
 
@@ -38,7 +38,7 @@ fn models(app: &App, snapshot: &[Snapshot]) -> Vec<Value> {
                 "aliases": m.aliases, "unlisted": m.unlisted,
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()),
                 "instances": m.instances.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
-                "metadata": super::models::shown_metadata(m, snapshot),
+                "metadata": crate::api::models::shown_metadata(m, snapshot),
             })
         })
         .collect()
@@ -46,7 +46,7 @@ fn models(app: &App, snapshot: &[Snapshot]) -> Vec<Value> {
 
 /// One instance, with its command line as `/running` shows it (secrets as `***`).
 fn instance(app: &App, s: &Snapshot) -> Value {
-    let cmd = super::shown_command(app, s);
+    let cmd = crate::api::shown_command(app, s);
     let loading_for = (s.state == PhaseName::Starting)
         .then_some(s.pid)
         .flatten()

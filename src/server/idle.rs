@@ -213,7 +213,7 @@ impl<F: Future> Future for Polled<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // the bookkeeping of the answers that end in this poll comes after their last write
-        crate::api::meter::after_the_write(|| self.poll_connection(cx))
+        crate::observe::meter::after_the_write(|| self.poll_connection(cx))
     }
 }
 

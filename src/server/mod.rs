@@ -21,7 +21,8 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{App, Limits};
+use crate::api::App;
+use crate::api::Limits;
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::logs::Logs;
@@ -147,8 +148,8 @@ impl Server {
         opts: Options,
         loopback: bool,
     ) -> std::io::Result<Server> {
-        let activity =
-            crate::api::activity::Activity::for_config(&config).map_err(std::io::Error::other)?;
+        let activity = crate::observe::activity::Activity::for_config(&config)
+            .map_err(std::io::Error::other)?;
         let state_file = StateFile::new(opts.state_dir.clone(), &opts.state_key);
         let swept = state_file.sweep();
         if !swept.is_empty() {

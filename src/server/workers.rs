@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{self, App};
+use crate::api;
+use crate::api::App;
 use crate::config::ServerSettings;
 use crate::server::admission::Admitted;
 use crate::server::connection::{Builders, ClientConnection, Peek};

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
-use super::grant::Grant;
-use super::hosts::HostRule;
+use crate::api::hosts::HostRule;
 use crate::config::{ApiKey, Scope};
 use crate::proxy::error::Error;
+use crate::routing::grant::Grant;
 
 /// Header names looked up on every model request, made once (a name given as text is parsed for
 /// each lookup).
@@ -150,9 +150,9 @@ fn is_model_route(path: &str) -> bool {
     matches!(path, "/v1/models" | "/models" | "/api/load")
         || path.starts_with("/v1/models/")
         || path.starts_with("/upstream/")
-        || super::inference::model_route(path).is_some()
-        || super::inference::query_route(path).is_some()
-        || super::ollama::inference_scoped(path)
+        || crate::routing::inference::model_route(path).is_some()
+        || crate::routing::inference::query_route(path).is_some()
+        || crate::api::ollama::inference_scoped(path)
 }
 
 /// The peer paths corral's key for a peer is sent on: those an inference key reaches (its model
@@ -189,7 +189,7 @@ pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) ->
     let simple = match *method {
         Method::POST => is_model_route(path) && simple_body(headers),
         Method::GET | Method::HEAD => {
-            path.starts_with("/upstream/") || super::inference::query_route(path).is_some()
+            path.starts_with("/upstream/") || crate::routing::inference::query_route(path).is_some()
         }
         _ => false,
     };
@@ -199,7 +199,7 @@ pub fn simple_model_request(method: &Method, path: &str, headers: &HeaderMap) ->
 /// A body a `<form>` can send: none, a form, multipart or plain text.
 fn simple_body(headers: &HeaderMap) -> bool {
     // no allocation: this runs for every model POST
-    let ct = super::extract::content_type(headers).as_bytes();
+    let ct = crate::routing::extract::content_type(headers).as_bytes();
     ct.is_empty()
         || [
             "application/x-www-form-urlencoded",

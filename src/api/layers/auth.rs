@@ -9,9 +9,9 @@ use http::{Request, Response};
 
 use super::{answer_now, Answer};
 use crate::api::auth::{self, Keys};
-use crate::api::grant::{Caller, Grant};
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
+use crate::routing::grant::{Caller, Grant};
 
 #[derive(Clone, Copy)]
 pub struct AuthLayer<'a> {

@@ -20,7 +20,8 @@ use bytes::Bytes;
 use futures_util::future::Either;
 use http::{Request, Response};
 
-use super::{admin, App};
+use crate::api::admin;
+use crate::api::App;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
 

@@ -13,13 +13,16 @@ use futures_util::future::Either;
 use http::{Method, Request, Response};
 
 use super::Routed;
-use crate::api::cancel::Cancellable;
 use crate::api::global_limit::Place;
-use crate::api::grant::Caller;
-use crate::api::seen::{metered, Seen};
-use crate::api::{inference, ollama, passthrough, App};
+use crate::api::ollama;
+use crate::api::App;
+use crate::observe::cancel::Cancellable;
 use crate::proxy::body::{Body, BoxError};
 use crate::proxy::error::Error;
+use crate::routing::grant::Caller;
+use crate::routing::inference;
+use crate::routing::passthrough;
+use crate::routing::seen::{metered, Seen};
 
 #[derive(Clone, Copy)]
 pub struct ModelRequestLayer<'a> {

@@ -9,7 +9,8 @@ use http::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::{model_state, RouterState};
-use crate::api::{json, App};
+use crate::api::json;
+use crate::api::App;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
 
@@ -20,9 +21,9 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let (parts, body) = req.into_parts();
-    let declared = crate::api::extract::declared_length(&parts.headers);
+    let declared = crate::routing::extract::declared_length(&parts.headers);
     let (bytes, _charge) =
-        crate::api::extract::read_body(declared, body, 64 * 1024, &app.budget).await?;
+        crate::routing::extract::read_body(declared, body, 64 * 1024, &app.budget).await?;
     let v: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))?;
     match v.get("model") {

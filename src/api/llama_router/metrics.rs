@@ -3,11 +3,11 @@
 
 use http::{header, Response, StatusCode};
 
-use crate::api::grant::Grant;
 use crate::api::App;
 use crate::fleet::PhaseName;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
+use crate::routing::grant::Grant;
 
 /// The text a ready instance of `name` answers on its `/metrics`, with its status and type.
 pub async fn engine_metrics(

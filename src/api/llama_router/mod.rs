@@ -162,12 +162,12 @@ pub fn default_architecture(record: &mut Value) {
 /// `autoload=false` (or `0`) in a model request's query: it may not start a model that does not
 /// run. The router refuses with 400 "model is not loaded"; this names the model and how to load it.
 pub fn refuse_unloaded(
-    app: &super::App,
+    app: &crate::api::App,
     query: &str,
     target: &Target,
     model: &str,
 ) -> Result<(), Error> {
-    let autoload = crate::api::extract::query_param(query, "autoload");
+    let autoload = crate::routing::extract::query_param(query, "autoload");
     if !matches!(autoload.as_deref(), Some("false" | "0")) || app.fleet.is_ready(target) {
         return Ok(());
     }

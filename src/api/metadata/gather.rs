@@ -115,7 +115,7 @@ fn gguf_facts(path: &Path) -> Option<GgufFacts> {
 }
 
 /// What a header says, with the parameter count and weight bytes of the whole model.
-pub(super) fn facts_of_header(h: &gguf::Header, n_params: u64, size: u64) -> GgufFacts {
+pub(crate) fn facts_of_header(h: &gguf::Header, n_params: u64, size: u64) -> GgufFacts {
     let flag = |k: &str| h.get_bool(k).unwrap_or(false);
     let template = h.get_str("tokenizer.chat_template").unwrap_or("");
     GgufFacts {
@@ -179,7 +179,7 @@ async fn props_context(base: &str) -> Option<u64> {
 }
 
 /// The per-request context in a `/props` answer.
-pub(super) fn context_of_props(props: &Value) -> Option<u64> {
+pub(crate) fn context_of_props(props: &Value) -> Option<u64> {
     props["default_generation_settings"]["n_ctx"]
         .as_u64()
         .or_else(|| props["n_ctx"].as_u64())

@@ -12,7 +12,7 @@ const UPSTREAM_ERROR_LIMIT: usize = 64 * 1024;
 
 /// `{"error": message}` with `status`.
 pub fn error(status: StatusCode, message: &str) -> Response<Body> {
-    super::super::json(status, &json!({ "error": message }))
+    crate::api::json(status, &json!({ "error": message }))
 }
 
 /// corral's error for a request that named `model`, worded for an Ollama client: its status,

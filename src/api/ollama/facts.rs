@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Map, Value};
 
-use super::super::App;
+use crate::api::App;
 use crate::config::ModelConfig;
 use crate::engines::Task;
 

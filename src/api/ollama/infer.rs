@@ -12,15 +12,16 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 
-use super::super::grant::{self, Caller};
-use super::super::{extract, App};
 use super::answer;
 use super::errors::{self, error};
 use super::request::{self, Asked, Translated, Upstream};
 use super::stream::{Ndjson, NdjsonBody};
 use super::{keep_alive, names, Call};
+use crate::api::App;
 use crate::proxy::body::{full, Body, BoxError};
 use crate::proxy::error::Error;
+use crate::routing::extract;
+use crate::routing::grant::{self, Caller};
 
 const NDJSON: &str = "application/x-ndjson";
 
@@ -84,7 +85,7 @@ async fn forward(
     headers.remove(header::ACCEPT_ENCODING);
     headers.remove(header::TRANSFER_ENCODING);
     let req = Request::from_parts(parts, Full::new(bytes));
-    let answer = super::super::layers::translated(app, req, remote, upstream.route, upstream.path);
+    let answer = crate::api::layers::translated(app, req, remote, upstream.route, upstream.path);
     let resp = match answer.await {
         Err(e) => return errors::from_error(&e.redacted(&app.config.redactor), &asked.model),
         Ok(resp) if !resp.status().is_success() => return errors::from_upstream(resp).await,
@@ -136,7 +137,7 @@ async fn whole(resp: Response<Body>, asked: &Asked, started: Instant) -> Respons
 /// One object, as the request asked: a JSON answer, or a stream of one line.
 fn one(asked: &Asked, object: Value) -> Response<Body> {
     if !asked.stream {
-        return super::super::json(StatusCode::OK, &object);
+        return crate::api::json(StatusCode::OK, &object);
     }
     Response::builder()
         .header(header::CONTENT_TYPE, NDJSON)

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::super::App;
 use super::names;
+use crate::api::App;
 
 /// The idle time a request asks for: `None` keeps the model loaded.
 pub type Ttl = Option<Duration>;

@@ -8,13 +8,14 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use super::super::grant::Grant;
-use super::super::{json, App};
 use super::errors::error;
 use super::facts::{self, Facts};
+use crate::api::json;
+use crate::api::App;
 use crate::config::ModelConfig;
 use crate::fleet::{PhaseName, Snapshot};
 use crate::proxy::body::Body;
+use crate::routing::grant::Grant;
 
 /// The most of a `/api/show` body that is read: it names a model and little else.
 const SHOW_BODY_LIMIT: u64 = 64 * 1024;
@@ -158,9 +159,9 @@ where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let declared = super::super::extract::declared_length(req.headers());
+    let declared = crate::routing::extract::declared_length(req.headers());
     let read =
-        super::super::extract::read_body(declared, req.into_body(), SHOW_BODY_LIMIT, &app.budget);
+        crate::routing::extract::read_body(declared, req.into_body(), SHOW_BODY_LIMIT, &app.budget);
     let (bytes, _charge) = read.await.map_err(|e| super::errors::from_error(&e, ""))?;
     serde_json::from_slice(&bytes).map_err(|e| {
         error(

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Method, Request, Response};
 
-use super::App;
+use crate::api::App;
 use crate::config::Config;
 use crate::proxy::body::{Body, BoxError};
 use crate::proxy::error::Error;
@@ -116,7 +116,7 @@ where
 {
     let caller = req
         .extensions()
-        .get::<super::grant::Caller>()
+        .get::<crate::routing::grant::Caller>()
         .map(|c| c.0.clone());
     match call {
         Call::Tags => Box::pin(async move { Ok(listing::tags(app, caller.as_deref()).await) }),

@@ -2,8 +2,9 @@
 //! none. `:latest` is dropped when the name with it names nothing, as Ollama reads a name without
 //! a tag as `:latest`.
 
-use super::super::{routing, App};
+use crate::api::App;
 use crate::config::catalog::Target;
+use crate::routing::names;
 
 const LATEST: &str = ":latest";
 
@@ -18,16 +19,16 @@ pub fn routed(app: &App, name: &str) -> String {
 /// Whether `name` is a local model, alias, pool, selector, profile pin or peer's model.
 fn names_something(app: &App, name: &str) -> bool {
     app.config.selectors.contains_key(name)
-        || routing::apply_profile(&app.config, &app.profiles, name).as_deref() != Some(name)
-        || routing::resolve_plain(&app.config, &app.catalog, name).is_ok()
+        || names::apply_profile(&app.config, &app.profiles, name).as_deref() != Some(name)
+        || names::resolve_plain(&app.config, &app.catalog, name).is_ok()
 }
 
 /// The local target and model id `name` resolves to (after the active profile: an alias, a
 /// replica or a pool names its model's).
 pub fn local(app: &App, name: &str) -> Option<(Target, String)> {
-    let name = routing::apply_profile(&app.config, &app.profiles, name)?;
-    match routing::resolve_plain(&app.config, &app.catalog, &name).ok()? {
-        routing::Route::Local { target, model } => Some((target, model.to_string())),
+    let name = names::apply_profile(&app.config, &app.profiles, name)?;
+    match names::resolve_plain(&app.config, &app.catalog, &name).ok()? {
+        names::Route::Local { target, model } => Some((target, model.to_string())),
         _ => None,
     }
 }

@@ -19,35 +19,35 @@ use std::time::{Duration, SystemTime};
 
 use super::usage::UsageTap;
 use super::ActivityRecord;
-use crate::api::activity::Entry;
-use crate::api::captures::Recording;
 use crate::metrics::{KeySeries, RequestSeries};
+use crate::observe::activity::Entry;
+use crate::observe::captures::Recording;
 
 /// A finished request, as its bookkeeping needs it.
-pub(super) struct Pending {
-    pub(super) series: Arc<RequestSeries>,
-    pub(super) key_series: Option<KeySeries>,
+pub(crate) struct Pending {
+    pub(crate) series: Arc<RequestSeries>,
+    pub(crate) key_series: Option<KeySeries>,
     /// The label of the API key the request presented, for its activity row.
-    pub(super) key: Option<Arc<str>>,
-    pub(super) model: Arc<str>,
+    pub(crate) key: Option<Arc<str>>,
+    pub(crate) model: Arc<str>,
     /// From the request's start to its body's end, taken when the body ended.
-    pub(super) elapsed: Duration,
-    pub(super) ttft_ms: Option<u64>,
-    pub(super) usage: UsageTap,
-    pub(super) activity: Option<Logged>,
-    pub(super) recording: Option<Recording>,
+    pub(crate) elapsed: Duration,
+    pub(crate) ttft_ms: Option<u64>,
+    pub(crate) usage: UsageTap,
+    pub(crate) activity: Option<Logged>,
+    pub(crate) recording: Option<Recording>,
 }
 
 /// Where a finished request is logged, and the id and time it ended at.
-pub(super) struct Logged {
-    pub(super) record: ActivityRecord,
-    pub(super) id: u64,
-    pub(super) time: SystemTime,
+pub(crate) struct Logged {
+    pub(crate) record: ActivityRecord,
+    pub(crate) id: u64,
+    pub(crate) time: SystemTime,
 }
 
 impl Logged {
     /// The log's place for a request whose answer ends now.
-    pub(super) fn now(record: ActivityRecord) -> Logged {
+    pub(crate) fn now(record: ActivityRecord) -> Logged {
         Logged {
             id: record.log.next_id(),
             time: SystemTime::now(),
@@ -172,7 +172,7 @@ thread_local! {
 
 /// Queues a finished request until the end of the connection poll it ended in, or settles it
 /// at once outside one.
-pub(super) fn queue(pending: Pending) {
+pub(crate) fn queue(pending: Pending) {
     let mut pending = Some(pending);
     if DEFERRING.try_with(Cell::get).unwrap_or(false) {
         // none while the thread's locals are being torn down

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{header, HeaderValue};
 
-use super::auth::X_API_KEY;
-use super::App;
+use crate::api::auth::X_API_KEY;
+use crate::api::App;
 use crate::proxy::body::{full, Body};
 use crate::proxy::error::Error;
 use crate::proxy::{self, Outgoing};
@@ -47,7 +47,7 @@ pub async fn forward_body(
     let path = path_and_query.split('?').next().unwrap_or_default();
     match &peer.api_key {
         // corral's key for the peer rides only where corral itself would send it
-        Some(key) if super::auth::peer_key_route(path) => {
+        Some(key) if crate::api::auth::peer_key_route(path) => {
             let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
                 .map_err(|e| Error::Internal(e.to_string()))?;
             parts.headers.insert(header::AUTHORIZATION, bearer);

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection};
 
 use super::Retention;
-use crate::api::activity::{content_type, Row};
-use crate::api::meter::Tokens;
+use crate::observe::activity::{content_type, Row};
+use crate::observe::meter::Tokens;
 
 /// corral's own table name, so a file shared with another program (llama-swap's own log) is
 /// never mistaken for ours; `user_version` marks the layout.
@@ -97,7 +97,7 @@ pub fn insert(conn: &mut Connection, rows: &[Row]) -> rusqlite::Result<()> {
                 t.and_then(|t| t.tokens_per_second),
                 r.error.as_deref(),
                 r.key.as_deref(),
-                r.src.map(|_| crate::api::activity::source::text(r.src)),
+                r.src.map(|_| crate::observe::activity::source::text(r.src)),
             ])?;
         }
     }
@@ -188,6 +188,6 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         key: r.get::<_, Option<String>>(16)?.map(Arc::from),
         src: r
             .get::<_, Option<String>>(17)?
-            .and_then(|s| crate::api::activity::source::parse(&s)),
+            .and_then(|s| crate::observe::activity::source::parse(&s)),
     })
 }

@@ -12,14 +12,19 @@ use futures_util::future::Either;
 use futures_util::{FutureExt, TryFutureExt};
 use http::{header, HeaderValue, Method, Request, Response};
 
-use super::extract::{self, BodyKind};
-use super::forward::{forward_local, forward_to_least_loaded, rewrite_for_peer};
-use super::seen::Seen;
-use super::{budget, filters, loading, peers, routing, App};
+use crate::api::App;
 use crate::config::catalog::Target;
 use crate::config::ModelConfig;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
+use crate::routing::budget;
+use crate::routing::extract::{self, BodyKind};
+use crate::routing::filters;
+use crate::routing::forward::{forward_local, forward_to_least_loaded, rewrite_for_peer};
+use crate::routing::loading;
+use crate::routing::names;
+use crate::routing::peers;
+use crate::routing::seen::Seen;
 
 /// POST routes whose JSON (or form) body names the model: the route, and the path sent upstream.
 pub fn model_route(path: &str) -> Option<(&'static str, &'static str)> {
@@ -175,12 +180,12 @@ fn route<'a>(
 {
     let sent = incoming.sent.take().filter(|n| !n.is_empty());
     let sent = sent.ok_or(Error::NoModel)?;
-    let name = routing::apply_profile(&app.config, &app.profiles, &sent)
+    let name = names::apply_profile(&app.config, &app.profiles, &sent)
         .filter(|n| !n.is_empty())
         .ok_or(Error::NoModel)?;
     seen.named(&name);
     let (route, spill) =
-        routing::resolve(&app.config, &app.catalog, &app.fleet, &app.spillover, &name)?;
+        names::resolve(&app.config, &app.catalog, &app.fleet, &app.spillover, &name)?;
     if let Some(s) = spill {
         seen.hold(Box::new(s));
     }
@@ -193,15 +198,15 @@ fn route<'a>(
     // asked before the match, whose arms build the forwarding future in place (a peer pool's
     // member is known once ranked)
     match &route {
-        routing::Route::Peer { peer, model } => seen.may_use(|| format!("{peer}/{model}"))?,
-        routing::Route::Local { model, .. } => seen.may_use(|| model.to_string())?,
-        routing::Route::Peers { .. } => {}
+        names::Route::Peer { peer, model } => seen.may_use(|| format!("{peer}/{model}"))?,
+        names::Route::Local { model, .. } => seen.may_use(|| model.to_string())?,
+        names::Route::Peers { .. } => {}
     }
-    if let (Some(q), routing::Route::Local { target, model }) = (&incoming.query, &route) {
-        super::llama_router::refuse_unloaded(app, q, target, model)?; // `?autoload=false`
+    if let (Some(q), names::Route::Local { target, model }) = (&incoming.query, &route) {
+        crate::api::llama_router::refuse_unloaded(app, q, target, model)?; // `?autoload=false`
     }
     Ok(match route {
-        routing::Route::Peer { peer, model } => {
+        names::Route::Peer { peer, model } => {
             seen.found(app, format!("{peer}/{model}").into());
             let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
             let path_and_query = path_and_query.into_owned();
@@ -212,7 +217,7 @@ fn route<'a>(
                 answer
             }))
         }
-        routing::Route::Peers { owners, model } => {
+        names::Route::Peers { owners, model } => {
             let ranked = app.peer_loads.rank(&owners, &model);
             seen.may_use(|| format!("{}/{model}", ranked[0]))?;
             seen.found(app, format!("{}/{model}", ranked[0]).into());
@@ -230,7 +235,7 @@ fn route<'a>(
                 answer
             }))
         }
-        routing::Route::Local { target, model } => {
+        names::Route::Local { target, model } => {
             let model = app.config.models.get(&*model).ok_or(Error::UnknownModel)?;
             seen.found(app, model.id.clone());
             let to = Local {
@@ -254,9 +259,9 @@ type Forwarding<'a, L> = Either<
 
 /// The target a selector chose, whose id the request goes on with, since it names that target
 /// from here on; `None` for any other name, which stays.
-fn selected_target(app: &App, route: &routing::Route, name: &str) -> Option<Arc<str>> {
+fn selected_target(app: &App, route: &names::Route, name: &str) -> Option<Arc<str>> {
     match route {
-        routing::Route::Local {
+        names::Route::Local {
             target: Target::Instance(id) | Target::Pool(id),
             ..
         } if app.config.selectors.contains_key(name) => Some(id.clone()),

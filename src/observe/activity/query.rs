@@ -78,7 +78,7 @@ fn compare(a: &Row, b: &Row, key: &Sort) -> std::cmp::Ordering {
     }
 }
 
-pub(super) struct Query {
+pub(crate) struct Query {
     models: Vec<String>,
     /// Key labels (names or fingerprints); rows made with any of them pass.
     keys: Vec<String>,
@@ -119,7 +119,7 @@ impl Query {
             crate::clock::rfc3339::parse(v)
                 .ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
         };
-        for (k, v) in crate::api::extract::query_pairs(query) {
+        for (k, v) in crate::routing::extract::query_pairs(query) {
             match k.as_str() {
                 "model" => q.models.push(v),
                 "key" => q.keys.push(v),

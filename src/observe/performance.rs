@@ -15,9 +15,10 @@ use foldhash::HashMap;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::hardware;
-use super::{json, App};
+use crate::api::json;
+use crate::api::App;
 use crate::fleet::Fleet;
+use crate::observe::hardware;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
 
@@ -41,7 +42,7 @@ struct Counts {
 
 impl Tally {
     /// Adds a finished request.
-    pub fn count(&self, row: &super::activity::Row) {
+    pub fn count(&self, row: &crate::observe::activity::Row) {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let c = counts.entry(row.model.clone()).or_default();
         c.requests += 1;
@@ -240,7 +241,10 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
 /// and `/api/captures/<id>`.
 pub async fn answer(app: &App, path: &str, query: Option<&str>) -> Result<Response<Body>, Error> {
     if let Some(id) = path.strip_prefix("/api/captures/") {
-        return Ok(super::captures::route(app.activity.captures.as_ref(), id));
+        return Ok(crate::observe::captures::route(
+            app.activity.captures.as_ref(),
+            id,
+        ));
     }
     if path == "/api/hardware" {
         return Ok(json(StatusCode::OK, &hardware::snapshot(&app.config).await));
@@ -252,7 +256,7 @@ pub async fn answer(app: &App, path: &str, query: Option<&str>) -> Result<Respon
         ));
     }
     let mut after = None;
-    for (k, v) in super::extract::query_pairs(query.unwrap_or("")) {
+    for (k, v) in crate::routing::extract::query_pairs(query.unwrap_or("")) {
         match k.as_str() {
             "after" => {
                 after = Some(crate::clock::rfc3339::parse(&v).ok_or_else(|| {

@@ -9,33 +9,37 @@ use std::time::Instant;
 use http::{header, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
-use super::cancel::Cancel;
-use super::grant::{self, Grant};
-use super::{activity, captures, inflight, meter, App};
+use crate::api::App;
 use crate::config::Config;
+use crate::observe::activity;
+use crate::observe::cancel::Cancel;
+use crate::observe::captures;
+use crate::observe::inflight;
+use crate::observe::meter;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
+use crate::routing::grant::{self, Grant};
 
 /// What a model request learns on its way: its model, and its place in the in-flight list.
 pub struct Seen {
     model: Option<Arc<str>>,
     holds: Vec<Box<dyn Send + Sync>>,
     guard: Option<inflight::Guard>,
-    pub(super) cancel: Arc<Cancel>,
+    pub(crate) cancel: Arc<Cancel>,
     method: Method,
     /// The request's path: one of the model routes' own, or a passthrough path as sent.
     path: Cow<'static, str>,
     remote: SocketAddr,
     /// Its request, when captures are on.
-    pub(super) capture: Option<captures::Capture>,
+    pub(crate) capture: Option<captures::Capture>,
     /// The grant of the key it presented; `None` when no keys are configured.
-    pub(super) caller: Option<Arc<Grant>>,
+    pub(crate) caller: Option<Arc<Grant>>,
     /// The model name it sent, once read (after the active profile).
     named: Option<Arc<str>>,
 }
 
 impl Seen {
-    pub(super) fn new(
+    pub(crate) fn new(
         app: &App,
         method: &Method,
         path: Cow<'static, str>,
@@ -64,7 +68,7 @@ impl Seen {
 
     /// The model name the request sent, which a key's model list may name as well as the model
     /// it resolves to.
-    pub(super) fn named(&mut self, name: &str) {
+    pub(crate) fn named(&mut self, name: &str) {
         if self.caller.is_some() {
             self.named = Some(name.into());
         }
@@ -73,7 +77,7 @@ impl Seen {
     /// Ok when no key was checked or the key may use the model `model()` names (a local
     /// model's id or `peer/model`) or the name the request sent for it. The name is made only
     /// for a request that presented a key.
-    pub(super) fn may_use(&self, model: impl FnOnce() -> String) -> Result<(), Error> {
+    pub(crate) fn may_use(&self, model: impl FnOnce() -> String) -> Result<(), Error> {
         let Some(grant) = &self.caller else {
             return Ok(());
         };
@@ -84,18 +88,18 @@ impl Seen {
     }
 
     /// Ok when no key was checked or the key has the admin scope; `what` names what needs it.
-    pub(super) fn needs_admin(&self, what: &str) -> Result<(), Error> {
+    pub(crate) fn needs_admin(&self, what: &str) -> Result<(), Error> {
         grant::needs_admin(self.caller.as_deref(), what)
     }
 
     /// Keeps something alive until the response body ends.
-    pub(super) fn hold(&mut self, thing: Box<dyn Send + Sync>) {
+    pub(crate) fn hold(&mut self, thing: Box<dyn Send + Sync>) {
         self.holds.push(thing);
     }
 
     /// The model is known, and the key may use it ([`Seen::may_use`], asked first): list the
     /// request as in flight.
-    pub(super) fn found(&mut self, app: &App, model: Arc<str>) {
+    pub(crate) fn found(&mut self, app: &App, model: Arc<str>) {
         self.guard = Some(app.inflight.register(
             model.clone(),
             self.path.clone(),
@@ -108,7 +112,7 @@ impl Seen {
 }
 
 /// Records a model request: per model when the model is known, else as unknown.
-pub(super) fn metered(
+pub(crate) fn metered(
     app: &Arc<App>,
     route: &'static str,
     started: Instant,

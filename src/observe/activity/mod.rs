@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use foldhash::HashSet;
 use serde_json::{json, Value};
 
-use crate::api::meter::Tokens;
+use crate::observe::meter::Tokens;
 use query::Query;
 
 mod query;
@@ -94,7 +94,7 @@ pub struct Entry {
     pub ttft_ms: Option<u64>,
     pub error: Option<String>,
     /// The request and response to keep, when captures are on.
-    pub capture: Option<super::captures::Capture>,
+    pub capture: Option<crate::observe::captures::Capture>,
     /// The label of the API key it presented.
     pub key: Option<Arc<str>>,
     /// The address it came from.
@@ -124,13 +124,13 @@ pub struct Activity {
     next: AtomicU64,
     max: usize,
     /// Ids of new rows, for the events stream.
-    pub events: super::announce::Announcer<u64>,
+    pub events: crate::observe::announce::Announcer<u64>,
     /// The copy on disk (`store.path`).
     store: Option<store::Store>,
     /// Bodies of recent requests (`captureBuffer`).
-    pub captures: Option<super::captures::Captures>,
+    pub captures: Option<crate::observe::captures::Captures>,
     /// Per-model counts since the last performance sample.
-    pub tally: Arc<super::performance::Tally>,
+    pub tally: Arc<crate::observe::performance::Tally>,
 }
 
 /// The rows, and the model names and paths they share. Rows are written when requests end,
@@ -182,7 +182,7 @@ impl Activity {
             }),
             next: AtomicU64::new(1),
             max,
-            events: super::announce::Announcer::new(256),
+            events: crate::observe::announce::Announcer::new(256),
             store: None,
             captures: None,
             tally: Default::default(),
@@ -194,7 +194,7 @@ impl Activity {
     pub fn for_config(config: &crate::config::Config) -> Result<Activity, StoreError> {
         let mut log = Activity::new(config.metrics_max_in_memory);
         log.captures = (config.capture_buffer_mb > 0)
-            .then(|| super::captures::Captures::new(config.capture_buffer_mb << 20));
+            .then(|| crate::observe::captures::Captures::new(config.capture_buffer_mb << 20));
         if let Some(path) = &config.store_path {
             let retention = store::Retention::default();
             let opened = store::Store::open(path.as_ref(), log.max, retention)?;
@@ -304,7 +304,7 @@ impl Activity {
     /// `GET /api/metrics/stats?model=`: totals and speed histograms.
     pub fn stats(&self, query: &str) -> Result<Value, String> {
         let mut model = None;
-        for (k, v) in super::extract::query_pairs(query) {
+        for (k, v) in crate::routing::extract::query_pairs(query) {
             match k.as_str() {
                 "model" => model = Some(v),
                 other => return Err(format!("unknown parameter {other:?}")),

@@ -14,19 +14,19 @@ const LINE_LIMIT: usize = 256 * 1024;
 const KEPT_LINE_CAPACITY: usize = 4096;
 
 /// Watches a response body for its token counts, without holding anything back.
-pub(super) struct UsageTap {
+pub(crate) struct UsageTap {
     sse: bool,
     line: Vec<u8>,
     /// A non-streaming JSON body's chunks (shared, not copied), read for `usage` at the end.
     json: Option<Vec<Bytes>>,
     json_len: usize,
     /// The event stream said `[DONE]`: nothing may be added to it.
-    pub(super) done: bool,
+    pub(crate) done: bool,
     tokens: Option<Tokens>,
 }
 
 impl UsageTap {
-    pub(super) fn new(content_type: &str) -> UsageTap {
+    pub(crate) fn new(content_type: &str) -> UsageTap {
         UsageTap {
             sse: content_type.starts_with("text/event-stream"),
             line: Vec::new(),
@@ -37,11 +37,11 @@ impl UsageTap {
         }
     }
 
-    pub(super) fn is_sse(&self) -> bool {
+    pub(crate) fn is_sse(&self) -> bool {
         self.sse
     }
 
-    pub(super) fn observe(&mut self, data: &Bytes) {
+    pub(crate) fn observe(&mut self, data: &Bytes) {
         if self.sse {
             self.observe_sse(data);
         } else if let Some(chunks) = &mut self.json {
@@ -101,7 +101,7 @@ impl UsageTap {
     }
 
     /// The counts seen, and when `failed`, the message of a JSON error body.
-    pub(super) fn finish(&mut self, failed: bool) -> (Option<Tokens>, Option<String>) {
+    pub(crate) fn finish(&mut self, failed: bool) -> (Option<Tokens>, Option<String>) {
         let Some(chunks) = self.json.take() else {
             return (self.tokens, None);
         };

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use foldhash::HashMap;
 use serde_json::{json, Value};
 
-use super::announce::Announcer;
-use super::cancel::Cancel;
+use crate::observe::announce::Announcer;
+use crate::observe::cancel::Cancel;
 
 struct Entry {
     model: Arc<str>,

@@ -4,9 +4,9 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
 
-use super::budget::{BodyBudget, Charge};
-use super::scan;
+use crate::observe::scan;
 use crate::proxy::error::Error;
+use crate::routing::budget::{BodyBudget, Charge};
 
 /// Reads a whole request body, refusing more than `limit` bytes (413) and more than the shared
 /// budget has room for (503). Bytes are charged as they arrive, so a client that declares a large

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-pub(super) struct IdleLimit {
+pub(crate) struct IdleLimit {
     limit: Duration,
     last_data: Instant,
     timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl IdleLimit {
-    pub(super) fn new(limit: Duration) -> IdleLimit {
+    pub(crate) fn new(limit: Duration) -> IdleLimit {
         IdleLimit {
             limit,
             last_data: Instant::now(),
@@ -24,17 +24,17 @@ impl IdleLimit {
         }
     }
 
-    pub(super) fn limit(&self) -> Duration {
+    pub(crate) fn limit(&self) -> Duration {
         self.limit
     }
 
     /// Data came: the silence starts again.
-    pub(super) fn touch(&mut self) {
+    pub(crate) fn touch(&mut self) {
         self.last_data = Instant::now();
     }
 
     /// True once the body has been silent for the limit; arms the timer otherwise.
-    pub(super) fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+    pub(crate) fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         loop {
             let Some(due) = self.last_data.checked_add(self.limit) else {
                 return false;

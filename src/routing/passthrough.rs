@@ -8,13 +8,16 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
-use super::seen::Seen;
-use super::{peers, redirect, routing, App};
+use crate::api::redirect;
+use crate::api::App;
 use crate::config::catalog::Target;
 use crate::config::ModelConfig;
 use crate::proxy::body::{Body, BoxError};
 use crate::proxy::error::Error;
 use crate::proxy::{self, Outgoing};
+use crate::routing::names;
+use crate::routing::peers;
+use crate::routing::seen::Seen;
 
 /// `/upstream/<model>/<path>`: the longest prefix that names a model wins; the rest goes upstream as
 /// it was sent, percent-encoding included, with the request body streamed. What comes back is
@@ -84,7 +87,7 @@ where
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
     let (peer, model) = match route {
-        routing::Route::Local { target, model } => {
+        names::Route::Local { target, model } => {
             return to_model(
                 app,
                 req,
@@ -95,9 +98,9 @@ where
             )
             .await
         }
-        routing::Route::Peer { peer, model } => (peer, model),
+        names::Route::Peer { peer, model } => (peer, model),
         // a streamed body cannot be sent twice: the least loaded peer gets it, no retry
-        routing::Route::Peers { owners, model } => {
+        names::Route::Peers { owners, model } => {
             let peer = app.peer_loads.rank(&owners, &model).swap_remove(0);
             // counted as in flight to that peer until the answer ends, as a model route's is
             seen.hold(Box::new(app.peer_loads.sending(&peer, &model)));
@@ -157,14 +160,14 @@ where
 
 /// The longest run of leading segments that names a model, alias or peer model, after the active
 /// profile's pins, how many segments it took, and the name.
-fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(routing::Route, usize, String)> {
+fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(names::Route, usize, String)> {
     let catalog = app.fleet.catalog();
-    let reach = within_reach(segments, routing::longest_name(&app.config, &catalog));
+    let reach = within_reach(segments, names::longest_name(&app.config, &catalog));
     (1..=reach).rev().find_map(|n| {
         let raw = segments[..n].join("/");
         let decoded = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy();
-        let name = routing::apply_profile(&app.config, &app.profiles, &decoded)?;
-        routing::resolve_plain(&app.config, &catalog, &name)
+        let name = names::apply_profile(&app.config, &app.profiles, &decoded)?;
+        names::resolve_plain(&app.config, &catalog, &name)
             .ok()
             .map(|route| (route, n, name.to_string()))
     })

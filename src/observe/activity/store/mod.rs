@@ -11,7 +11,7 @@
 //! database, or one SQLite finds damaged, is left as it is and corral refuses it, naming it: a
 //! file someone cares about is never written over or moved.
 
-pub(super) mod rows;
+pub(crate) mod rows;
 
 use std::fs::File;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::fcntl::{Flock, FlockArg};
 use rusqlite::{Connection, ErrorCode};
 
-use crate::api::activity::Row;
+use crate::observe::activity::Row;
 
 /// How long a written row may wait for others to share its transaction.
 const FLUSH_EVERY: Duration = Duration::from_millis(100);

@@ -1,11 +1,11 @@
 //! Token counts from an answer's `usage` (OpenAI, Anthropic) or `timings` (llama.cpp) value, found
-//! by its key and read member by member ([`crate::api::scan`]): nothing else of the answer is parsed.
+//! by its key and read member by member ([`crate::observe::scan`]): nothing else of the answer is parsed.
 
 use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 
-use crate::api::scan::{self, count, float};
+use crate::observe::scan::{self, count, float};
 
 /// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`, and what else
 /// they tell (for the activity log).
@@ -107,9 +107,9 @@ impl Tokens {
 /// The searchers for the two keys, built once: building one costs more than a search of a small
 /// answer, and every JSON answer and event is searched. Forward searches, since only they are
 /// vectorized.
-pub(super) static USAGE_KEY: LazyLock<Finder<'static>> =
+pub(crate) static USAGE_KEY: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"usage\""));
-pub(super) static TIMINGS_KEY: LazyLock<Finder<'static>> =
+pub(crate) static TIMINGS_KEY: LazyLock<Finder<'static>> =
     LazyLock::new(|| Finder::new(b"\"timings\""));
 
 /// The text from the `usage` value on and from the `timings` value on: each the value after the

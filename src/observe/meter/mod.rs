@@ -71,20 +71,20 @@ pub struct Metered {
     /// The body has a declared length, or the stream said `[DONE]`: nothing may be added to it.
     length_framed: bool,
     finished: bool,
-    inflight: Option<super::inflight::Guard>,
+    inflight: Option<crate::observe::inflight::Guard>,
     holds: Vec<Box<dyn Send + Sync>>,
-    cancel: Option<Arc<super::cancel::Cancel>>,
+    cancel: Option<Arc<crate::observe::cancel::Cancel>>,
     idle: Option<IdleLimit>,
     /// Where the finished request is logged: the log, the request path, status and content type.
     activity: Option<ActivityRecord>,
     /// Time to the first byte, for the log; `None` until the first byte.
     ttft_ms: Option<u64>,
     /// The response body kept for the request's capture (frames shared, not copied).
-    recording: Option<super::captures::Recording>,
+    recording: Option<crate::observe::captures::Recording>,
 }
 
 struct ActivityRecord {
-    log: Arc<super::activity::Activity>,
+    log: Arc<crate::observe::activity::Activity>,
     req_path: std::borrow::Cow<'static, str>,
     status: u16,
     content_type: std::borrow::Cow<'static, str>,
@@ -120,7 +120,10 @@ impl Metered {
     }
 
     /// Keeps the response body for the request's capture (captures on only).
-    pub fn recording(&mut self, recording: Option<super::captures::Recording>) -> &mut Self {
+    pub fn recording(
+        &mut self,
+        recording: Option<crate::observe::captures::Recording>,
+    ) -> &mut Self {
         self.recording = recording;
         self
     }
@@ -128,7 +131,7 @@ impl Metered {
     /// Logs the request in the activity log when it ends.
     pub fn logged_in(
         &mut self,
-        log: Arc<super::activity::Activity>,
+        log: Arc<crate::observe::activity::Activity>,
         req_path: std::borrow::Cow<'static, str>,
         status: http::StatusCode,
         content_type: &str,
@@ -138,7 +141,7 @@ impl Metered {
             log,
             req_path,
             status: status.as_u16(),
-            content_type: super::activity::content_type(content_type),
+            content_type: crate::observe::activity::content_type(content_type),
             src,
         });
         self
@@ -159,8 +162,8 @@ impl Metered {
     /// Keeps the request listed as in flight until the body ends, and ends it if an operator cancels.
     pub fn with_inflight(
         &mut self,
-        guard: Option<super::inflight::Guard>,
-        cancel: Arc<super::cancel::Cancel>,
+        guard: Option<crate::observe::inflight::Guard>,
+        cancel: Arc<crate::observe::cancel::Cancel>,
     ) -> &mut Self {
         self.inflight = guard;
         self.cancel = Some(cancel);
@@ -289,7 +292,7 @@ impl HttpBody for Metered {
 }
 
 /// The last event of a stream the upstream broke off.
-pub(super) fn stream_error_event(why: &str) -> Bytes {
+pub(crate) fn stream_error_event(why: &str) -> Bytes {
     crate::proxy::error::sse_error_event(
         http::StatusCode::BAD_GATEWAY,
         &format!("the upstream stream ended early: {why}"),

@@ -11,10 +11,10 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::forward::forward_local;
-use super::App;
+use crate::api::App;
 use crate::config::catalog::Target;
 use crate::proxy::body::Body;
+use crate::routing::forward::forward_local;
 use crate::supervisor::LoadingProgress;
 
 fn reasoning(text: &str) -> Bytes {
@@ -98,7 +98,7 @@ async fn send_answer(
             // plain path sends, not as if the answer were whole
             Some(Err(e)) => {
                 let _ = tx
-                    .send(super::meter::stream_error_event(&e.to_string()))
+                    .send(crate::observe::meter::stream_error_event(&e.to_string()))
                     .await;
                 return;
             }

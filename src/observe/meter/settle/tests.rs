@@ -1,6 +1,6 @@
 use super::*;
-use crate::api::activity::Activity;
 use crate::metrics::Metrics;
+use crate::observe::activity::Activity;
 
 const ANSWER: &[u8] = br#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":16}}"#;
 

@@ -10,12 +10,14 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 
-use super::extract::BodyKind;
-use super::{filters, peers, App};
+use crate::api::App;
 use crate::config::catalog::Target;
 use crate::proxy::body::{full, Body};
 use crate::proxy::error::Error;
 use crate::proxy::{self, Outgoing};
+use crate::routing::extract::BodyKind;
+use crate::routing::filters;
+use crate::routing::peers;
 
 /// Sends a buffered request to the target's instance; for a pool, a member that fails before
 /// sending a byte back, or answers 503 (loading, or overloaded), is tried once more on another,

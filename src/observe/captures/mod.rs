@@ -424,11 +424,11 @@ pub fn route(captures: Option<&Captures>, id: &str) -> http::Response<crate::pro
     use http::StatusCode;
     let Ok(id) = id.parse::<u64>() else {
         let bad = json!({"error": "invalid capture ID"});
-        return super::json(StatusCode::BAD_REQUEST, &bad);
+        return crate::api::json(StatusCode::BAD_REQUEST, &bad);
     };
     match captures.and_then(|c| c.get(id)) {
-        Some(found) => super::json(StatusCode::OK, &found),
-        None => super::json(
+        Some(found) => crate::api::json(StatusCode::OK, &found),
+        None => crate::api::json(
             StatusCode::NOT_FOUND,
             &json!({"error": "capture not found"}),
         ),
