@@ -176,7 +176,7 @@ where
         Page::UnloadAll => control::unload_all(app).await,
         Page::UnloadAllJson => control::unload_all_json(app).await,
         Page::Performance => {
-            crate::observe::performance::answer(app, req.uri().path(), req.uri().query()).await
+            crate::api::observed::answer(app, req.uri().path(), req.uri().query()).await
         }
         Page::Lifecycle => Ok(json(StatusCode::OK, &reports::lifecycle(app))),
         Page::ModelDetail => model_detail(app, &params.get("id")),

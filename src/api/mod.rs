@@ -16,6 +16,7 @@ pub(crate) mod metadata;
 pub(crate) mod model_detail;
 pub(crate) mod model_times;
 pub(crate) mod models;
+pub(crate) mod observed;
 pub(crate) mod ollama;
 pub(crate) mod reports;
 pub(crate) mod router;

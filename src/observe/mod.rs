@@ -8,6 +8,7 @@ pub(crate) mod activity;
 pub(crate) mod announce;
 pub(crate) mod cancel;
 pub(crate) mod captures;
+pub(crate) mod counts;
 pub(crate) mod hardware;
 pub(crate) mod inflight;
 pub(crate) mod meter;

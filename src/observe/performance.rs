@@ -12,50 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use foldhash::HashMap;
-use http::{Response, StatusCode};
+
+use crate::observe::activity::tally::{Counts, Tally};
 use serde_json::{json, Value};
 
-use crate::api::json;
-use crate::api::App;
 use crate::fleet::Fleet;
 use crate::observe::hardware;
-use crate::proxy::body::Body;
-use crate::proxy::error::Error;
 
 /// How far back the rings reach.
 const WINDOW: Duration = Duration::from_secs(3600);
-/// First-byte times kept per model between two samples (the median needs no more).
-const TTFT_KEEP: usize = 4096;
-
-/// Per-model counts since the last sample.
-#[derive(Default)]
-pub struct Tally {
-    counts: Mutex<HashMap<Arc<str>, Counts>>,
-}
-
-#[derive(Default)]
-struct Counts {
-    requests: u64,
-    output_tokens: u64,
-    ttft_ms: Vec<u64>,
-}
-
-impl Tally {
-    /// Adds a finished request.
-    pub fn count(&self, row: &crate::observe::activity::Row) {
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        let c = counts.entry(row.model.clone()).or_default();
-        c.requests += 1;
-        c.output_tokens += row.tokens.map_or(0, |t| t.completion);
-        if let Some(ms) = row.ttft_ms.filter(|_| c.ttft_ms.len() < TTFT_KEEP) {
-            c.ttft_ms.push(ms);
-        }
-    }
-
-    fn take(&self) -> HashMap<Arc<str>, Counts> {
-        std::mem::take(&mut *self.counts.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-}
 
 /// One model's sample.
 #[derive(Clone)]
@@ -133,7 +98,7 @@ impl Performance {
         })
     }
 
-    fn json(&self, after: Option<SystemTime>, every: Duration) -> Value {
+    pub(crate) fn json(&self, after: Option<SystemTime>, every: Duration) -> Value {
         let keep = |t: &SystemTime| after.is_none_or(|a| *t > a);
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         let pick = |ring: &VecDeque<(SystemTime, Value)>| -> Vec<Value> {
@@ -235,39 +200,6 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
     }
     let mid = v.len() / 2;
     Some(*v.select_nth_unstable(mid).1)
-}
-
-/// Answers a GET of this module's routes and its neighbours': `/api/performance`, `/api/hardware`
-/// and `/api/captures/<id>`.
-pub async fn answer(app: &App, path: &str, query: Option<&str>) -> Result<Response<Body>, Error> {
-    if let Some(id) = path.strip_prefix("/api/captures/") {
-        return Ok(crate::observe::captures::route(
-            app.activity.captures.as_ref(),
-            id,
-        ));
-    }
-    if path == "/api/hardware" {
-        return Ok(json(StatusCode::OK, &hardware::snapshot(&app.config).await));
-    }
-    if app.config.performance_disabled {
-        return Ok(json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"enabled": false}),
-        ));
-    }
-    let mut after = None;
-    for (k, v) in crate::routing::extract::query_pairs(query.unwrap_or("")) {
-        match k.as_str() {
-            "after" => {
-                after = Some(crate::clock::rfc3339::parse(&v).ok_or_else(|| {
-                    Error::BadRequest(format!("after must be an RFC 3339 time, not {v:?}"))
-                })?)
-            }
-            other => return Err(Error::BadRequest(format!("unknown parameter {other:?}"))),
-        }
-    }
-    let every = app.config.performance_every;
-    Ok(json(StatusCode::OK, &app.performance.json(after, every)))
 }
 
 #[cfg(test)]

@@ -136,22 +136,11 @@ pub fn model_from_body(kind: &mut BodyKind, body: &[u8]) -> (Option<String>, boo
     }
 }
 
-/// A query-string parameter, percent-decoded.
+/// A query-string parameter, percent- and `+`-decoded.
 pub fn query_param(query: &str, name: &str) -> Option<String> {
-    query_pairs(query).find_map(|(k, v)| (k == name).then_some(v))
-}
-
-/// A query string's `key=value` pairs, percent- and `+`-decoded.
-pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(&s.replace('+', " "))
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    query.split('&').filter(|p| !p.is_empty()).map(move |pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (decode(k), decode(v))
-    })
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 fn boundary(content_type: &str) -> Option<String> {

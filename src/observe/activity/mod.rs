@@ -15,12 +15,13 @@ use std::time::SystemTime;
 use foldhash::HashSet;
 use serde_json::{json, Value};
 
-use crate::observe::meter::Tokens;
+use crate::observe::counts::Tokens;
 use query::Query;
 
 mod query;
 pub mod source;
 mod store;
+pub(crate) mod tally;
 
 pub use store::OpenError as StoreError;
 
@@ -130,7 +131,7 @@ pub struct Activity {
     /// Bodies of recent requests (`captureBuffer`).
     pub captures: Option<crate::observe::captures::Captures>,
     /// Per-model counts since the last performance sample.
-    pub tally: Arc<crate::observe::performance::Tally>,
+    pub tally: Arc<tally::Tally>,
 }
 
 /// The rows, and the model names and paths they share. Rows are written when requests end,
@@ -304,7 +305,7 @@ impl Activity {
     /// `GET /api/metrics/stats?model=`: totals and speed histograms.
     pub fn stats(&self, query: &str) -> Result<Value, String> {
         let mut model = None;
-        for (k, v) in crate::routing::extract::query_pairs(query) {
+        for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
             match k.as_str() {
                 "model" => model = Some(v),
                 other => return Err(format!("unknown parameter {other:?}")),

@@ -119,7 +119,7 @@ impl Query {
             crate::clock::rfc3339::parse(v)
                 .ok_or_else(|| format!("{k} must be an RFC 3339 time, not {v:?}"))
         };
-        for (k, v) in crate::routing::extract::query_pairs(query) {
+        for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
             match k.as_str() {
                 "model" => q.models.push(v),
                 "key" => q.keys.push(v),

@@ -418,22 +418,5 @@ impl Captures {
     }
 }
 
-/// `GET /api/captures/<id>`: 400 for an id that is not a number, 404 when it is gone (or captures
-/// are off).
-pub fn route(captures: Option<&Captures>, id: &str) -> http::Response<crate::proxy::body::Body> {
-    use http::StatusCode;
-    let Ok(id) = id.parse::<u64>() else {
-        let bad = json!({"error": "invalid capture ID"});
-        return crate::api::json(StatusCode::BAD_REQUEST, &bad);
-    };
-    match captures.and_then(|c| c.get(id)) {
-        Some(found) => crate::api::json(StatusCode::OK, &found),
-        None => crate::api::json(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "capture not found"}),
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests;

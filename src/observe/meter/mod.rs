@@ -20,7 +20,6 @@ use crate::metrics::{KeySeries, Metrics, RequestSeries};
 use crate::proxy::body::{Body, BoxError};
 use idle::IdleLimit;
 pub use settle::{after_the_write, settle_all};
-pub(crate) use usage::Tokens;
 use usage::UsageTap;
 
 /// Which request this is, for the labels.

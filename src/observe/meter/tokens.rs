@@ -5,21 +5,8 @@ use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
 
+pub(crate) use crate::observe::counts::Tokens;
 use crate::observe::scan::{self, count, float};
-
-/// Token counts found in a response, from OpenAI `usage` or llama.cpp `timings`, and what else
-/// they tell (for the activity log).
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Tokens {
-    pub prompt: u64,
-    pub completion: u64,
-    /// Prompt tokens served from a cache.
-    pub cache: Option<u64>,
-    pub draft: Option<u64>,
-    pub draft_accepted: Option<u64>,
-    pub prompt_per_second: Option<f64>,
-    pub tokens_per_second: Option<f64>,
-}
 
 /// What a `usage` value holds, by the names OpenAI and Anthropic give it.
 #[derive(Default)]

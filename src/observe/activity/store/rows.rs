@@ -7,7 +7,7 @@ use rusqlite::{params, Connection};
 
 use super::Retention;
 use crate::observe::activity::{content_type, Row};
-use crate::observe::meter::Tokens;
+use crate::observe::counts::Tokens;
 
 /// corral's own table name, so a file shared with another program (llama-swap's own log) is
 /// never mistaken for ours; `user_version` marks the layout.

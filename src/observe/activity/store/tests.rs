@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::observe::meter::Tokens;
+use crate::observe::counts::Tokens;
 
 fn row(id: u64, age: Duration) -> Row {
     Row {
