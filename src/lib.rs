@@ -23,7 +23,6 @@ mod sources;
 mod supervisor;
 mod ui;
 
-pub use api::Limits;
 pub use engines::{
     argv as engine_argv, diagnose, env as engine_env, read_capacity, read_load, Cause, Diagnosis,
     EngineKind, Launch, Load, LoadFormat, LoadReport, ModelForm, Readiness, Task,
@@ -41,6 +40,7 @@ pub use proxy::body::BoxError;
 pub use routing::extract::{
     classify, model_from_body, query_param, rewrite_multipart_model, BodyKind,
 };
+pub use routing::Limits;
 pub use server::fdlimit;
 pub use server::tls::TlsCertificate;
 pub use server::{run, run_with_reloads, Options, Reload};

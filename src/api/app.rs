@@ -1,94 +1,63 @@
-//! The service's state: the fleet, config, clients, logs and counters every request handler reads.
+//! The service's state: the gateway model requests go through, and what the HTTP surface adds to
+//! it: the keys, the global limit, the performance samples, the logs and the shutdown signals.
 
-use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::api::auth;
 use crate::api::global_limit;
-use crate::config::{Config, Timeouts};
 use crate::fleet::Fleet;
 use crate::logs::Logs;
 use crate::observe::activity;
-use crate::observe::inflight;
 use crate::observe::performance;
-use crate::proxy::upstream::{self, Upstream};
-use crate::routing::budget;
-use crate::routing::names;
-use crate::routing::peer_load;
+use crate::routing::{Gateway, Limits};
 
-/// Limits on what a client may send.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Largest request body that is read to find the model (JSON with base64 images, audio uploads).
-    pub body_bytes: u64,
-    /// Request body bytes buffered at once across all requests (`maxBufferedBodies`).
-    pub buffered_bytes: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            body_bytes: 128 * 1024 * 1024,
-            buffered_bytes: budget::BodyBudget::default_total(),
-        }
-    }
-}
-
-/// Everything a request handler needs.
+/// Everything a request handler needs: the gateway's fields, read through it, and the surface's.
 pub struct App {
-    pub fleet: Fleet,
-    /// The fleet's catalog when this App was built: a reload builds a new App.
-    pub catalog: Arc<crate::config::catalog::Catalog>,
+    /// Where model requests go, and what they report to.
+    pub gateway: Arc<Gateway>,
     /// Cancelled when shutdown starts; shared by every App a reload builds.
     pub closing: tokio_util::sync::CancellationToken,
     /// Cancelled when a reload puts another App in this one's place, or at shutdown: endless
     /// streams (events, logs) end with it, so that none goes on under the keys, masks and config
     /// it began with (a client opens them again), and the drain can finish.
     pub replaced: tokio_util::sync::CancellationToken,
-    pub profiles: names::Profiles,
-    pub spillover: names::Spillover,
-    pub(crate) peer_clients: BTreeMap<String, Arc<Upstream>>,
     /// `globalConcurrencyLimit`, over every model request.
     pub(crate) global_limit: global_limit::GlobalLimit,
-    /// What the peers report of their load, where several serve one model.
-    pub(crate) peer_loads: peer_load::PeerLoads,
-    pub inflight: Arc<inflight::Inflight>,
-    pub activity: Arc<activity::Activity>,
     /// The samples behind `/api/performance`.
     pub(crate) performance: Arc<performance::Performance>,
-    pub metrics: Arc<crate::metrics::Metrics>,
-    pub config: Arc<Config>,
     pub logs: Arc<Logs>,
-    pub limits: Limits,
-    /// Shared by every App a reload builds, like the requests in flight.
-    pub budget: budget::BodyBudget,
     pub(crate) keys: auth::Keys,
     /// corral listens on a loopback address: requests must name a loopback host (see `hosts.rs`).
     pub(crate) loopback_listener: bool,
-    pub(crate) clients: BTreeMap<String, Arc<Upstream>>,
+}
+
+impl Deref for App {
+    type Target = Gateway;
+
+    fn deref(&self) -> &Gateway {
+        &self.gateway
+    }
 }
 
 impl App {
     /// The same service for a reloaded config: fleet, metrics, logs, requests in flight and the
-    /// shutdown signal carry over; routes, clients and keys come from the new config, and the
-    /// active profile is the new config's `hooks.on_startup.profile` (none without it), as
-    /// llama-swap does.
-    /// The activity log (and its store, which is not reopened) and the performance samples carry
-    /// over too.
+    /// shutdown signal carry over; routes, clients and keys come from the new config (see
+    /// [`Gateway::new`]). The activity log (and its store, which is not reopened) and the
+    /// performance samples carry over too.
     pub fn reloaded(&self) -> App {
-        let logged = (self.activity.clone(), self.performance.clone());
-        let mut next = App::with_log(
+        let gateway = Gateway::new(
             self.fleet.clone(),
-            self.logs.clone(),
             self.metrics.clone(),
             self.limits,
-            logged,
+            self.activity.clone(),
+            auth::peer_key_route,
+            Some(&self.gateway),
         );
-        next.inflight = self.inflight.clone();
+        let mut next = App::with_gateway(gateway, self.logs.clone(), self.performance.clone());
         next.global_limit = self
             .global_limit
             .with_limit(next.config.global_concurrency_limit);
-        next.budget = self.budget.clone();
         next.replaced = self.closing.child_token();
         next.closing = self.closing.clone();
         next.listening_on_loopback(self.loopback_listener);
@@ -118,77 +87,35 @@ impl App {
     ) -> App {
         let activity = Arc::new(activity);
         let performance = performance::Performance::start(fleet.clone(), activity.tally.clone());
-        App::with_log(fleet, logs, metrics, limits, (activity, performance))
+        let gateway = Gateway::new(fleet, metrics, limits, activity, auth::peer_key_route, None);
+        App::with_gateway(gateway, logs, performance)
     }
 
-    fn with_log(
-        fleet: Fleet,
+    fn with_gateway(
+        gateway: Gateway,
         logs: Arc<Logs>,
-        metrics: Arc<crate::metrics::Metrics>,
-        limits: Limits,
-        (activity, performance): (Arc<activity::Activity>, Arc<performance::Performance>),
+        performance: Arc<performance::Performance>,
     ) -> App {
-        let config = fleet.config().clone();
-        let clients = config
-            .models
-            .values()
-            .map(|m| {
-                let client = client_for(&m.timeouts, !m.disable_keep_alives);
-                (m.id.to_string(), client)
-            })
-            .collect();
-        let peer_clients = config
-            .peers
-            .iter()
-            .map(|(id, p)| (id.clone(), client_for(&p.timeouts, true)))
-            .collect();
-        let peer_loads = peer_load::PeerLoads::start(&config, &peer_clients);
         let closing = tokio_util::sync::CancellationToken::new();
-        let global_limit = global_limit::GlobalLimit::default();
+        let limit = gateway.config.global_concurrency_limit;
         App {
-            global_limit: global_limit.with_limit(config.global_concurrency_limit),
-            peer_loads,
-            catalog: fleet.catalog(),
+            global_limit: global_limit::GlobalLimit::default().with_limit(limit),
+            keys: auth::Keys::for_config(&gateway.config, false),
+            gateway: Arc::new(gateway),
             replaced: closing.child_token(),
             closing,
-            profiles: names::Profiles::starting_with(config.startup_profile.clone()),
-            spillover: Default::default(),
-            peer_clients,
-            inflight: Default::default(),
-            activity,
             performance,
-            keys: auth::Keys::for_config(&config, false),
-            loopback_listener: false,
-            config,
-            fleet,
-            metrics,
             logs,
-            limits,
-            budget: budget::BodyBudget::new(limits.buffered_bytes),
-            clients,
+            loopback_listener: false,
         }
     }
-}
 
-impl App {
     /// Tells the service that corral listens on a loopback address, so that it answers only
     /// requests that name a loopback host or an allowed one.
     pub fn listening_on_loopback(&mut self, loopback: bool) {
         self.loopback_listener = loopback;
         self.keys = auth::Keys::for_config(&self.config, loopback);
     }
-}
-
-/// A connection pool to one model's or peer's upstream, with its timeouts; `reuse` false opens a
-/// connection per request (`disableKeepAlives`).
-fn client_for(timeouts: &Timeouts, reuse: bool) -> Arc<Upstream> {
-    Upstream::new(upstream::Settings {
-        connect: timeouts.connect,
-        tls_handshake: timeouts.tls_handshake,
-        keepalive: timeouts.keepalive,
-        idle: timeouts.idle_conn,
-        reuse,
-    })
 }
 
 #[cfg(test)]

@@ -33,7 +33,8 @@ use http::{header, Request, Response, StatusCode};
 use tower::{Service, ServiceBuilder};
 
 use crate::proxy::body::{full, Body, BoxError};
-pub use app::{App, Limits};
+pub use crate::routing::Limits;
+pub use app::App;
 pub use model_detail::shown_command;
 
 /// The service that answers one request under `app`: CORS headers on every answer, errors
@@ -104,13 +105,5 @@ pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
         .body(full(value.to_string()))
-        .expect("valid response")
-}
-
-pub(crate) fn redirect(status: StatusCode, to: &str) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header(header::LOCATION, to)
-        .body(crate::proxy::body::empty())
         .expect("valid response")
 }

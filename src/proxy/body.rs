@@ -16,6 +16,15 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
+/// An empty answer that sends the client on to `to`.
+pub fn redirect(status: http::StatusCode, to: &str) -> http::Response<Body> {
+    http::Response::builder()
+        .status(status)
+        .header(http::header::LOCATION, to)
+        .body(empty())
+        .expect("valid response")
+}
+
 /// Ends a task when the body that streams its output is dropped (the client went away), so no
 /// detached task outlives its request.
 pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);

@@ -7,6 +7,10 @@ use std::net::IpAddr;
 
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
+/// The header llama-swap reads an API key from, besides `Authorization`; corral strips its own
+/// keys from it and sends a peer's key in it.
+pub static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
 /// Names compared as header names, not as text: most are standard ones, which compare by tag
 /// (a name compared with a `&str` is spelled out first, for every header of every request).
 static HOP_BY_HOP: [HeaderName; 7] = [

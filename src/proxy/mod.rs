@@ -7,7 +7,7 @@
 //! (`tunnel.rs`).
 pub(crate) mod body;
 pub(crate) mod error;
-mod headers;
+pub(crate) mod headers;
 pub(crate) mod tunnel;
 pub(crate) mod upstream;
 

@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 
-use crate::api::App;
 use crate::config::catalog::Target;
 use crate::proxy::body::{full, Body};
 use crate::proxy::error::Error;
@@ -18,13 +17,14 @@ use crate::proxy::{self, Outgoing};
 use crate::routing::extract::BodyKind;
 use crate::routing::filters;
 use crate::routing::peers;
+use crate::routing::Gateway;
 
 /// Sends a buffered request to the target's instance; for a pool, a member that fails before
 /// sending a byte back, or answers 503 (loading, or overloaded), is tried once more on another,
 /// and taken out when it could not be reached (or, by [`crate::fleet::Fleet::report_answer`],
 /// when it keeps failing).
 pub async fn forward_local(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     model: &crate::config::ModelConfig,
     target: Target,
     parts: http::request::Parts,
@@ -33,10 +33,13 @@ pub async fn forward_local(
     remote: SocketAddr,
 ) -> Result<Response<Body>, Error> {
     let target = &target;
-    let client = &app.clients[&*model.id];
+    let client = &gateway.clients[&*model.id];
     let timeout = model.timeouts.response_header;
     let prompt = prompt_blocks(model, target, &bytes);
-    let lease = app.fleet.acquire_for(target, None, prompt.as_ref()).await?;
+    let lease = gateway
+        .fleet
+        .acquire_for(target, None, prompt.as_ref())
+        .await?;
     if !matches!(target, Target::Pool(_)) {
         let req = Outgoing {
             base: lease.proxy(),
@@ -50,7 +53,7 @@ pub async fn forward_local(
     let request = (parts, path_and_query, bytes, remote);
     // boxed: the second try's state would grow every request's future
     Box::pin(forward_to_members(
-        app, model, target, lease, request, prompt,
+        gateway, model, target, lease, request, prompt,
     ))
     .await
 }
@@ -58,7 +61,7 @@ pub async fn forward_local(
 /// Sends a request to the pool member `lease` holds; one that fails before answering, or answers
 /// 503, gets a second try on another member.
 async fn forward_to_members(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     model: &crate::config::ModelConfig,
     target: &Target,
     lease: crate::fleet::Lease,
@@ -70,7 +73,7 @@ async fn forward_to_members(
     ),
     prompt: Option<crate::fleet::prefix::Prefix>,
 ) -> Result<Response<Body>, Error> {
-    let client = &app.clients[&*model.id];
+    let client = &gateway.clients[&*model.id];
     let timeout = model.timeouts.response_header;
     // the request itself goes to the last try; an earlier one gets copies (a shared body's first
     // copy is an allocation)
@@ -89,7 +92,8 @@ async fn forward_to_members(
     );
     let first_id = lease.id().clone();
     let retry = |lease: crate::fleet::Lease, why: String| {
-        app.metrics
+        gateway
+            .metrics
             .requests
             .retries
             .with_label_values(&[&model.id])
@@ -105,15 +109,15 @@ async fn forward_to_members(
         async move {
             let answer = answer.await;
             if let Ok(resp) = &answer {
-                app.fleet.report_answer(&id, resp.status());
+                gateway.fleet.report_answer(&id, resp.status());
             }
             answer
         }
     };
     match proxy::forward(client, first, timeout, lease).await {
         Err(e @ (Error::Upstream(_) | Error::Unreachable(_))) => {
-            report_failure(app, &first_id, &e);
-            let lease = app
+            report_failure(gateway, &first_id, &e);
+            let lease = gateway
                 .fleet
                 .acquire_for(target, Some(&first_id), prompt.as_ref())
                 .await?;
@@ -123,10 +127,10 @@ async fn forward_to_members(
             // loading (a replica that died and started again after it was picked) or
             // overloaded: another member answers if one can, else this answer stands. It is read
             // while a sibling is looked for, which lets the member's lease go during the wait.
-            app.fleet.report_answer(&first_id, resp.status());
+            gateway.fleet.report_answer(&first_id, resp.status());
             // boxed, so that it can be dropped before the retry
             let mut read = Box::pin(read_whole(resp, &first_id));
-            let sibling = app
+            let sibling = gateway
                 .fleet
                 .acquire_for(target, Some(&first_id), prompt.as_ref());
             tokio::pin!(sibling);
@@ -149,7 +153,7 @@ async fn forward_to_members(
             }
         }
         Ok(resp) => {
-            app.fleet.report_answer(&first_id, resp.status());
+            gateway.fleet.report_answer(&first_id, resp.status());
             Ok(resp)
         }
         other => other,
@@ -196,11 +200,13 @@ fn kept_or(answer: Result<Response<Body>, Error>, none: Error) -> Result<Respons
 /// A pool member that gave no answer: taken out when it could not be reached. One that took the
 /// connection and closed it without an answer (llama-server does so now and then under load) is
 /// not a dead replica, but a failure that counts towards taking it out when it keeps happening.
-fn report_failure(app: &App, id: &str, error: &Error) {
+fn report_failure(gateway: &Gateway, id: &str, error: &Error) {
     if matches!(error, Error::Unreachable(_)) {
-        app.fleet.report_unreachable(id);
+        gateway.fleet.report_unreachable(id);
     } else {
-        app.fleet.report_answer(id, http::StatusCode::BAD_GATEWAY);
+        gateway
+            .fleet
+            .report_answer(id, http::StatusCode::BAD_GATEWAY);
     }
 }
 
@@ -223,7 +229,7 @@ fn prompt_blocks(
 /// could not be reached, or broke before its response head) is held out, and the next one gets the
 /// request, since nothing has reached the client yet.
 pub async fn forward_to_least_loaded(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     ranked: &[String],
     model: &str,
     (parts, kind, bytes, path_and_query, remote): (
@@ -236,13 +242,13 @@ pub async fn forward_to_least_loaded(
 ) -> Result<Response<Body>, Error> {
     let mut last = Error::UnknownModel;
     for peer in ranked {
-        let body = rewrite_for_peer(app, peer, model, kind.clone(), bytes.clone())?;
+        let body = rewrite_for_peer(gateway, peer, model, kind.clone(), bytes.clone())?;
         let parts = clone_parts(&parts);
-        let sending = app.peer_loads.sending(peer, model);
-        match peers::forward(app, peer, parts, body, path_and_query.clone(), remote).await {
+        let sending = gateway.peer_loads.sending(peer, model);
+        match peers::forward(gateway, peer, parts, body, path_and_query.clone(), remote).await {
             Err(Error::Upstream(e)) => {
                 tracing::warn!(peer = %peer, "trying another peer for {model} after: {e}");
-                app.peer_loads.failed(peer);
+                gateway.peer_loads.failed(peer);
                 last = Error::Upstream(e);
             }
             // the request counts as the peer's work until its answer's body ends
@@ -257,7 +263,7 @@ pub async fn forward_to_least_loaded(
 
 /// A peer gets the bare model id and its own filters.
 pub fn rewrite_for_peer(
-    app: &App,
+    gateway: &Gateway,
     peer: &str,
     model: &str,
     kind: BodyKind,
@@ -268,7 +274,7 @@ pub fn rewrite_for_peer(
     };
     let mut body = filters::JsonBody::parse(&bytes).map_err(Error::BadRequest)?;
     body.set("model", &serde_json::Value::String(model.to_string()));
-    filters::apply_filters(&mut body, &app.config.peers[peer].filters, None);
+    filters::apply_filters(&mut body, &gateway.config.peers[peer].filters, None);
     Ok(body.to_bytes())
 }
 

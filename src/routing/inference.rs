@@ -12,7 +12,6 @@ use futures_util::future::Either;
 use futures_util::{FutureExt, TryFutureExt};
 use http::{header, HeaderValue, Method, Request, Response};
 
-use crate::api::App;
 use crate::config::catalog::Target;
 use crate::config::ModelConfig;
 use crate::proxy::body::Body;
@@ -25,6 +24,7 @@ use crate::routing::loading;
 use crate::routing::names;
 use crate::routing::peers;
 use crate::routing::seen::Seen;
+use crate::routing::Gateway;
 
 /// POST routes whose JSON (or form) body names the model: the route, and the path sent upstream.
 pub fn model_route(path: &str) -> Option<(&'static str, &'static str)> {
@@ -98,7 +98,7 @@ impl Incoming {
     /// The request's head and, unless it is a GET, its whole body. Not an `async fn` (see
     /// [`crate::proxy::forward`]): the future holds the body's reading and the head alone.
     fn read<'a, B>(
-        app: &'a App,
+        gateway: &'a Gateway,
         req: Request<B>,
     ) -> impl Future<Output = Result<Incoming, Error>> + Send + 'a
     where
@@ -128,7 +128,7 @@ impl Incoming {
         }
         incoming.declared = extract::declared_length(&incoming.parts.headers);
         let declared = incoming.declared;
-        let read = extract::read_body(declared, body, app.limits.body_bytes, &app.budget);
+        let read = extract::read_body(declared, body, gateway.limits.body_bytes, &gateway.budget);
         Either::Right(read.map_ok(move |(bytes, held)| {
             incoming.kind = extract::classify(&incoming.parts.headers, &bytes);
             (incoming.sent, incoming.streaming) =
@@ -144,7 +144,7 @@ impl Incoming {
 /// Not an `async fn` (see [`crate::proxy::forward`]): the body is read, then [`route`] decides
 /// where the request goes and gives the future that takes it there.
 pub fn dispatch<'a, B>(
-    app: &'a Arc<App>,
+    gateway: &'a Arc<Gateway>,
     req: Request<B>,
     upstream_path: &'static str,
     remote: SocketAddr,
@@ -154,11 +154,11 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'a,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    Incoming::read(app, req).and_then(move |incoming| {
+    Incoming::read(gateway, req).and_then(move |incoming| {
         if let Some(capture) = &mut seen.capture {
             capture.request_body(&incoming.bytes);
         }
-        match route(app, incoming, upstream_path, remote, seen) {
+        match route(gateway, incoming, upstream_path, remote, seen) {
             Ok(forwarding) => forwarding,
             Err(e) => Either::Left(Either::Left(ready(Err(e)))),
         }
@@ -171,7 +171,7 @@ where
 /// local forwarding future is built in the slot this returns rather than built and then moved.
 #[inline(never)]
 fn route<'a>(
-    app: &'a Arc<App>,
+    gateway: &'a Arc<Gateway>,
     mut incoming: Incoming,
     upstream_path: &'static str,
     remote: SocketAddr,
@@ -180,16 +180,21 @@ fn route<'a>(
 {
     let sent = incoming.sent.take().filter(|n| !n.is_empty());
     let sent = sent.ok_or(Error::NoModel)?;
-    let name = names::apply_profile(&app.config, &app.profiles, &sent)
+    let name = names::apply_profile(&gateway.config, &gateway.profiles, &sent)
         .filter(|n| !n.is_empty())
         .ok_or(Error::NoModel)?;
     seen.named(&name);
-    let (route, spill) =
-        names::resolve(&app.config, &app.catalog, &app.fleet, &app.spillover, &name)?;
+    let (route, spill) = names::resolve(
+        &gateway.config,
+        &gateway.catalog,
+        &gateway.fleet,
+        &gateway.spillover,
+        &name,
+    )?;
     if let Some(s) = spill {
         seen.hold(Box::new(s));
     }
-    let selected = selected_target(app, &route, &name);
+    let selected = selected_target(gateway, &route, &name);
     let chosen = selected.as_deref().unwrap_or(&name);
     let path_and_query: Cow<'static, str> = match &incoming.query {
         Some(q) => format!("{upstream_path}?{q}").into(),
@@ -203,24 +208,25 @@ fn route<'a>(
         names::Route::Peers { .. } => {}
     }
     if let (Some(q), names::Route::Local { target, model }) = (&incoming.query, &route) {
-        crate::api::llama_router::refuse_unloaded(app, q, target, model)?; // `?autoload=false`
+        refuse_unloaded(&gateway.fleet, q, target, model)?; // `?autoload=false`
     }
     Ok(match route {
         names::Route::Peer { peer, model } => {
-            seen.found(app, format!("{peer}/{model}").into());
-            let bytes = rewrite_for_peer(app, &peer, &model, incoming.kind, incoming.bytes)?;
+            seen.found(gateway, format!("{peer}/{model}").into());
+            let bytes = rewrite_for_peer(gateway, &peer, &model, incoming.kind, incoming.bytes)?;
             let path_and_query = path_and_query.into_owned();
             let (parts, charge) = (incoming.parts, incoming.charge);
             Either::Right(Box::pin(async move {
-                let answer = peers::forward(app, &peer, parts, bytes, path_and_query, remote).await;
+                let answer =
+                    peers::forward(gateway, &peer, parts, bytes, path_and_query, remote).await;
                 drop(charge); // the body is charged until the answer's head, as a local one is
                 answer
             }))
         }
         names::Route::Peers { owners, model } => {
-            let ranked = app.peer_loads.rank(&owners, &model);
+            let ranked = gateway.peer_loads.rank(&owners, &model);
             seen.may_use(|| format!("{}/{model}", ranked[0]))?;
-            seen.found(app, format!("{}/{model}", ranked[0]).into());
+            seen.found(gateway, format!("{}/{model}", ranked[0]).into());
             let Incoming {
                 parts,
                 kind,
@@ -230,14 +236,18 @@ fn route<'a>(
             } = incoming;
             let request = (parts, kind, bytes, path_and_query.into_owned(), remote);
             Either::Right(Box::pin(async move {
-                let answer = forward_to_least_loaded(app, &ranked, &model, request).await;
+                let answer = forward_to_least_loaded(gateway, &ranked, &model, request).await;
                 drop(charge);
                 answer
             }))
         }
         names::Route::Local { target, model } => {
-            let model = app.config.models.get(&*model).ok_or(Error::UnknownModel)?;
-            seen.found(app, model.id.clone());
+            let model = gateway
+                .config
+                .models
+                .get(&*model)
+                .ok_or(Error::UnknownModel)?;
+            seen.found(gateway, model.id.clone());
             let to = Local {
                 model,
                 target,
@@ -246,7 +256,7 @@ fn route<'a>(
                 path_and_query,
                 remote,
             };
-            Either::Left(Either::Right(dispatch_local(app, incoming, to, seen)))
+            Either::Left(Either::Right(dispatch_local(gateway, incoming, to, seen)))
         }
     })
 }
@@ -259,12 +269,12 @@ type Forwarding<'a, L> = Either<
 
 /// The target a selector chose, whose id the request goes on with, since it names that target
 /// from here on; `None` for any other name, which stays.
-fn selected_target(app: &App, route: &names::Route, name: &str) -> Option<Arc<str>> {
+fn selected_target(gateway: &Gateway, route: &names::Route, name: &str) -> Option<Arc<str>> {
     match route {
         names::Route::Local {
             target: Target::Instance(id) | Target::Pool(id),
             ..
-        } if app.config.selectors.contains_key(name) => Some(id.clone()),
+        } if gateway.config.selectors.contains_key(name) => Some(id.clone()),
         _ => None,
     }
 }
@@ -288,7 +298,7 @@ struct Local<'m, 'c> {
 /// the forwarding and the body's charge alone (see [`crate::proxy::forward`]).
 #[inline(always)]
 fn dispatch_local<'a>(
-    app: &'a Arc<App>,
+    gateway: &'a Arc<Gateway>,
     incoming: Incoming,
     to: Local<'a, '_>,
     seen: &mut Seen,
@@ -317,11 +327,11 @@ fn dispatch_local<'a>(
     let path_and_query = to.path_and_query;
     let loading_state =
         model.send_loading_state && streaming && path_and_query.starts_with("/v1/chat/completions");
-    if loading_state && !app.fleet.is_ready(&to.target) {
+    if loading_state && !gateway.fleet.is_ready(&to.target) {
         seen.hold(Box::new(charge)); // the loading stream holds the body until it sends it
         let (id, target, remote) = (model.id.to_string(), to.target, to.remote);
         let stream = loading::stream(
-            app.clone(),
+            gateway.clone(),
             id,
             target,
             parts,
@@ -332,7 +342,7 @@ fn dispatch_local<'a>(
         return Either::Right(ready(Ok(stream)));
     }
     let forwarded = forward_local(
-        app,
+        gateway,
         model,
         to.target,
         parts,
@@ -383,6 +393,24 @@ fn rewrite_local_body(
         },
         _ => bytes,
     })
+}
+
+/// `autoload=false` (or `0`) in a model request's query: it may not start a model that does not
+/// run. The router refuses with 400 "model is not loaded"; this names the model and how to load it.
+fn refuse_unloaded(
+    fleet: &crate::fleet::Fleet,
+    query: &str,
+    target: &Target,
+    model: &str,
+) -> Result<(), Error> {
+    let autoload = crate::routing::extract::query_param(query, "autoload");
+    if !matches!(autoload.as_deref(), Some("false" | "0")) || fleet.is_ready(target) {
+        return Ok(());
+    }
+    Err(Error::BadRequest(format!(
+        "model is not loaded: {model:?} does not run and autoload=false was asked; load it with \
+         POST /models/load {{\"model\": {model:?}}} or send the request without autoload=false"
+    )))
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::api::App;
 use crate::config::catalog::Target;
 use crate::proxy::body::Body;
 use crate::routing::forward::forward_local;
+use crate::routing::Gateway;
 use crate::supervisor::LoadingProgress;
 
 fn reasoning(text: &str) -> Bytes {
@@ -23,7 +23,7 @@ fn reasoning(text: &str) -> Bytes {
 }
 
 pub fn stream(
-    app: Arc<App>,
+    gateway: Arc<Gateway>,
     model_id: String,
     target: Target,
     parts: http::request::Parts,
@@ -38,10 +38,18 @@ pub fn stream(
         let _ = tx
             .send(reasoning(&format!("corral loading model: {model_id}\n")))
             .await;
-        let Some(model) = app.config.models.get(&model_id).cloned() else {
+        let Some(model) = gateway.config.models.get(&model_id).cloned() else {
             return;
         };
-        let forward = forward_local(&app, &model, target, parts, bytes, path_and_query, remote);
+        let forward = forward_local(
+            &gateway,
+            &model,
+            target,
+            parts,
+            bytes,
+            path_and_query,
+            remote,
+        );
         tokio::pin!(forward);
         let mut dots = tokio::time::interval(Duration::from_millis(750));
         dots.tick().await;
@@ -50,9 +58,9 @@ pub fn stream(
             tokio::select! {
                 r = &mut forward => break r,
                 _ = dots.tick() => {
-                    let line = match app.fleet.download_of(&model_id) {
+                    let line = match gateway.fleet.download_of(&model_id) {
                         Some(d) => reasoning(&download_line(&d)),
-                        None => reasoning(&progress_line(app.fleet.loading_of(&model_id), &mut shown)),
+                        None => reasoning(&progress_line(gateway.fleet.loading_of(&model_id), &mut shown)),
                     };
                     if tx.send(line).await.is_err() {
                         return;

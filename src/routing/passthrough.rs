@@ -8,22 +8,22 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
-use crate::api::redirect;
-use crate::api::App;
 use crate::config::catalog::Target;
 use crate::config::ModelConfig;
+use crate::proxy::body::redirect;
 use crate::proxy::body::{Body, BoxError};
 use crate::proxy::error::Error;
 use crate::proxy::{self, Outgoing};
 use crate::routing::names;
 use crate::routing::peers;
 use crate::routing::seen::Seen;
+use crate::routing::Gateway;
 
 /// `/upstream/<model>/<path>`: the longest prefix that names a model wins; the rest goes upstream as
 /// it was sent, percent-encoding included, with the request body streamed. What comes back is
 /// sandboxed ([`SANDBOX`]).
 pub async fn upstream_passthrough<B>(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     req: Request<B>,
     rest: String,
     remote: SocketAddr,
@@ -33,7 +33,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    let mut resp = pass(app, req, rest, remote, seen).await?;
+    let mut resp = pass(gateway, req, rest, remote, seen).await?;
     resp.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(SANDBOX),
@@ -63,7 +63,7 @@ fn dot_segment(segment: &str) -> bool {
 }
 
 async fn pass<B>(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     req: Request<B>,
     rest: String,
     remote: SocketAddr,
@@ -79,7 +79,7 @@ where
             "/upstream/ paths may not hold `.` or `..` segments".into(),
         ));
     }
-    let (route, n, name) = longest_model_prefix(app, &segments).ok_or(Error::UnknownModel)?;
+    let (route, n, name) = longest_model_prefix(gateway, &segments).ok_or(Error::UnknownModel)?;
     seen.named(&name);
     let query = req
         .uri()
@@ -89,7 +89,7 @@ where
     let (peer, model) = match route {
         names::Route::Local { target, model } => {
             return to_model(
-                app,
+                gateway,
                 req,
                 (target, model),
                 (&segments, n, &query),
@@ -101,14 +101,14 @@ where
         names::Route::Peer { peer, model } => (peer, model),
         // a streamed body cannot be sent twice: the least loaded peer gets it, no retry
         names::Route::Peers { owners, model } => {
-            let peer = app.peer_loads.rank(&owners, &model).swap_remove(0);
+            let peer = gateway.peer_loads.rank(&owners, &model).swap_remove(0);
             // counted as in flight to that peer until the answer ends, as a model route's is
-            seen.hold(Box::new(app.peer_loads.sending(&peer, &model)));
+            seen.hold(Box::new(gateway.peer_loads.sending(&peer, &model)));
             (peer, model)
         }
     };
     to_peer(
-        app,
+        gateway,
         req,
         (&peer, &model),
         (&segments, n, &query),
@@ -121,7 +121,7 @@ where
 /// Passes the request to a local model's instance, loading it first unless the path is one that
 /// must not load it.
 async fn to_model<B>(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     req: Request<B>,
     (target, model_id): (Target, Arc<str>),
     (segments, n, query): (&[&str], usize, &str),
@@ -133,7 +133,7 @@ where
     B::Error: Into<BoxError>,
 {
     seen.may_use(|| model_id.to_string())?;
-    seen.found(app, model_id.clone());
+    seen.found(gateway, model_id.clone());
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));
     }
@@ -141,33 +141,42 @@ where
     if !engine_read(req.method(), &tail) {
         seen.needs_admin(&format!("{} {tail} on an engine", req.method()))?;
     }
-    if app.config.ignore_paths.iter().any(|re| re.is_match(&tail)) && !app.fleet.is_ready(&target) {
+    if gateway
+        .config
+        .ignore_paths
+        .iter()
+        .any(|re| re.is_match(&tail))
+        && !gateway.fleet.is_ready(&target)
+    {
         return Err(Error::Conflict(format!(
             "{model_id} is not loaded and {tail} does not load it"
         )));
     }
-    let model = app
+    let model = gateway
         .config
         .models
         .get(&*model_id)
         .ok_or(Error::UnknownModel)?;
     let path = format!("{tail}{query}");
     if proxy::is_upgrade(req.headers()) {
-        return upgrade(app, model, &target, &path, req).await;
+        return upgrade(gateway, model, &target, &path, req).await;
     }
-    to_local(app, model, &target, &path, req, remote).await
+    to_local(gateway, model, &target, &path, req, remote).await
 }
 
 /// The longest run of leading segments that names a model, alias or peer model, after the active
 /// profile's pins, how many segments it took, and the name.
-fn longest_model_prefix(app: &App, segments: &[&str]) -> Option<(names::Route, usize, String)> {
-    let catalog = app.fleet.catalog();
-    let reach = within_reach(segments, names::longest_name(&app.config, &catalog));
+fn longest_model_prefix(
+    gateway: &Gateway,
+    segments: &[&str],
+) -> Option<(names::Route, usize, String)> {
+    let catalog = gateway.fleet.catalog();
+    let reach = within_reach(segments, names::longest_name(&gateway.config, &catalog));
     (1..=reach).rev().find_map(|n| {
         let raw = segments[..n].join("/");
         let decoded = percent_encoding::percent_decode_str(&raw).decode_utf8_lossy();
-        let name = names::apply_profile(&app.config, &app.profiles, &decoded)?;
-        names::resolve_plain(&app.config, &catalog, &name)
+        let name = names::apply_profile(&gateway.config, &gateway.profiles, &decoded)?;
+        names::resolve_plain(&gateway.config, &catalog, &name)
             .ok()
             .map(|route| (route, n, name.to_string()))
     })
@@ -187,7 +196,7 @@ fn within_reach(segments: &[&str], longest: usize) -> usize {
 
 /// Passes the request to the peer that serves the model, the path after the model as sent.
 async fn to_peer<B>(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     req: Request<B>,
     (peer, model): (&str, &str),
     (segments, n, query): (&[&str], usize, &str),
@@ -199,7 +208,7 @@ where
     B::Error: Into<BoxError>,
 {
     seen.may_use(|| format!("{peer}/{model}"))?;
-    seen.found(app, format!("{peer}/{model}").into());
+    seen.found(gateway, format!("{peer}/{model}").into());
     seen.needs_admin("passing a request through to a peer")?;
     if n == segments.len() {
         return Ok(slash_redirect(req.method(), &segments.join("/"), query));
@@ -207,13 +216,13 @@ where
     let tail = format!("/{}{query}", segments[n..].join("/"));
     let (parts, body) = req.into_parts();
     let body = body.map_err(Into::into).boxed();
-    peers::forward_body(app, peer, parts, body, &tail, remote).await
+    peers::forward_body(gateway, peer, parts, body, &tail, remote).await
 }
 
 /// A websocket upgrade to a local model, loading it first unless the model's websockets are set
 /// to reach it only while it is up.
 async fn upgrade<B>(
-    app: &App,
+    gateway: &Gateway,
     model: &ModelConfig,
     target: &Target,
     path: &str,
@@ -224,12 +233,12 @@ where
     B::Error: Into<BoxError>,
 {
     let req = req.map(|b| b.map_err(Into::into).boxed());
-    let client = &app.clients[&*model.id];
+    let client = &gateway.clients[&*model.id];
     // the engine's 101 is waited for as an ordinary answer's head is
     let limit = model.timeouts.response_header;
     if model.ignore_websockets {
         // these never load, queue or count: they reach the model only while it is up
-        let Some(base) = app.fleet.ready_proxy(target) else {
+        let Some(base) = gateway.fleet.ready_proxy(target) else {
             return Err(Error::Conflict(format!(
                 "{} is not loaded; websockets do not load it",
                 model.id
@@ -237,14 +246,14 @@ where
         };
         return proxy::forward_upgrade(client, &base, path, req, limit, ()).await;
     }
-    let lease = app.fleet.acquire(target, None).await?;
+    let lease = gateway.fleet.acquire(target, None).await?;
     let base = lease.proxy();
     proxy::forward_upgrade(client, &base, path, req, limit, lease).await
 }
 
 /// Forwards the request, body streamed, to an instance of the local model once it is up.
 async fn to_local<B>(
-    app: &App,
+    gateway: &Gateway,
     model: &ModelConfig,
     target: &Target,
     path_and_query: &str,
@@ -255,7 +264,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    let lease = app.fleet.acquire(target, None).await?;
+    let lease = gateway.fleet.acquire(target, None).await?;
     let (parts, body) = req.into_parts();
     let body = body.map_err(Into::into).boxed();
     let out = Outgoing {
@@ -265,7 +274,7 @@ where
         body,
         client_addr: Some(remote.ip()),
     };
-    let client = &app.clients[&*model.id];
+    let client = &gateway.clients[&*model.id];
     proxy::forward(client, out, model.timeouts.response_header, lease).await
 }
 

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{header, HeaderValue};
 
-use crate::api::auth::X_API_KEY;
-use crate::api::App;
 use crate::proxy::body::{full, Body};
 use crate::proxy::error::Error;
+use crate::proxy::headers::X_API_KEY;
 use crate::proxy::{self, Outgoing};
+use crate::routing::Gateway;
 
 /// Sends a buffered (possibly rewritten) request to a peer.
 pub async fn forward(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     peer_id: &str,
     mut parts: http::request::Parts,
     bytes: Bytes,
@@ -29,25 +29,33 @@ pub async fn forward(
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     }
-    forward_body(app, peer_id, parts, full(bytes), &path_and_query, remote).await
+    forward_body(
+        gateway,
+        peer_id,
+        parts,
+        full(bytes),
+        &path_and_query,
+        remote,
+    )
+    .await
 }
 
 /// Sends a request to a peer with its body as it comes (`/upstream/<peer model>/…`).
 pub async fn forward_body(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     peer_id: &str,
     mut parts: http::request::Parts,
     body: Body,
     path_and_query: &str,
     remote: SocketAddr,
 ) -> Result<http::Response<Body>, Error> {
-    let peer = &app.config.peers[peer_id];
+    let peer = &gateway.config.peers[peer_id];
     // the client's own credentials for corral's origin are not the peer's to see
     parts.headers.remove(header::COOKIE);
     let path = path_and_query.split('?').next().unwrap_or_default();
     match &peer.api_key {
         // corral's key for the peer rides only where corral itself would send it
-        Some(key) if crate::api::auth::peer_key_route(path) => {
+        Some(key) if (gateway.lends_peer_key)(path) => {
             let bearer = HeaderValue::from_str(&format!("Bearer {key}"))
                 .map_err(|e| Error::Internal(e.to_string()))?;
             parts.headers.insert(header::AUTHORIZATION, bearer);
@@ -70,7 +78,7 @@ pub async fn forward_body(
         client_addr: Some(remote.ip()),
     };
     proxy::forward(
-        &app.peer_clients[peer_id],
+        &gateway.peer_clients[peer_id],
         out,
         peer.timeouts.response_header,
         (),

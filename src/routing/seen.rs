@@ -9,7 +9,6 @@ use std::time::Instant;
 use http::{header, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
-use crate::api::App;
 use crate::config::Config;
 use crate::observe::activity;
 use crate::observe::cancel::Cancel;
@@ -19,6 +18,7 @@ use crate::observe::meter;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
 use crate::routing::grant::{self, Grant};
+use crate::routing::Gateway;
 
 /// What a model request learns on its way: its model, and its place in the in-flight list.
 pub struct Seen {
@@ -40,14 +40,14 @@ pub struct Seen {
 
 impl Seen {
     pub(crate) fn new(
-        app: &App,
+        gateway: &Gateway,
         method: &Method,
         path: Cow<'static, str>,
         headers: &http::HeaderMap,
         remote: SocketAddr,
         caller: Option<Arc<Grant>>,
     ) -> Seen {
-        let capture = app
+        let capture = gateway
             .activity
             .captures
             .as_ref()
@@ -99,8 +99,8 @@ impl Seen {
 
     /// The model is known, and the key may use it ([`Seen::may_use`], asked first): list the
     /// request as in flight.
-    pub(crate) fn found(&mut self, app: &App, model: Arc<str>) {
-        self.guard = Some(app.inflight.register(
+    pub(crate) fn found(&mut self, gateway: &Gateway, model: Arc<str>) {
+        self.guard = Some(gateway.inflight.register(
             model.clone(),
             self.path.clone(),
             &self.method,
@@ -113,7 +113,7 @@ impl Seen {
 
 /// Records a model request: per model when the model is known, else as unknown.
 pub(crate) fn metered(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     route: &'static str,
     started: Instant,
     mut seen: Seen,
@@ -121,7 +121,7 @@ pub(crate) fn metered(
 ) -> Result<Response<Body>, Error> {
     let Some(model) = seen.model.take() else {
         if matches!(result, Err(Error::NoModel | Error::UnknownModel)) {
-            app.metrics.requests.unknown_model.inc();
+            gateway.metrics.requests.unknown_model.inc();
         }
         return result;
     };
@@ -136,22 +136,22 @@ pub(crate) fn metered(
         key: seen.caller.as_ref().map(|g| g.label.clone()),
     };
     match result {
-        Err(e) => Err(failed(app, labels, started, seen, status, e)),
-        Ok(resp) => Ok(answered(app, labels, started, seen, status, resp)),
+        Err(e) => Err(failed(gateway, labels, started, seen, status, e)),
+        Ok(resp) => Ok(answered(gateway, labels, started, seen, status, resp)),
     }
 }
 
 /// A request that failed before its answer: counted, and logged with its (redacted) error.
 fn failed(
-    app: &App,
+    gateway: &Gateway,
     labels: meter::Labels,
     started: Instant,
     seen: Seen,
     status: StatusCode,
     e: Error,
 ) -> Error {
-    meter::record_error(&app.metrics, &labels, started);
-    app.activity.record(activity::Entry {
+    meter::record_error(&gateway.metrics, &labels, started);
+    gateway.activity.record(activity::Entry {
         model: labels.model,
         req_path: seen.path,
         status: status.as_u16(),
@@ -159,7 +159,7 @@ fn failed(
         tokens: None,
         duration_ms: started.elapsed().as_millis() as u64,
         ttft_ms: None,
-        error: Some(app.config.redactor.text(&e.to_string()).into_owned()),
+        error: Some(gateway.config.redactor.text(&e.to_string()).into_owned()),
         capture: seen.capture,
         key: labels.key.clone(),
         src: Some(seen.remote),
@@ -170,7 +170,7 @@ fn failed(
 /// An answer on its way back: its body is metered, and holds the request's in-flight place and
 /// whatever it kept alive until the last byte is sent.
 fn answered(
-    app: &Arc<App>,
+    gateway: &Arc<Gateway>,
     labels: meter::Labels,
     started: Instant,
     seen: Seen,
@@ -192,19 +192,19 @@ fn answered(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let idle_limit = stream_idle_limit(&app.config, &labels.model);
+    let idle_limit = stream_idle_limit(&gateway.config, &labels.model);
     let length = parts.headers.get(header::CONTENT_LENGTH);
     let length_framed = length.is_some();
     let declared = length.and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     let recording = capture
-        .zip(app.activity.captures.as_ref())
+        .zip(gateway.activity.captures.as_ref())
         .map(|(c, captures)| captures.record(c, &parts.headers, declared));
     // set in place: the body is moved once, into its box
-    let mut body = meter::Metered::new(body, &app.metrics, labels, started, content_type);
+    let mut body = meter::Metered::new(body, &gateway.metrics, labels, started, content_type);
     body.with_inflight(guard, cancel)
         .with_idle_limit(idle_limit)
         .length_framed(length_framed)
-        .logged_in(app.activity.clone(), path, status, content_type, remote)
+        .logged_in(gateway.activity.clone(), path, status, content_type, remote)
         .recording(recording)
         .holding(holds);
     Response::from_parts(parts, BodyExt::boxed(body))

@@ -11,11 +11,11 @@ use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 use crate::api::hosts::HostRule;
 use crate::config::{ApiKey, Scope};
 use crate::proxy::error::Error;
+use crate::proxy::headers::X_API_KEY;
 use crate::routing::grant::Grant;
 
 /// Header names looked up on every model request, made once (a name given as text is parsed for
 /// each lookup).
-pub static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 static SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
 
 /// Digests of the configured keys with their grants; comparing digests keeps the comparison

@@ -182,16 +182,20 @@ where
                 let rest = req.uri().path()[UPSTREAM.len()..].to_string();
                 // boxed: the larger future, kept out of the model routes' (see the test below)
                 let work = Box::pin(passthrough::upstream_passthrough(
-                    app, req, rest, remote, &mut seen,
+                    &app.gateway,
+                    req,
+                    rest,
+                    remote,
+                    &mut seen,
                 ));
                 Cancellable::new(&cancel, work).await
             }
             ModelCall::Dispatch(_, upstream_path) | ModelCall::Query(upstream_path) => {
-                let work = inference::dispatch(app, req, upstream_path, remote, &mut seen);
+                let work = inference::dispatch(&app.gateway, req, upstream_path, remote, &mut seen);
                 Cancellable::new(&cancel, work).await
             }
         };
-        metered(app, route, started, seen, result)
+        metered(&app.gateway, route, started, seen, result)
     }
 }
 

@@ -9,9 +9,9 @@ use http::{Method, Request, Response, StatusCode};
 use super::{answer_now, Answer};
 use crate::api::auth::Keys;
 use crate::api::cors;
-use crate::api::redirect;
 use crate::api::text;
 use crate::config::CorsConfig;
+use crate::proxy::body::redirect;
 use crate::proxy::body::Body;
 use crate::proxy::error::Error;
 

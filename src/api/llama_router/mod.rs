@@ -10,9 +10,7 @@ mod sse;
 
 use serde_json::{json, Map, Value};
 
-use crate::config::catalog::Target;
 use crate::fleet::{PhaseName, Snapshot};
-use crate::proxy::error::Error;
 
 pub use control::{load, unload};
 pub use metrics::engine_metrics;
@@ -157,24 +155,6 @@ pub fn default_architecture(record: &mut Value) {
         record["architecture"] =
             json!({"input_modalities": ["text"], "output_modalities": ["text"]});
     }
-}
-
-/// `autoload=false` (or `0`) in a model request's query: it may not start a model that does not
-/// run. The router refuses with 400 "model is not loaded"; this names the model and how to load it.
-pub fn refuse_unloaded(
-    app: &crate::api::App,
-    query: &str,
-    target: &Target,
-    model: &str,
-) -> Result<(), Error> {
-    let autoload = crate::routing::extract::query_param(query, "autoload");
-    if !matches!(autoload.as_deref(), Some("false" | "0")) || app.fleet.is_ready(target) {
-        return Ok(());
-    }
-    Err(Error::BadRequest(format!(
-        "model is not loaded: {model:?} does not run and autoload=false was asked; load it with \
-         POST /models/load {{\"model\": {model:?}}} or send the request without autoload=false"
-    )))
 }
 
 #[cfg(test)]
