@@ -11,8 +11,8 @@ mod errors;
 mod model;
 mod open;
 
+use crate::api::model_request::Routed;
 use std::future::{ready, Ready};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -28,7 +28,7 @@ use crate::proxy::error::Error;
 pub use auth::AuthLayer;
 pub use cors::CorsLayer;
 pub use errors::RenderErrorsLayer;
-pub use model::{translated, ModelRequestLayer};
+pub use model::ModelRequestLayer;
 pub use open::OpenRoutesLayer;
 
 /// A future a layer answers at once, or leaves to the service it wraps.
@@ -37,10 +37,6 @@ type Answer<F> = Either<Ready<Result<Response<Body>, Error>>, F>;
 fn answer_now<F>(result: Result<Response<Body>, Error>) -> Answer<F> {
     Either::Left(ready(result))
 }
-
-/// A route's work, boxed once: unboxed, the largest handler would size every request's future.
-type Routed<'a> =
-    Pin<Box<dyn std::future::Future<Output = Result<Response<Body>, Error>> + Send + 'a>>;
 
 /// The management routes (`admin.rs`'s table) as the innermost service.
 #[derive(Clone, Copy)]

@@ -85,7 +85,8 @@ async fn forward(
     headers.remove(header::ACCEPT_ENCODING);
     headers.remove(header::TRANSFER_ENCODING);
     let req = Request::from_parts(parts, Full::new(bytes));
-    let answer = crate::api::layers::translated(app, req, remote, upstream.route, upstream.path);
+    let answer =
+        crate::api::model_request::translated(app, req, remote, upstream.route, upstream.path);
     let resp = match answer.await {
         Err(e) => return errors::from_error(&e.redacted(&app.config.redactor), &asked.model),
         Ok(resp) if !resp.status().is_success() => return errors::from_upstream(resp).await,
