@@ -23,8 +23,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::proxy::tunnel::{Keeper, Tunnel};
-use crate::server::connection::{Peek, Protocol};
-use crate::server::stall::{Sends, Turn};
+use crate::server::peek::{Peek, Protocol};
+use crate::server::sends::{Sends, Turn};
 
 /// What one connection is doing, shared by its I/O, its requests and the admission table.
 #[derive(Debug)]

@@ -5,6 +5,8 @@ pub(crate) mod connection;
 pub mod fdlimit;
 pub(crate) mod idle;
 pub(crate) mod layers;
+pub(crate) mod peek;
+pub(crate) mod sends;
 pub(crate) mod slow_body;
 pub(crate) mod stall;
 pub(crate) mod tls;

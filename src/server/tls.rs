@@ -28,7 +28,7 @@ use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::{server, Accept, TlsAcceptor};
 
-use crate::server::connection::{Peek, Protocol};
+use crate::server::peek::{Peek, Protocol};
 
 /// The listener's certificate chain and private key, as read from their PEM files.
 pub struct TlsCertificate {

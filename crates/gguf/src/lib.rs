@@ -6,6 +6,7 @@
 
 mod error;
 mod header;
+mod limits;
 mod parse;
 mod reader;
 mod split;
@@ -16,10 +17,8 @@ mod writer;
 
 pub use error::Error;
 pub use header::{Header, TensorInfo, DEFAULT_ALIGNMENT};
-pub use reader::{
-    read_file, read_header, read_header_sized, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS,
-    MAX_STRING_LEN,
-};
+pub use limits::{MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_STRING_LEN};
+pub use reader::{read_file, read_header, read_header_sized};
 pub use split::{parse_split_name, read_model, split_path, Model, Part};
 pub use tiny::{
     f32_to_f16_bits, tiny_llama_writer, tiny_vocab, write_tiny_llama, TinyOptions, CHATML_TEMPLATE,

@@ -4,7 +4,7 @@
 use std::io::{self, Read};
 
 use crate::error::Error;
-use crate::reader::{MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_STRING_LEN};
+use crate::limits::{MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_STRING_LEN};
 use crate::value::{Array, Value, ValueType};
 
 /// Capacity reserved up front for any vector, whatever its declared count.

@@ -12,18 +12,11 @@ use std::path::Path;
 
 use crate::error::Error;
 use crate::header::{Header, TensorInfo, DEFAULT_ALIGNMENT};
+use crate::limits::MAX_DIMS;
 use crate::parse::{Parser, PREALLOC};
 use crate::types::GgmlType;
 use crate::value::Value;
 
-/// Longest string accepted (gguf.cpp's `GGUF_MAX_STRING_LENGTH`).
-pub const MAX_STRING_LEN: u64 = 1 << 30;
-/// Most elements in one array (gguf.cpp's `GGUF_MAX_ARRAY_ELEMENTS`).
-pub const MAX_ARRAY_LEN: u64 = 1 << 30;
-/// Deepest nesting of arrays in arrays; bounds recursion.
-pub const MAX_ARRAY_DEPTH: u32 = 8;
-/// ggml tensors have at most 4 dimensions.
-pub const MAX_DIMS: u32 = 4;
 /// Fewest bytes one key/value pair and one tensor info take.
 const MIN_KV_BYTES: u64 = 8 + 1 + 4 + 1;
 const MIN_TENSOR_BYTES: u64 = 8 + 4 + 4 + 8;

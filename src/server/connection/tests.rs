@@ -1,9 +1,10 @@
 use std::future::poll_fn;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
+use crate::server::peek::{protocol, PREFACE};
 
 #[test]
 fn the_first_bytes_tell_the_protocol() {
