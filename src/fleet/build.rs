@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::instance::Instance;
+use super::instance::{Instance, Retire};
 use super::ledger::{self, Need};
 use super::prefix::PrefixMemory;
 use super::{Phase, PoolState};
@@ -156,21 +156,6 @@ pub(super) fn same_process(a: &ProcessSpec, b: &ProcessSpec) -> bool {
         && a.base == b.base
         && a.cmd_stop == b.cmd_stop
         && a.health_url == b.health_url
-}
-
-/// What a reload decided for an instance that was running.
-pub enum Retire {
-    No,
-    /// Its command changed: when idle, stop it and start the new one on the next request.
-    Replace(Box<Instance>),
-    /// The new config has no such instance: stop it when idle.
-    Remove,
-}
-
-impl PartialEq for Retire {
-    fn eq(&self, other: &Self) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
-    }
 }
 
 /// The spec to size an instance by: for a model named by source whose weights are in the caches

@@ -5,52 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::phase::Phase;
+pub use super::stopping::{StopOrder, StopReason};
 use crate::config::ModelConfig;
 use crate::logs::LogRing;
 use crate::supervisor::{ProcessSpec, StartError};
-
-/// Why an instance is told to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter)]
-pub enum StopReason {
-    Ttl,
-    Swap,
-    Memory,
-    Unload,
-    Reload,
-    Shutdown,
-    /// A pool member that could not be reached.
-    Unreachable,
-    /// A pool member taken out after answering server errors in a row.
-    Ejected,
-}
-
-impl StopReason {
-    /// The `reason` label of `corral_instance_stops_total`.
-    pub fn label(self) -> &'static str {
-        match self {
-            StopReason::Ttl => "ttl",
-            StopReason::Swap => "swap",
-            StopReason::Memory => "memory",
-            StopReason::Unload => "unload",
-            StopReason::Reload => "reload",
-            StopReason::Shutdown => "shutdown",
-            StopReason::Unreachable => "unreachable",
-            StopReason::Ejected => "ejected",
-        }
-    }
-
-    /// A stop that counts as a failure towards the backoff, as a crash does: the instance was
-    /// taken out because it was broken.
-    pub(super) fn is_failure(self) -> bool {
-        matches!(self, StopReason::Unreachable | StopReason::Ejected)
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct StopOrder {
-    pub grace: Duration,
-    pub reason: StopReason,
-}
 
 /// A process that ran shorter than this before it failed counts towards the crash loop.
 pub(super) const STABLE_UPTIME: Duration = Duration::from_secs(60);
@@ -149,6 +107,21 @@ impl Instance {
 
     pub fn order_stop(&self, grace: Duration, reason: StopReason) {
         self.phase.order_stop(StopOrder { grace, reason });
+    }
+}
+
+/// What a reload decided for an instance that was running.
+pub enum Retire {
+    No,
+    /// Its command changed: when idle, stop it and start the new one on the next request.
+    Replace(Box<Instance>),
+    /// The new config has no such instance: stop it when idle.
+    Remove,
+}
+
+impl PartialEq for Retire {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
     }
 }
 

@@ -49,6 +49,7 @@ mod run;
 mod snapshot;
 mod start;
 mod stop;
+mod stopping;
 mod swap_plan;
 #[cfg(test)]
 mod testing;
@@ -60,13 +61,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-pub use build::Retire;
 pub use counters::FleetCounters;
+pub use instance::Retire;
 pub use instance::StopReason;
 pub use lease::Lease;
+pub use phase::Download;
 use phase::Phase;
 pub use phase::PhaseName;
-pub use snapshot::{device_totals, Download, Snapshot};
+pub use snapshot::{device_totals, Snapshot};
 
 use crate::config::catalog::Catalog;
 use crate::config::{Config, PoolSettings};

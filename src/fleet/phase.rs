@@ -8,9 +8,19 @@ use std::time::SystemTime;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::instance::StopOrder;
-use super::Download;
+use super::stopping::StopOrder;
 use crate::supervisor::LoadingProgress;
+
+/// How far the download of an instance's weights has come.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Download {
+    /// The file being received (a path in the repository, a layer, an object key).
+    pub file: String,
+    pub bytes: u64,
+    pub total: Option<u64>,
+    pub bytes_per_second: f64,
+    pub eta_seconds: Option<f64>,
+}
 
 /// The name of a phase: what `/running` and events show, and the metrics' `state` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, strum::EnumIter)]

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Fleet, PhaseName, State};
+use super::{Download, Fleet, PhaseName, State};
 
 /// One instance's state, as `/running` and the events show it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -40,17 +40,6 @@ pub struct Snapshot {
     pub ready_since: Option<std::time::SystemTime>,
     /// The loading progress its engine last reported, while it starts.
     pub loading: Option<crate::supervisor::LoadingProgress>,
-}
-
-/// How far the download of an instance's weights has come.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Download {
-    /// The file being received (a path in the repository, a layer, an object key).
-    pub file: String,
-    pub bytes: u64,
-    pub total: Option<u64>,
-    pub bytes_per_second: f64,
-    pub eta_seconds: Option<f64>,
 }
 
 /// What instances that are not stopped hold on one device: charged (the estimate, or the engine's
