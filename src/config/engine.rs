@@ -141,7 +141,7 @@ pub fn decode_engines(
         };
         let e = engines.child(name, &["command", "env"], warnings)?;
         let command = match e.string("command")? {
-            Some(c) => super::decode::split_command(&c).map_err(|m| e.err("command", m))?,
+            Some(c) => super::command::split_command(&c).map_err(|m| e.err("command", m))?,
             None => Vec::new(),
         };
         out.insert(

@@ -4,6 +4,7 @@
 //! [`decode`] turns the tree into the typed, validated [`Config`] that the rest of corral uses.
 
 pub(crate) mod catalog;
+mod command;
 mod decode;
 pub mod engine;
 mod expand;
@@ -11,6 +12,7 @@ mod memory;
 mod read;
 pub(crate) mod reload_guard;
 mod server;
+mod top_keys;
 pub(crate) mod yaml;
 
 use std::collections::BTreeMap;

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::launch::{decode_check_endpoint, Launch};
-use super::parse::{parse_proxy, secs, slots_from_argv, split_command};
+use super::parse::{parse_proxy, secs, slots_from_argv};
+use crate::config::command::split_command;
 use crate::config::engine::EngineModel;
 use crate::config::read::MapReader;
 use crate::config::yaml::{Node, Value};
@@ -16,7 +17,7 @@ pub(super) fn decode_instances(
     launch: &Launch,
     engine: Option<&EngineModel>,
 ) -> Result<Vec<InstanceSpec>, ConfigError> {
-    let Some(replicas) = m.get(crate::config::expand::REPLICAS_KEY) else {
+    let Some(replicas) = m.get(crate::config::top_keys::REPLICAS_KEY) else {
         return Ok(vec![single_instance(id, launch, engine)]);
     };
     let Value::Seq(items) = &replicas.value else {

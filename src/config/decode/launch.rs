@@ -1,7 +1,8 @@
 //! How a model is started and reached: its command, stop command, environment, upstream URL
 //! and readiness check.
 
-use super::parse::{parse_proxy, split_command};
+use super::parse::parse_proxy;
+use crate::config::command::split_command;
 use crate::config::engine::EngineModel;
 use crate::config::read::MapReader;
 use crate::config::yaml::{Node, Value};

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::read::MapReader;
+use super::top_keys::TOP_KEYS;
 use super::yaml::Node;
 use super::{Config, ConfigError, Device, ModelConfig};
 use model::{decode_model, ModelDefaults};
@@ -34,12 +35,10 @@ use parse::secs;
 use settings::Settings;
 
 pub use cors::CorsConfig;
-pub(super) use keys::TOP_KEYS;
 pub use parse::parse_go_duration;
-pub use parse::split_command;
 
 pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigError> {
-    let top = MapReader::new(root, "", keys::TOP_KEYS, warnings)?;
+    let top = MapReader::new(root, "", TOP_KEYS, warnings)?;
     let s = settings::decode_settings(&top, warnings)?;
     let (models, devices) = decode_models(&top, &s, warnings)?;
     let ignore_paths = settings::ignore_paths(&top, warnings)?;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::macros::{apply_macros, read_macros, substitute, Growth, Macros};
-use super::REPLICAS_KEY;
+use crate::config::top_keys::REPLICAS_KEY;
 use crate::config::yaml::{Node, Value};
 use crate::config::ConfigError;
 
