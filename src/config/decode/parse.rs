@@ -55,19 +55,23 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         let unit_end = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * scale;
+        total += value * unit_seconds(&rest[..unit_end])?;
         rest = &rest[unit_end..];
     }
     Duration::try_from_secs_f64(total)
         .ok()
         .filter(|d| *d <= MAX_GO_DURATION)
+}
+
+/// Seconds in one of Go's duration units.
+fn unit_seconds(unit: &str) -> Option<f64> {
+    Some(match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    })
 }
