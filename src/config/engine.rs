@@ -141,7 +141,7 @@ pub fn decode_engines(
         };
         let e = engines.child(name, &["command", "env"], warnings)?;
         let command = match e.string("command")? {
-            Some(c) => super::decode::split_command(&c).map_err(|m| e.err("command", m))?,
+            Some(c) => super::command::split_command(&c).map_err(|m| e.err("command", m))?,
             None => Vec::new(),
         };
         out.insert(
@@ -193,19 +193,12 @@ pub fn decode_model_engine(
     let Some(kind) = engine_kind(id, m)? else {
         return Ok(None);
     };
-    if m.string("cmd")?.is_some_and(|c| !c.trim().is_empty()) {
-        warnings.push(format!(
-            "{}: cmd is given, so it runs as written and engine, source, ctx, slots and args are not used",
-            m.path
-        ));
+    if cmd_wins(m, warnings)? {
         return Ok(None);
     }
     let settings = engines.get(kind.name()).cloned().unwrap_or_default();
     let command = engine_command(m, kind, settings.command)?;
-    let source_text = m
-        .string("source")?
-        .ok_or_else(|| m.err("source", format!("model {id} names an engine but no source: add source: hf://org/repo, s3://bucket/key, ollama://name:tag, a URL or a path")))?;
-    let source = Source::parse(&source_text).map_err(|e| m.err("source", e))?;
+    let source = model_source(id, m)?;
     Ok(Some(EngineModel {
         kind,
         command,
@@ -218,6 +211,27 @@ pub fn decode_model_engine(
         task: task(m)?,
         served_name: id.to_string(),
     }))
+}
+
+/// A model that names an engine and also gives a `cmd` runs the `cmd`, with a warning that its
+/// engine keys go unused.
+fn cmd_wins(m: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<bool, ConfigError> {
+    let given = m.string("cmd")?.is_some_and(|c| !c.trim().is_empty());
+    if given {
+        warnings.push(format!(
+            "{}: cmd is given, so it runs as written and engine, source, ctx, slots and args are not used",
+            m.path
+        ));
+    }
+    Ok(given)
+}
+
+/// The model's `source`, which a model served by an engine needs.
+fn model_source(id: &str, m: &MapReader<'_>) -> Result<Source, ConfigError> {
+    let source_text = m
+        .string("source")?
+        .ok_or_else(|| m.err("source", format!("model {id} names an engine but no source: add source: hf://org/repo, s3://bucket/key, ollama://name:tag, a URL or a path")))?;
+    Source::parse(&source_text).map_err(|e| m.err("source", e))
 }
 
 /// The model's `engine`; `None` without one, where a `source` alone is an error (it would be

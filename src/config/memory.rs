@@ -100,19 +100,30 @@ pub fn devices(
     };
     let mut out: Vec<Device> = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let d = MapReader::new(
-            item,
-            &format!("devices[{i}]"),
-            &["name", "capacity", "reserve", "vendor", "index", "uuid"],
-            warnings,
-        )?;
-        let name = d.string("name")?.unwrap_or_else(|| format!("gpu{i}"));
-        if out.iter().any(|o| o.name == name) {
-            return Err(d.err("name", format!("device {name:?} is listed twice")));
-        }
-        out.push(device(&d, name)?);
+        out.push(list_entry(i, item, &out, warnings)?);
     }
     Ok(out)
+}
+
+/// Entry `i` of the `devices:` list, named `gpu<i>` unless it says, and not named as one of
+/// the entries before it.
+fn list_entry(
+    i: usize,
+    item: &Node,
+    before: &[Device],
+    warnings: &mut Vec<String>,
+) -> Result<Device, ConfigError> {
+    let d = MapReader::new(
+        item,
+        &format!("devices[{i}]"),
+        &["name", "capacity", "reserve", "vendor", "index", "uuid"],
+        warnings,
+    )?;
+    let name = d.string("name")?.unwrap_or_else(|| format!("gpu{i}"));
+    if before.iter().any(|o| o.name == name) {
+        return Err(d.err("name", format!("device {name:?} is listed twice")));
+    }
+    device(&d, name)
 }
 
 /// One entry of a `devices:` list, its name already read: its memory budget and how an engine
@@ -152,17 +163,7 @@ fn pinning(
     };
     let number = index.as_deref().and_then(|i| i.parse().ok());
     let select_as = uuid.or(index);
-    let vendor = match d.string("vendor")? {
-        // a name like cuda0 says both; one without a number is only budgeted
-        None if select_as.is_some() => Vendor::from_name(name),
-        None => Vendor::None,
-        Some(v) => Vendor::parse(&v).ok_or_else(|| {
-            d.err(
-                "vendor",
-                format!("must be nvidia, amd, intel, vulkan or none, not {v:?}"),
-            )
-        })?,
-    };
+    let vendor = vendor(d, name, select_as.is_some())?;
     if vendor != Vendor::None && select_as.is_none() {
         return Err(d.err(
             "index",
@@ -170,6 +171,21 @@ fn pinning(
         ));
     }
     Ok((vendor, select_as, number))
+}
+
+/// A device's `vendor`; unless given, the one its name says when it is pinned (`cuda0`), and
+/// none (budgeted only) when it is not.
+fn vendor(d: &MapReader<'_>, name: &str, pinned: bool) -> Result<Vendor, ConfigError> {
+    match d.string("vendor")? {
+        None if pinned => Ok(Vendor::from_name(name)),
+        None => Ok(Vendor::None),
+        Some(v) => Vendor::parse(&v).ok_or_else(|| {
+            d.err(
+                "vendor",
+                format!("must be nvidia, amd, intel, vulkan or none, not {v:?}"),
+            )
+        }),
+    }
 }
 
 /// `devices: auto`: every NVIDIA GPU (NVML, else nvidia-smi), else every AMD one (rocm-smi),
@@ -254,12 +270,37 @@ pub fn memory_spec(
             ..Default::default()
         });
     }
+    memory_mapping(m, node, devices, warnings)
+}
+
+/// `memory` given as a mapping: a size, or a parameter count to estimate one from, and the
+/// devices the model may use.
+fn memory_mapping(
+    m: &MapReader<'_>,
+    node: &Node,
+    devices: &[Device],
+    warnings: &mut Vec<String>,
+) -> Result<MemorySpec, ConfigError> {
     let r = MapReader::new(
         node,
         &m.key("memory"),
         &["bytes", "params", "quant", "kvBytes", "devices"],
         warnings,
     )?;
+    let (params, quant) = params_and_quant(&r)?;
+    Ok(MemorySpec {
+        devices: wanted_devices(&r, devices)?,
+        bytes: bytes_value(&r, "bytes")?,
+        params,
+        quant,
+        kv_bytes: bytes_value(&r, "kvBytes")?.unwrap_or(0),
+        pack: false,
+    })
+}
+
+/// `memory.params` and `memory.quant`, the quantization checked where a size is estimated
+/// from them.
+fn params_and_quant(r: &MapReader<'_>) -> Result<(Option<u64>, Option<String>), ConfigError> {
     let params = match r.get("params").map(Node::scalar_text) {
         None => None,
         Some(Some(text)) => Some(parse_params(&text).map_err(|e| r.err("params", e))?),
@@ -270,6 +311,11 @@ pub fn memory_spec(
         let q = quant.clone().unwrap_or_else(|| "fp16".into());
         crate::memory::estimate_params(1, &q, 0).map_err(|e| r.err("quant", e))?;
     }
+    Ok((params, quant))
+}
+
+/// `memory.devices`: configured devices, each named once.
+fn wanted_devices(r: &MapReader<'_>, devices: &[Device]) -> Result<Vec<String>, ConfigError> {
     let wanted = r.strings("devices")?;
     if let Some(unknown) = wanted
         .iter()
@@ -283,14 +329,7 @@ pub fn memory_spec(
     {
         return Err(r.err("devices", format!("{twice:?} is named twice")));
     }
-    Ok(MemorySpec {
-        bytes: bytes_value(&r, "bytes")?,
-        params,
-        quant,
-        kv_bytes: bytes_value(&r, "kvBytes")?.unwrap_or(0),
-        devices: wanted,
-        pack: false,
-    })
+    Ok(wanted)
 }
 
 /// `params` and `quantization` on a model (what to serve, before any file is at hand) size it

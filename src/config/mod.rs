@@ -4,6 +4,7 @@
 //! [`decode`] turns the tree into the typed, validated [`Config`] that the rest of corral uses.
 
 pub(crate) mod catalog;
+mod command;
 mod decode;
 pub mod engine;
 mod expand;
@@ -11,6 +12,7 @@ mod memory;
 mod read;
 pub(crate) mod reload_guard;
 mod server;
+mod top_keys;
 pub(crate) mod yaml;
 
 use std::collections::BTreeMap;
@@ -80,29 +82,8 @@ impl Sources {
             files.push(f.clone());
         }
         if let Some(dir) = &self.dir {
-            let entries = std::fs::read_dir(dir).map_err(|e| {
-                ConfigError::plain(format!(
-                    "{}: cannot read config directory: {e}",
-                    dir.display()
-                ))
-            })?;
-            let mut found: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_file()
-                        && matches!(p.extension().and_then(|e| e.to_str()), Some("yml" | "yaml"))
-                })
-                .collect();
-            found.sort();
-            for p in found {
-                if let Some(f) = &self.file {
-                    if same_file(f, &p) {
-                        return Err(ConfigError::plain(format!(
-                            "{} is given both with --config and inside --config-dir",
-                            p.display()
-                        )));
-                    }
-                }
+            for p in yaml_files(dir)? {
+                self.refuse_given_twice(&p)?;
                 files.push(p);
             }
         }
@@ -113,6 +94,35 @@ impl Sources {
         }
         Ok(files)
     }
+
+    /// A file of the directory that is also `--config` would be merged with itself.
+    fn refuse_given_twice(&self, p: &Path) -> Result<(), ConfigError> {
+        match &self.file {
+            Some(f) if same_file(f, p) => Err(ConfigError::plain(format!(
+                "{} is given both with --config and inside --config-dir",
+                p.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The `*.yml` and `*.yaml` files of `dir`, sorted by name.
+fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        ConfigError::plain(format!(
+            "{}: cannot read config directory: {e}",
+            dir.display()
+        ))
+    })?;
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yml" | "yaml"))
+        })
+        .collect();
+    found.sort();
+    Ok(found)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -207,17 +217,18 @@ impl LogToStdout {
             http: false,
         };
         match value.trim() {
-            "none" => return Ok(none),
-            "both" => {
-                return Ok(LogToStdout {
-                    proxy: true,
-                    upstream: true,
-                    http: true,
-                })
-            }
-            _ => {}
+            "none" => Ok(none),
+            "both" => Ok(LogToStdout {
+                proxy: true,
+                upstream: true,
+                http: true,
+            }),
+            _ => Self::parse_list(value, none),
         }
-        let mut out = none;
+    }
+
+    /// A comma separated list of the outputs to turn on in `out`.
+    fn parse_list(value: &str, mut out: LogToStdout) -> Result<LogToStdout, String> {
         for item in value.split(',') {
             match item.trim() {
                 "proxy" => out.proxy = true,

@@ -18,17 +18,7 @@ impl<'n> MapReader<'n> {
         warnings: &mut Vec<String>,
     ) -> Result<Self, ConfigError> {
         match &node.value {
-            Value::Map(entries) => {
-                for (key, value) in entries {
-                    if !known.contains(&key.as_str()) {
-                        warnings.push(format!(
-                            "{}: unknown key {} (ignored)",
-                            value.loc,
-                            join(path, key)
-                        ));
-                    }
-                }
-            }
+            Value::Map(entries) => warn_unknown(entries, path, known, warnings),
             Value::Null => {}
             _ => {
                 return Err(ConfigError::at(
@@ -135,6 +125,24 @@ impl<'n> MapReader<'n> {
 
     pub fn entries(&self) -> &'n [(String, Node)] {
         self.node.entries()
+    }
+}
+
+/// Warns about each key of a mapping at `path` that is not `known` (llama-swap ignores them).
+fn warn_unknown(
+    entries: &[(String, Node)],
+    path: &str,
+    known: &[&str],
+    warnings: &mut Vec<String>,
+) {
+    for (key, value) in entries {
+        if !known.contains(&key.as_str()) {
+            warnings.push(format!(
+                "{}: unknown key {} (ignored)",
+                value.loc,
+                join(path, key)
+            ));
+        }
     }
 }
 

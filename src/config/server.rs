@@ -63,15 +63,8 @@ pub fn decode(
     warnings: &mut Vec<String>,
 ) -> Result<ServerSettings, ConfigError> {
     let defaults = ServerSettings::default();
-    let max_connections = match top.int("maxConnections")? {
-        None | Some(0) => None,
-        Some(n) if n > 0 => Some(n as usize),
-        Some(_) => return Err(top.err("maxConnections", "must be 0 (automatic) or more")),
-    };
-    let max_buffered_bodies = match super::memory::bytes_value(top, "maxBufferedBodies")? {
-        Some(0) => return Err(top.err("maxBufferedBodies", "must be a size above 0, such as 4GiB")),
-        n => n,
-    };
+    let max_connections = max_connections(top)?;
+    let max_buffered_bodies = max_buffered_bodies(top)?;
     let t = top.child("clientTimeouts", CLIENT_TIMEOUT_KEYS, warnings)?;
     let secs = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
         Ok(super::memory::seconds(&t, key)?.unwrap_or(default))
@@ -92,6 +85,23 @@ pub fn decode(
         http2_ping_interval: secs("http2PingInterval", defaults.http2_ping_interval)?,
         http2_ping_timeout: secs("http2PingTimeout", defaults.http2_ping_timeout)?,
     })
+}
+
+/// `maxConnections`: 0 (or none) lets corral choose.
+fn max_connections(top: &MapReader<'_>) -> Result<Option<usize>, ConfigError> {
+    match top.int("maxConnections")? {
+        None | Some(0) => Ok(None),
+        Some(n) if n > 0 => Ok(Some(n as usize)),
+        Some(_) => Err(top.err("maxConnections", "must be 0 (automatic) or more")),
+    }
+}
+
+/// `maxBufferedBodies`: a size above 0 when given.
+fn max_buffered_bodies(top: &MapReader<'_>) -> Result<Option<u64>, ConfigError> {
+    match super::memory::bytes_value(top, "maxBufferedBodies")? {
+        Some(0) => Err(top.err("maxBufferedBodies", "must be a size above 0, such as 4GiB")),
+        n => Ok(n),
+    }
 }
 
 #[cfg(test)]

@@ -148,14 +148,7 @@ pub const MAX_ALIAS_NODES: usize = 100_000;
 /// nesting), and the nesting and alias limits are checked as the tree grows, so no input can
 /// exhaust the stack or the memory.
 pub fn parse(text: &str, file: &Arc<str>) -> Result<Node, ConfigError> {
-    let mut builder = Builder {
-        file: file.clone(),
-        stack: Vec::new(),
-        anchors: HashMap::new(),
-        alias_nodes: 0,
-        root: None,
-        error: None,
-    };
+    let mut builder = Builder::new(file);
     let mut parser = Parser::new_from_str(text);
     loop {
         let (event, mark) = parser.next_token().map_err(|e| syntax_error(&e, file))?;
@@ -240,6 +233,27 @@ struct MapBody {
 const MERGE_KEY: &str = "<<";
 
 impl MapBody {
+    /// Adds the entry `key: value` (a merge key's value lends its entries); the error for a
+    /// duplicate key, else for a value a merge key cannot take.
+    fn add(&mut self, key: Node, value: Node) -> Option<ConfigError> {
+        let name = key.scalar_text().unwrap_or_default();
+        let mut error = None;
+        if !self.seen.insert(name.clone()) {
+            let duplicate =
+                ConfigError::at(key.loc.clone(), Some(name.clone()), "duplicate key".into());
+            error = Some(duplicate);
+        }
+        if std::mem::take(&mut self.merge_key) {
+            match merge_sources(&key, value) {
+                Ok(sources) => self.merge = Some((self.entries.len(), sources)),
+                Err(e) => error = error.or(Some(e)),
+            }
+        } else {
+            self.entries.push((name, value));
+        }
+        error
+    }
+
     /// The entries with the merged ones in the merge key's place: keys written in the mapping win
     /// over merged ones, and an earlier mapping of a merged list over a later one. Merged values
     /// keep the locations of what they were copied from, so errors point at the anchor.
@@ -321,6 +335,17 @@ struct Builder {
 }
 
 impl Builder {
+    fn new(file: &Arc<str>) -> Self {
+        Builder {
+            file: file.clone(),
+            stack: Vec::new(),
+            anchors: HashMap::new(),
+            alias_nodes: 0,
+            root: None,
+            error: None,
+        }
+    }
+
     fn loc(&self, m: &Marker) -> Loc {
         Loc {
             file: self.file.clone(),
@@ -332,23 +357,7 @@ impl Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) -> Result<(), ConfigError> {
         let loc = self.loc(&mark);
         match ev {
-            Event::Scalar(text, style, anchor, _tag) => {
-                let plain = style == TScalarStyle::Plain;
-                let merge_key = plain && text == MERGE_KEY && self.awaits_key();
-                let value = if plain {
-                    plain_scalar(text)
-                } else {
-                    Value::Str(text)
-                };
-                self.push_value(Built::leaf(Node::new(value, loc)), anchor);
-                if let Some(Frame {
-                    body: Body::Map(map),
-                    ..
-                }) = self.stack.last_mut().filter(|_| merge_key)
-                {
-                    map.merge_key = true;
-                }
-            }
+            Event::Scalar(text, style, anchor, _tag) => self.scalar(text, style, anchor, loc),
             Event::SequenceStart(anchor, _) => {
                 self.open(Frame::open(loc, anchor, Body::Seq(Vec::new())))?
             }
@@ -365,6 +374,26 @@ impl Builder {
             _ => {}
         }
         Ok(())
+    }
+
+    /// A scalar, typed as YAML types a plain one; a plain `<<` key marks its mapping's next
+    /// value as a merge.
+    fn scalar(&mut self, text: String, style: TScalarStyle, anchor: usize, loc: Loc) {
+        let plain = style == TScalarStyle::Plain;
+        let merge_key = plain && text == MERGE_KEY && self.awaits_key();
+        let value = if plain {
+            plain_scalar(text)
+        } else {
+            Value::Str(text)
+        };
+        self.push_value(Built::leaf(Node::new(value, loc)), anchor);
+        if let Some(Frame {
+            body: Body::Map(map),
+            ..
+        }) = self.stack.last_mut().filter(|_| merge_key)
+        {
+            map.merge_key = true;
+        }
     }
 
     /// True when the next scalar is a key of the mapping being read.
@@ -420,21 +449,7 @@ impl Builder {
             map.pending = Some(built.node);
             return;
         };
-        let name = key.scalar_text().unwrap_or_default();
-        let mut error = None;
-        if !map.seen.insert(name.clone()) {
-            let duplicate =
-                ConfigError::at(key.loc.clone(), Some(name.clone()), "duplicate key".into());
-            error = Some(duplicate);
-        }
-        if std::mem::take(&mut map.merge_key) {
-            match merge_sources(&key, built.node) {
-                Ok(sources) => map.merge = Some((map.entries.len(), sources)),
-                Err(e) => error = error.or(Some(e)),
-            }
-        } else {
-            map.entries.push((name, built.node));
-        }
+        let error = map.add(key, built.node);
         if self.error.is_none() {
             self.error = error;
         }

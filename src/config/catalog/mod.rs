@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use foldhash::HashMap;
 use std::sync::Arc;
 
-use crate::config::Config;
+use crate::config::{Config, ModelConfig};
 
 mod route;
 pub mod swap;
@@ -56,42 +56,53 @@ impl Catalog {
     pub fn new(config: &Config) -> Catalog {
         let mut c = Catalog::default();
         for m in config.models.values() {
-            for (index, inst) in m.instances.iter().enumerate() {
-                c.instances.insert(
-                    inst.id.clone(),
-                    InstanceRef {
-                        model: m.id.to_string(),
-                        index,
-                        pool: None,
-                    },
-                );
-            }
-            if m.instances.len() > 1 {
-                let members: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
-                c.add_pool(&m.id, members, &m.id);
-            }
+            c.add_instances(m);
         }
         c.add_implicit_pools(config);
         for m in config.models.values() {
-            let target = if m.instances.len() > 1 {
-                Target::Pool(m.id.clone())
-            } else {
-                Target::Instance(m.id.clone())
-            };
-            for name in std::iter::once(&*m.id).chain(m.aliases.iter().map(String::as_str)) {
-                c.names
-                    .insert(name.to_string(), (target.clone(), m.id.clone()));
-            }
-            if m.instances.len() > 1 {
-                for inst in &m.instances {
-                    c.names
-                        .entry(inst.id.clone())
-                        .or_insert((Target::Instance(inst.id.as_str().into()), m.id.clone()));
-                }
-            }
+            c.add_names(m);
         }
         c.longest = c.names.keys().map(String::len).max().unwrap_or(0);
         c
+    }
+
+    /// The model's instances, and the pool of its replicas when it has several.
+    fn add_instances(&mut self, m: &ModelConfig) {
+        for (index, inst) in m.instances.iter().enumerate() {
+            self.instances.insert(
+                inst.id.clone(),
+                InstanceRef {
+                    model: m.id.to_string(),
+                    index,
+                    pool: None,
+                },
+            );
+        }
+        if m.instances.len() > 1 {
+            let members: Vec<String> = m.instances.iter().map(|i| i.id.clone()).collect();
+            self.add_pool(&m.id, members, &m.id);
+        }
+    }
+
+    /// The model's id and aliases (its pool when it has replicas), and each replica's id unless
+    /// it already names something.
+    fn add_names(&mut self, m: &ModelConfig) {
+        let target = if m.instances.len() > 1 {
+            Target::Pool(m.id.clone())
+        } else {
+            Target::Instance(m.id.clone())
+        };
+        for name in std::iter::once(&*m.id).chain(m.aliases.iter().map(String::as_str)) {
+            self.names
+                .insert(name.to_string(), (target.clone(), m.id.clone()));
+        }
+        if m.instances.len() > 1 {
+            for inst in &m.instances {
+                self.names
+                    .entry(inst.id.clone())
+                    .or_insert((Target::Instance(inst.id.as_str().into()), m.id.clone()));
+            }
+        }
     }
 
     fn add_pool(&mut self, id: &str, members: Vec<String>, model: &str) {
@@ -114,20 +125,7 @@ impl Catalog {
     /// names something. Numbers that do not run from 0 without a gap are versions, not replicas
     /// (`gemma-2` and `gemma-3` are two models): no pool.
     fn add_implicit_pools(&mut self, config: &Config) {
-        let mut roles: BTreeMap<String, Vec<(u32, String)>> = BTreeMap::new();
-        for m in config.models.values().filter(|m| m.instances.len() == 1) {
-            if let Some((role, suffix)) = m.id.rsplit_once('-') {
-                if let Ok(n) = suffix.parse::<u32>() {
-                    if !role.is_empty() && n.to_string() == suffix {
-                        roles
-                            .entry(role.to_string())
-                            .or_default()
-                            .push((n, m.id.to_string()));
-                    }
-                }
-            }
-        }
-        for (role, mut members) in roles {
+        for (role, mut members) in numbered_models(config) {
             let taken = config.real_model_name(&role).is_some() || self.pools.contains_key(&role);
             members.sort();
             let replicas = members
@@ -161,6 +159,25 @@ impl Catalog {
     pub fn model_of(&self, instance: &str) -> Option<&str> {
         self.instances.get(instance).map(|r| r.model.as_str())
     }
+}
+
+/// The single-instance models named `<role>-<n>` (`n` a plain number), by role, with their
+/// numbers.
+fn numbered_models(config: &Config) -> BTreeMap<String, Vec<(u32, String)>> {
+    let mut roles: BTreeMap<String, Vec<(u32, String)>> = BTreeMap::new();
+    for m in config.models.values().filter(|m| m.instances.len() == 1) {
+        if let Some((role, suffix)) = m.id.rsplit_once('-') {
+            if let Ok(n) = suffix.parse::<u32>() {
+                if !role.is_empty() && n.to_string() == suffix {
+                    roles
+                        .entry(role.to_string())
+                        .or_default()
+                        .push((n, m.id.to_string()));
+                }
+            }
+        }
+    }
+    roles
 }
 
 #[cfg(test)]

@@ -34,18 +34,24 @@ pub fn route(config: &Config, catalog: &Catalog, name: &str) -> Option<Route> {
             model: model.clone(),
         });
     }
-    if let Some((peer, model)) = name.split_once('/') {
-        if config
-            .peers
-            .get(peer)
-            .is_some_and(|p| p.models.iter().any(|m| m == model))
-        {
-            return Some(Route::Peer {
-                peer: peer.into(),
-                model: model.into(),
-            });
-        }
-    }
+    named_peer_route(config, name).or_else(|| bare_peer_route(config, name))
+}
+
+/// `peer/model`, when that peer lists the model.
+fn named_peer_route(config: &Config, name: &str) -> Option<Route> {
+    let (peer, model) = name.split_once('/')?;
+    config
+        .peers
+        .get(peer)
+        .is_some_and(|p| p.models.iter().any(|m| m == model))
+        .then(|| Route::Peer {
+            peer: peer.into(),
+            model: model.into(),
+        })
+}
+
+/// A bare model id: the one peer that lists it, or all of them when several do.
+fn bare_peer_route(config: &Config, name: &str) -> Option<Route> {
     let owners: Vec<&String> = config
         .peers
         .iter()

@@ -1,7 +1,7 @@
 //! The group swap rules (llama-swap §1.4) as a pure function over instances.
 
-use super::Catalog;
-use crate::config::Config;
+use super::{Catalog, InstanceRef};
+use crate::config::{Config, Group};
 
 /// Which running instances must stop before `target` may run.
 ///
@@ -25,21 +25,26 @@ pub fn conflicts<'a>(
         .into_iter()
         .filter(|other| *other != target)
         .filter(|other| {
-            let Some(oref) = catalog.instances.get(*other) else {
-                return false;
-            };
-            if oref.model == tref.model || (oref.pool.is_some() && oref.pool == tref.pool) {
-                return false;
-            }
-            let h = config.group_of(&oref.model);
-            if h.id == g.id {
-                g.swap
-            } else {
-                g.exclusive && !h.persistent
-            }
+            catalog
+                .instances
+                .get(*other)
+                .is_some_and(|oref| evicts(config, g, tref, oref))
         })
         .map(str::to_string)
         .collect()
+}
+
+/// Whether running `tref`, of group `g`, stops the running instance `oref`.
+fn evicts(config: &Config, g: &Group, tref: &InstanceRef, oref: &InstanceRef) -> bool {
+    if oref.model == tref.model || (oref.pool.is_some() && oref.pool == tref.pool) {
+        return false;
+    }
+    let h = config.group_of(&oref.model);
+    if h.id == g.id {
+        g.swap
+    } else {
+        g.exclusive && !h.persistent
+    }
 }
 
 /// With the matrix router, the solver picks the cheapest set that holds the target's model.
@@ -53,13 +58,7 @@ fn matrix_conflicts<'a>(
         return Vec::new();
     };
     let running: Vec<&str> = running.into_iter().filter(|r| *r != target).collect();
-    let models: std::collections::BTreeSet<String> = running
-        .iter()
-        .filter_map(|r| catalog.model_of(r))
-        .filter(|m| *m != model)
-        .map(String::from)
-        .collect();
-    let decision = matrix.solve(model, &models);
+    let decision = matrix.solve(model, &other_models(catalog, &running, model));
     if let Some(log) = &decision.log {
         tracing::debug!("{log}");
     }
@@ -70,6 +69,20 @@ fn matrix_conflicts<'a>(
                 .model_of(r)
                 .is_some_and(|m| decision.evict.iter().any(|e| e == m))
         })
+        .map(String::from)
+        .collect()
+}
+
+/// The models of the `running` instances other than `model`.
+fn other_models(
+    catalog: &Catalog,
+    running: &[&str],
+    model: &str,
+) -> std::collections::BTreeSet<String> {
+    running
+        .iter()
+        .filter_map(|r| catalog.model_of(r))
+        .filter(|m| *m != model)
         .map(String::from)
         .collect()
 }

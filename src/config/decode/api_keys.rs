@@ -61,15 +61,29 @@ fn scoped_key(r: &MapReader<'_>) -> Result<ApiKey, ConfigError> {
         .string("key")?
         .ok_or_else(|| r.err("key", "a scoped key needs `key`"))?;
     checked_key(&key).ok_or_else(|| r.err("key", NOT_A_KEY))?;
-    let scope = match r.string("scope")? {
-        None => Scope::Admin,
+    Ok(ApiKey {
+        key,
+        scope: key_scope(r)?,
+        name: key_name(r)?,
+        models: key_models(r)?,
+    })
+}
+
+/// `scope`: admin when left out.
+fn key_scope(r: &MapReader<'_>) -> Result<Scope, ConfigError> {
+    match r.string("scope")? {
+        None => Ok(Scope::Admin),
         Some(name) => Scope::parse(&name).ok_or_else(|| {
             r.err(
                 "scope",
                 format!("must be admin, inference or metrics, not {name:?}"),
             )
-        })?,
-    };
+        }),
+    }
+}
+
+/// `name`, which labels the key's metrics.
+fn key_name(r: &MapReader<'_>) -> Result<Option<String>, ConfigError> {
     let name = r.string("name")?;
     if name.as_deref().is_some_and(|n| !valid_name(n)) {
         return Err(r.err(
@@ -77,16 +91,16 @@ fn scoped_key(r: &MapReader<'_>) -> Result<ApiKey, ConfigError> {
             "must be 1 to 64 letters, digits, '-', '_' or '.' (it labels metrics)",
         ));
     }
+    Ok(name)
+}
+
+/// `models`: the ids and patterns the key may use.
+fn key_models(r: &MapReader<'_>) -> Result<Vec<String>, ConfigError> {
     let models = r.strings("models")?;
     if models.iter().any(|m| m.trim().is_empty()) {
         return Err(r.err("models", "model names and patterns must not be empty"));
     }
-    Ok(ApiKey {
-        key,
-        scope,
-        name,
-        models,
-    })
+    Ok(models)
 }
 
 /// A key's name: short and plain, as it becomes a metric label and a dashboard filter.

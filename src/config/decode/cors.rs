@@ -66,20 +66,25 @@ pub(super) fn decode_security(
         refuse_star_with(&cors, "allowCredentials", allow_credentials)?;
         refuse_star_with(&cors, "allowPrivateNetwork", allow_private_network)?;
     }
-    let mut allowed_methods = tokens(&cors, "allowedMethods", "method")?;
-    if allowed_methods.is_empty() {
-        allowed_methods = DEFAULT_METHODS.iter().map(|m| m.to_string()).collect();
-    }
     Ok(Some(CorsConfig {
         any_origin,
         origins,
         allow_credentials,
         allow_private_network,
-        allowed_methods,
+        allowed_methods: allowed_methods(&cors)?,
         allowed_headers: tokens(&cors, "allowedHeaders", "header name")?,
         exposed_headers: tokens(&cors, "exposedHeaders", "header name")?,
         max_age: max_age(&cors)?,
     }))
+}
+
+/// `allowedMethods`, llama-swap's list when left out.
+fn allowed_methods(cors: &MapReader<'_>) -> Result<Vec<String>, ConfigError> {
+    let methods = tokens(cors, "allowedMethods", "method")?;
+    if methods.is_empty() {
+        return Ok(DEFAULT_METHODS.iter().map(|m| m.to_string()).collect());
+    }
+    Ok(methods)
 }
 
 /// `allowedOrigins`: required once any other key is set (llama-swap's schema), never empty, each
@@ -133,22 +138,11 @@ fn bare_origin(origin: &str) -> Result<String, String> {
             "{origin:?} must not have leading or trailing whitespace"
         ));
     }
-    let not_bare = || format!("{origin:?} must not include a path, query, fragment or userinfo");
-    let not_origin = || {
-        format!(
-            "{origin:?} must be a scheme://host[:port] origin, e.g. https://dashboard.example.com"
-        )
-    };
-    let (_, rest) = origin.split_once("://").ok_or_else(not_origin)?;
-    if rest.contains(['/', '?', '#', '@']) {
-        return Err(not_bare());
-    }
-    let url =
-        url::Url::parse(origin).map_err(|e| format!("{origin:?} is not a valid origin: {e}"))?;
+    let url = parse_origin(origin)?;
     let host = url
         .host_str()
         .filter(|h| !h.is_empty())
-        .ok_or_else(not_origin)?;
+        .ok_or_else(|| not_origin(origin))?;
     if host.contains('*') {
         return Err(format!(
             "{origin:?} must name one origin: list each one, or \"*\" for any"
@@ -156,6 +150,21 @@ fn bare_origin(origin: &str) -> Result<String, String> {
     }
     let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
     Ok(format!("{}://{host}{port}", url.scheme()).to_ascii_lowercase())
+}
+
+/// `origin` parsed as a URL, once it is known to hold a scheme and an authority only.
+fn parse_origin(origin: &str) -> Result<url::Url, String> {
+    let (_, rest) = origin.split_once("://").ok_or_else(|| not_origin(origin))?;
+    if rest.contains(['/', '?', '#', '@']) {
+        return Err(format!(
+            "{origin:?} must not include a path, query, fragment or userinfo"
+        ));
+    }
+    url::Url::parse(origin).map_err(|e| format!("{origin:?} is not a valid origin: {e}"))
+}
+
+fn not_origin(origin: &str) -> String {
+    format!("{origin:?} must be a scheme://host[:port] origin, e.g. https://dashboard.example.com")
 }
 
 /// `allowedMethods`, `allowedHeaders`, `exposedHeaders`: RFC 9110 tokens.

@@ -17,6 +17,23 @@ pub(super) fn decode_filters(
     warnings: &mut Vec<String>,
 ) -> Result<Filters, ConfigError> {
     let f = m.child("filters", keys, warnings)?;
+    let strip_params = strip_params(&f)?;
+    let set_params = as_params(&f, "setParams", f.get("setParams"))?;
+    let mut set_params_by_id = BTreeMap::new();
+    if let Some(by_id) = f.get("setParamsByID") {
+        for (id, params) in by_id.entries() {
+            set_params_by_id.insert(id.clone(), as_params(&f, "setParamsByID", Some(params))?);
+        }
+    }
+    Ok(Filters {
+        strip_params,
+        set_params,
+        set_params_by_id,
+    })
+}
+
+/// `stripParams` (or `strip_params`): a comma-separated list, sorted, without `model`.
+fn strip_params(f: &MapReader<'_>) -> Result<Vec<String>, ConfigError> {
     let strip = f
         .string("stripParams")?
         .or(f.string("strip_params")?)
@@ -29,25 +46,20 @@ pub(super) fn decode_filters(
         .collect();
     strip_params.sort();
     strip_params.dedup();
-    let as_params = |key: &str, node: Option<&Node>| -> Result<Vec<SetParam>, ConfigError> {
-        match node.map(Node::to_json) {
-            None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-            Some(serde_json::Value::Object(o)) => Ok(set_params(o)),
-            Some(_) => Err(f.err(key, "must be a mapping")),
-        }
-    };
-    let set_params = as_params("setParams", f.get("setParams"))?;
-    let mut set_params_by_id = BTreeMap::new();
-    if let Some(by_id) = f.get("setParamsByID") {
-        for (id, params) in by_id.entries() {
-            set_params_by_id.insert(id.clone(), as_params("setParamsByID", Some(params))?);
-        }
+    Ok(strip_params)
+}
+
+/// One `setParams` mapping (none or null sets nothing) found at `key` of `f`.
+fn as_params(
+    f: &MapReader<'_>,
+    key: &str,
+    node: Option<&Node>,
+) -> Result<Vec<SetParam>, ConfigError> {
+    match node.map(Node::to_json) {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(serde_json::Value::Object(o)) => Ok(set_params(o)),
+        Some(_) => Err(f.err(key, "must be a mapping")),
     }
-    Ok(Filters {
-        strip_params,
-        set_params,
-        set_params_by_id,
-    })
 }
 
 /// The entries of one `setParams` mapping, sorted by path, as llama-swap reads them: a key ending

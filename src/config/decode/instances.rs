@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::launch::{decode_check_endpoint, Launch};
-use super::parse::{parse_proxy, secs, slots_from_argv, split_command};
+use super::launch::{decode_check_endpoint, launch_argv, stop_command, Launch};
+use super::parse::{parse_proxy, secs, slots_from_argv};
 use crate::config::engine::EngineModel;
 use crate::config::read::MapReader;
 use crate::config::yaml::{Node, Value};
@@ -16,7 +16,7 @@ pub(super) fn decode_instances(
     launch: &Launch,
     engine: Option<&EngineModel>,
 ) -> Result<Vec<InstanceSpec>, ConfigError> {
-    let Some(replicas) = m.get(crate::config::expand::REPLICAS_KEY) else {
+    let Some(replicas) = m.get(crate::config::top_keys::REPLICAS_KEY) else {
         return Ok(vec![single_instance(id, launch, engine)]);
     };
     let Value::Seq(items) = &replicas.value else {
@@ -58,91 +58,105 @@ fn replica_instance(
     let text = |key: &str| item.get(key).and_then(Node::scalar_text);
     let proxy = text("proxy").unwrap_or_default();
     let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
-    let argv = match engine {
-        Some(e) => e.argv(port.unwrap_or(0), None),
-        None => split_command(&text("cmd").unwrap_or_default()).map_err(|e| m.err("cmd", e))?,
-    };
-    let cmd_stop = match text("cmdStop") {
-        Some(s) if !s.trim().is_empty() => {
-            Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?)
-        }
-        _ => None,
-    };
-    let check_endpoint = match (engine, item.get("checkEndpoint")) {
-        (Some(_), None) => launch.check_endpoint.clone(),
-        (_, given) => decode_check_endpoint(given),
-    };
-    let slots = engine
-        .and_then(|e| e.slots)
-        .or_else(|| slots_from_argv(&argv));
+    let argv = launch_argv(m, engine, port, || Ok(text("cmd")))?;
+    let cmd_stop = stop_command(text("cmdStop"), m)?;
+    let check_endpoint = replica_check_endpoint(item, launch, engine);
     Ok(InstanceSpec {
         id: id.to_string(),
         env: engine
             .map(|e| e.engine_env(port.unwrap_or(0)))
             .unwrap_or_default(),
+        slots: engine
+            .and_then(|e| e.slots)
+            .or_else(|| slots_from_argv(&argv)),
         argv,
         cmd_stop,
         proxy,
         port,
         check_endpoint,
-        slots,
     })
+}
+
+/// A replica's own `checkEndpoint`; an engine's model without one checks the engine's path.
+fn replica_check_endpoint(
+    item: &Node,
+    launch: &Launch,
+    engine: Option<&EngineModel>,
+) -> Option<String> {
+    match (engine, item.get("checkEndpoint")) {
+        (Some(_), None) => launch.check_endpoint.clone(),
+        (_, given) => decode_check_endpoint(given),
+    }
 }
 
 /// `startReplicas`, `queueDepth`, `queueTimeout`, `slotsPollInterval`, `balance` and `prefixWait`.
 pub(super) fn decode_pool(m: &MapReader<'_>) -> Result<PoolSettings, ConfigError> {
     let defaults = PoolSettings::default();
-    let start_all = match m.string("startReplicas")?.as_deref() {
-        None | Some("on-demand") => false,
-        Some("all") => true,
-        Some(other) => {
-            return Err(m.err(
-                "startReplicas",
-                format!("must be on-demand or all, not {other:?}"),
-            ))
-        }
-    };
-    let depth = match m.int("queueDepth")? {
-        None => defaults.queue_depth,
-        Some(d) if d >= 0 => d as usize,
-        Some(_) => return Err(m.err("queueDepth", "must be 0 or more")),
-    };
-    let timeout = match m.int("queueTimeout")? {
-        None => defaults.queue_timeout,
-        Some(t) if t > 0 => secs(t),
-        Some(_) => return Err(m.err("queueTimeout", "must be a number of seconds above 0")),
-    };
-    let poll = match m.int("slotsPollInterval")? {
-        None => defaults.slots_poll,
-        Some(0) => None,
-        Some(t) if t > 0 => Some(secs(t)),
-        Some(_) => {
-            return Err(m.err(
-                "slotsPollInterval",
-                "must be 0 (off) or a number of seconds",
-            ))
-        }
-    };
-    let balance = match m.string("balance")?.as_deref() {
-        None => defaults.balance,
-        Some("prefix") => Balance::Prefix,
-        Some("slots") => Balance::Slots,
-        Some("round-robin") => Balance::RoundRobin,
-        Some(other) => {
-            return Err(m.err(
-                "balance",
-                format!("must be prefix, slots or round-robin, not {other:?}"),
-            ))
-        }
-    };
     Ok(PoolSettings {
-        balance,
+        start_all: start_all(m)?,
+        queue_depth: queue_depth(m, &defaults)?,
+        queue_timeout: queue_timeout(m, &defaults)?,
+        slots_poll: slots_poll(m, &defaults)?,
+        balance: balance(m, &defaults)?,
         prefix_wait: decode_prefix_wait(m)?,
-        start_all,
-        queue_depth: depth,
-        queue_timeout: timeout,
-        slots_poll: poll,
     })
+}
+
+/// `startReplicas`: whether every replica starts with the first request.
+fn start_all(m: &MapReader<'_>) -> Result<bool, ConfigError> {
+    match m.string("startReplicas")?.as_deref() {
+        None | Some("on-demand") => Ok(false),
+        Some("all") => Ok(true),
+        Some(other) => Err(m.err(
+            "startReplicas",
+            format!("must be on-demand or all, not {other:?}"),
+        )),
+    }
+}
+
+/// `queueDepth`: how many requests may wait for a replica.
+fn queue_depth(m: &MapReader<'_>, defaults: &PoolSettings) -> Result<usize, ConfigError> {
+    match m.int("queueDepth")? {
+        None => Ok(defaults.queue_depth),
+        Some(d) if d >= 0 => Ok(d as usize),
+        Some(_) => Err(m.err("queueDepth", "must be 0 or more")),
+    }
+}
+
+/// `queueTimeout`: how long a request may wait for a replica.
+fn queue_timeout(m: &MapReader<'_>, defaults: &PoolSettings) -> Result<Duration, ConfigError> {
+    match m.int("queueTimeout")? {
+        None => Ok(defaults.queue_timeout),
+        Some(t) if t > 0 => Ok(secs(t)),
+        Some(_) => Err(m.err("queueTimeout", "must be a number of seconds above 0")),
+    }
+}
+
+/// `slotsPollInterval`: how often the replicas' free slots are read; 0 never.
+fn slots_poll(m: &MapReader<'_>, defaults: &PoolSettings) -> Result<Option<Duration>, ConfigError> {
+    match m.int("slotsPollInterval")? {
+        None => Ok(defaults.slots_poll),
+        Some(0) => Ok(None),
+        Some(t) if t > 0 => Ok(Some(secs(t))),
+        Some(_) => Err(m.err(
+            "slotsPollInterval",
+            "must be 0 (off) or a number of seconds",
+        )),
+    }
+}
+
+/// `balance`: how a request picks its replica.
+fn balance(m: &MapReader<'_>, defaults: &PoolSettings) -> Result<Balance, ConfigError> {
+    match m.string("balance")?.as_deref() {
+        None => Ok(defaults.balance),
+        Some("prefix") => Ok(Balance::Prefix),
+        Some("slots") => Ok(Balance::Slots),
+        Some("round-robin") => Ok(Balance::RoundRobin),
+        Some(other) => Err(m.err(
+            "balance",
+            format!("must be prefix, slots or round-robin, not {other:?}"),
+        )),
+    }
 }
 
 /// `prefixWait`: milliseconds a request may wait for the replica holding its prefix.

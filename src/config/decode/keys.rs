@@ -1,51 +1,6 @@
 //! The keys each mapping understands; any other key is warned about and ignored, as llama-swap
 //! ignores it.
 
-/// The top level of a config file (also the keys whose values may hold no unknown macro).
-pub(in crate::config) const TOP_KEYS: &[&str] = &[
-    "healthCheckTimeout",
-    "logLevel",
-    "logTimeFormat",
-    "logToStdout",
-    "logRequests",
-    "metricsMaxInMemory",
-    "captureBuffer",
-    "store",
-    "ui",
-    "performance",
-    "startPort",
-    "sendLoadingState",
-    "includeAliasesInList",
-    "globalTTL",
-    "unloadTimeout",
-    "macros",
-    "apiKeys",
-    "models",
-    "profiles",
-    "selectors",
-    "peers",
-    "upstream",
-    "hooks",
-    "routing",
-    "groups",
-    "matrix",
-    "security",
-    "globalConcurrencyLimit",
-    // corral's own
-    "devices",
-    "deviceRefresh",
-    "loadBandwidth",
-    "loadStallTimeout",
-    "maxConnections",
-    "maxBufferedBodies",
-    "vllmMetricNames",
-    "clientTimeouts",
-    "engines",
-    "openMetrics",
-    "allowedHosts",
-    "ollamaApi",
-];
-
 /// One `models.<id>` entry.
 pub(super) const MODEL_KEYS: &[&str] = &[
     "cmd",
@@ -81,7 +36,7 @@ pub(super) const MODEL_KEYS: &[&str] = &[
     "memory",
     "placement",
     "loadTimeout",
-    crate::config::expand::REPLICAS_KEY,
+    crate::config::top_keys::REPLICAS_KEY,
     // what to serve and how (see `engine.rs`)
     "engine",
     "source",

@@ -1,7 +1,8 @@
 //! How a model is started and reached: its command, stop command, environment, upstream URL
 //! and readiness check.
 
-use super::parse::{parse_proxy, split_command};
+use super::parse::parse_proxy;
+use crate::config::command::split_command;
 use crate::config::engine::EngineModel;
 use crate::config::read::MapReader;
 use crate::config::yaml::{Node, Value};
@@ -26,19 +27,8 @@ pub(super) fn decode_launch(
 ) -> Result<Launch, ConfigError> {
     let proxy = m.string("proxy")?.unwrap_or_default();
     let port = parse_proxy(&proxy).map_err(|e| m.err("proxy", e))?;
-    let argv = match engine {
-        Some(e) => e.argv(port.unwrap_or(0), None),
-        None => {
-            let cmd = m.string("cmd")?.unwrap_or_default();
-            split_command(&cmd).map_err(|e| m.err("cmd", e))?
-        }
-    };
-    let cmd_stop = match m.string("cmdStop")? {
-        Some(s) if !s.trim().is_empty() => {
-            Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?)
-        }
-        _ => None,
-    };
+    let argv = launch_argv(m, engine, port, || m.string("cmd"))?;
+    let cmd_stop = stop_command(m.string("cmdStop")?, m)?;
     let env = decode_env(m)?;
     m.string("checkEndpoint")?; // a mapping or a list is an error
     let check_endpoint = match (engine, m.node.get("checkEndpoint")) {
@@ -53,6 +43,33 @@ pub(super) fn decode_launch(
         env,
         check_endpoint,
     })
+}
+
+/// The command: built by the engine for `port`, or split from `cmd` (read only when there is
+/// no engine).
+pub(super) fn launch_argv(
+    m: &MapReader<'_>,
+    engine: Option<&EngineModel>,
+    port: Option<u16>,
+    cmd: impl FnOnce() -> Result<Option<String>, ConfigError>,
+) -> Result<Vec<String>, ConfigError> {
+    match engine {
+        Some(e) => Ok(e.argv(port.unwrap_or(0), None)),
+        None => split_command(&cmd()?.unwrap_or_default()).map_err(|e| m.err("cmd", e)),
+    }
+}
+
+/// `cmdStop`, split; a blank one is none.
+pub(super) fn stop_command(
+    text: Option<String>,
+    m: &MapReader<'_>,
+) -> Result<Option<Vec<String>>, ConfigError> {
+    match text {
+        Some(s) if !s.trim().is_empty() => {
+            Ok(Some(split_command(&s).map_err(|e| m.err("cmdStop", e))?))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// `env`: a list of `NAME=value`.

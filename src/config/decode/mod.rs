@@ -27,77 +27,135 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::read::MapReader;
+use super::top_keys::TOP_KEYS;
 use super::yaml::Node;
-use super::{Config, ConfigError, Device, ModelConfig};
+use super::{Config, ConfigError, Device, ModelConfig, Peer, Profile, Selector, ServerSettings};
 use model::{decode_model, ModelDefaults};
 use parse::secs;
 use settings::Settings;
 
 pub use cors::CorsConfig;
-pub(super) use keys::TOP_KEYS;
 pub use parse::parse_go_duration;
-pub use parse::split_command;
 
 pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigError> {
-    let top = MapReader::new(root, "", keys::TOP_KEYS, warnings)?;
+    let top = MapReader::new(root, "", TOP_KEYS, warnings)?;
     let s = settings::decode_settings(&top, warnings)?;
-    let (models, devices) = decode_models(&top, &s, warnings)?;
-    let ignore_paths = settings::ignore_paths(&top, warnings)?;
-    let routing = routing::decode_routing(&top, &models, !devices.is_empty(), warnings)?;
-    let profiles = profiles::decode_profiles(&top, warnings)?;
-    let (preload, startup_profile) = settings::on_startup(&top, &profiles, warnings)?;
-    let selectors = profiles::decode_selectors(&top, warnings)?;
-    let peers = peers::decode_peers(&top, &models, warnings)?;
-    let load_bandwidth = super::memory::load_bandwidth(&top)?;
-    let device_refresh = super::memory::device_refresh(&top)?;
-    let load_stall =
-        super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
-    let server = super::server::decode(&top, warnings)?;
-    let cors = cors::decode_security(&top, warnings)?;
-    let late = settings::decode_late_settings(&top, &s)?;
-    let global_concurrency_limit = settings::global_concurrency_limit(&top)?;
-    let config = Config {
-        server,
-        router: routing.router,
+    let serving = decode_serving(&top, &s, warnings)?;
+    let process = decode_process(&top, &s, warnings)?;
+    let config = assemble(s, serving, process);
+    names::check_names(&top, &config)?;
+    Ok(config)
+}
+
+/// The models and the sections that name them, read after the settings.
+struct Serving {
+    models: BTreeMap<String, ModelConfig>,
+    devices: Vec<Device>,
+    ignore_paths: Vec<regex::Regex>,
+    routing: routing::Routing,
+    profiles: BTreeMap<String, Profile>,
+    preload: Vec<String>,
+    startup_profile: Option<String>,
+    selectors: BTreeMap<String, Selector>,
+    peers: BTreeMap<String, Peer>,
+}
+
+/// The sections about corral's process as a whole, read last.
+struct Process {
+    load_bandwidth: u64,
+    device_refresh: Option<Duration>,
+    load_stall: Duration,
+    server: ServerSettings,
+    cors: Option<CorsConfig>,
+    late: settings::LateSettings,
+    global_concurrency_limit: usize,
+}
+
+fn decode_serving(
+    top: &MapReader<'_>,
+    s: &Settings<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Serving, ConfigError> {
+    let (models, devices) = decode_models(top, s, warnings)?;
+    let ignore_paths = settings::ignore_paths(top, warnings)?;
+    let routing = routing::decode_routing(top, &models, !devices.is_empty(), warnings)?;
+    let profiles = profiles::decode_profiles(top, warnings)?;
+    let (preload, startup_profile) = settings::on_startup(top, &profiles, warnings)?;
+    let selectors = profiles::decode_selectors(top, warnings)?;
+    let peers = peers::decode_peers(top, &models, warnings)?;
+    Ok(Serving {
+        models,
         devices,
-        load_bandwidth,
-        device_refresh,
-        load_stall,
+        ignore_paths,
+        routing,
+        profiles,
+        preload,
+        startup_profile,
+        selectors,
+        peers,
+    })
+}
+
+/// Read field by field in the order written, which is the order errors are reported in.
+fn decode_process(
+    top: &MapReader<'_>,
+    s: &Settings<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Process, ConfigError> {
+    Ok(Process {
+        load_bandwidth: super::memory::load_bandwidth(top)?,
+        device_refresh: super::memory::device_refresh(top)?,
+        load_stall: super::memory::seconds(top, "loadStallTimeout")?
+            .unwrap_or(Duration::from_secs(30)),
+        server: super::server::decode(top, warnings)?,
+        cors: cors::decode_security(top, warnings)?,
+        late: settings::decode_late_settings(top, s)?,
+        global_concurrency_limit: settings::global_concurrency_limit(top)?,
+    })
+}
+
+/// The [`Config`] from its decoded parts (the names in it not yet checked against each other).
+fn assemble(s: Settings<'_>, v: Serving, p: Process) -> Config {
+    Config {
+        server: p.server,
+        router: v.routing.router,
+        devices: v.devices,
+        load_bandwidth: p.load_bandwidth,
+        device_refresh: p.device_refresh,
+        load_stall: p.load_stall,
         health_check_timeout: secs(s.health),
         log_level: s.log_level,
-        log_time_format: late.log_time_format,
+        log_time_format: p.late.log_time_format,
         log_to_stdout: s.log_to_stdout,
-        metrics_max_in_memory: late.metrics_max_in_memory,
-        vllm_metric_names: late.vllm_metric_names,
-        capture_buffer_mb: late.capture_buffer_mb,
-        store_path: late.store_path,
+        metrics_max_in_memory: p.late.metrics_max_in_memory,
+        vllm_metric_names: p.late.vllm_metric_names,
+        capture_buffer_mb: p.late.capture_buffer_mb,
+        store_path: p.late.store_path,
         ui_session_headers: s.session_headers,
-        performance_disabled: late.performance_disabled,
+        performance_disabled: p.late.performance_disabled,
         performance_every: s.performance_every,
-        start_port: late.start_port,
+        start_port: p.late.start_port,
         send_loading_state: s.send_loading_state,
-        include_aliases_in_list: late.include_aliases_in_list,
+        include_aliases_in_list: p.late.include_aliases_in_list,
         global_ttl: secs(s.global_ttl),
         unload_timeout: secs(s.unload),
         api_keys: s.api_keys,
         open_metrics: s.open_metrics,
         ollama_api: s.ollama_api,
         allowed_hosts: s.allowed_hosts,
-        cors,
+        cors: p.cors,
         redactor: Default::default(),
-        models,
-        groups: routing.groups,
-        profiles,
-        selectors,
-        peers,
-        ignore_paths,
-        preload,
-        startup_profile,
-        global_concurrency_limit,
-        fifo_priority: routing.fifo_priority,
-    };
-    names::check_names(&top, &config)?;
-    Ok(config)
+        models: v.models,
+        groups: v.routing.groups,
+        profiles: v.profiles,
+        selectors: v.selectors,
+        peers: v.peers,
+        ignore_paths: v.ignore_paths,
+        preload: v.preload,
+        startup_profile: v.startup_profile,
+        global_concurrency_limit: p.global_concurrency_limit,
+        fifo_priority: v.routing.fifo_priority,
+    }
 }
 
 /// Every `models` entry, with the engines and devices they may use.
@@ -134,33 +192,51 @@ fn register_aliases(
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     let ids: BTreeSet<String> = models.keys().cloned().collect();
     for model in models.values_mut() {
-        // the id already names the model: an alias repeating it (llama-swap accepts one) would
-        // only list it twice
-        let id = model.id.clone();
-        model.aliases.retain(|a| **a != *id);
-        let extra: Vec<String> = model
-            .filters
-            .set_params_by_id
-            .keys()
-            .filter(|k| **k != *model.id && !model.aliases.contains(k))
-            .cloned()
-            .collect();
-        model.aliases.extend(extra);
+        gather_aliases(model);
         for alias in &model.aliases {
-            let err = |msg: String| reader.err(&model.id, msg);
-            if alias.is_empty() {
-                return Err(err("aliases must not be empty".into()));
-            }
-            if ids.contains(alias) {
-                return Err(err(format!("alias {alias:?} is also a model id")));
-            }
-            if let Some(other) = owner.insert(alias.clone(), model.id.to_string()) {
-                if *other != *model.id {
-                    return Err(err(format!(
-                        "alias {alias:?} is also used by model {other:?}"
-                    )));
-                }
-            }
+            claim_alias(alias, model, &ids, &mut owner, reader)?;
+        }
+    }
+    Ok(())
+}
+
+/// The model's `setParamsByID` keys join its aliases, and its own id leaves them.
+fn gather_aliases(model: &mut ModelConfig) {
+    // the id already names the model: an alias repeating it (llama-swap accepts one) would
+    // only list it twice
+    let id = model.id.clone();
+    model.aliases.retain(|a| **a != *id);
+    let extra: Vec<String> = model
+        .filters
+        .set_params_by_id
+        .keys()
+        .filter(|k| **k != *model.id && !model.aliases.contains(k))
+        .cloned()
+        .collect();
+    model.aliases.extend(extra);
+}
+
+/// Records `alias` as `model`'s in `owner`, refusing an empty one or one that names another
+/// model or another model's alias.
+fn claim_alias(
+    alias: &str,
+    model: &ModelConfig,
+    ids: &BTreeSet<String>,
+    owner: &mut BTreeMap<String, String>,
+    reader: &MapReader<'_>,
+) -> Result<(), ConfigError> {
+    let err = |msg: String| reader.err(&model.id, msg);
+    if alias.is_empty() {
+        return Err(err("aliases must not be empty".into()));
+    }
+    if ids.contains(alias) {
+        return Err(err(format!("alias {alias:?} is also a model id")));
+    }
+    if let Some(other) = owner.insert(alias.to_string(), model.id.to_string()) {
+        if *other != *model.id {
+            return Err(err(format!(
+                "alias {alias:?} is also used by model {other:?}"
+            )));
         }
     }
     Ok(())
@@ -172,6 +248,19 @@ fn check_replica_ids(
     models: &BTreeMap<String, ModelConfig>,
     reader: &MapReader<'_>,
 ) -> Result<(), ConfigError> {
+    let names = names_taken(models);
+    for m in models.values() {
+        for inst in m.instances.iter().filter(|i| *i.id != *m.id) {
+            if let Some(other) = names.get(inst.id.as_str()) {
+                return Err(replica_clash(reader, m, &inst.id, other));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every model id and alias, with how an error names what holds it.
+fn names_taken(models: &BTreeMap<String, ModelConfig>) -> BTreeMap<&str, String> {
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     for m in models.values() {
         names.insert(&m.id, format!("model {:?}", &*m.id));
@@ -179,22 +268,24 @@ fn check_replica_ids(
             names.insert(alias, format!("an alias of model {:?}", &*m.id));
         }
     }
-    for m in models.values() {
-        for inst in m.instances.iter().filter(|i| *i.id != *m.id) {
-            let Some(other) = names.get(inst.id.as_str()) else {
-                continue;
-            };
-            let node = reader.node.get(&m.id);
-            let at = node.and_then(|n| n.get("replicas")).or(node);
-            return Err(ConfigError::at(
-                at.map_or_else(|| reader.node.loc.clone(), |n| n.loc.clone()),
-                Some(format!("{}.{}.replicas", reader.path, m.id)),
-                format!(
-                    "replica {:?} of model {:?} has the same name as {other}",
-                    inst.id, &*m.id
-                ),
-            ));
-        }
-    }
-    Ok(())
+    names
+}
+
+/// The error for replica `replica` of `m` named as `other` is, at the model's `replicas`.
+fn replica_clash(
+    reader: &MapReader<'_>,
+    m: &ModelConfig,
+    replica: &str,
+    other: &str,
+) -> ConfigError {
+    let node = reader.node.get(&m.id);
+    let at = node.and_then(|n| n.get("replicas")).or(node);
+    ConfigError::at(
+        at.map_or_else(|| reader.node.loc.clone(), |n| n.loc.clone()),
+        Some(format!("{}.{}.replicas", reader.path, m.id)),
+        format!(
+            "replica {:?} of model {:?} has the same name as {other}",
+            replica, &*m.id
+        ),
+    )
 }

@@ -113,21 +113,39 @@ fn decode_lifetime(
     m: &MapReader<'_>,
     d: &ModelDefaults,
 ) -> Result<Lifetime, ConfigError> {
-    let ttl = match m.int("ttl")?.unwrap_or(-1) {
-        -1 => d.global_ttl,
-        t if t < 0 => {
-            return Err(m.err(
-                "ttl",
-                "must be -1 (use globalTTL), 0 (never) or a number of seconds",
-            ))
-        }
-        t => t,
-    };
-    let unload = match m.int("unloadTimeout")?.unwrap_or(0) {
-        0 => d.unload,
-        t if t < 0 => return Err(m.err("unloadTimeout", "must be 0 or more")),
-        t => t,
-    };
+    let ttl = ttl_seconds(m, d)?;
+    let unload = unload_seconds(m, d)?;
+    let limit = concurrency_limit(id, m)?;
+    Ok(Lifetime {
+        ttl: (ttl > 0).then(|| secs(ttl)),
+        unload_timeout: secs(unload),
+        concurrency_limit: if limit == 0 { 10 } else { limit as usize },
+    })
+}
+
+/// `ttl` in seconds, -1 (or none) taking `globalTTL`'s.
+fn ttl_seconds(m: &MapReader<'_>, d: &ModelDefaults) -> Result<i64, ConfigError> {
+    match m.int("ttl")?.unwrap_or(-1) {
+        -1 => Ok(d.global_ttl),
+        t if t < 0 => Err(m.err(
+            "ttl",
+            "must be -1 (use globalTTL), 0 (never) or a number of seconds",
+        )),
+        t => Ok(t),
+    }
+}
+
+/// `unloadTimeout` in seconds, 0 (or none) taking the top level's.
+fn unload_seconds(m: &MapReader<'_>, d: &ModelDefaults) -> Result<i64, ConfigError> {
+    match m.int("unloadTimeout")?.unwrap_or(0) {
+        0 => Ok(d.unload),
+        t if t < 0 => Err(m.err("unloadTimeout", "must be 0 or more")),
+        t => Ok(t),
+    }
+}
+
+/// `concurrencyLimit` as written (0: the default), at least 50 for ComfyUI's automatic model.
+fn concurrency_limit(id: &str, m: &MapReader<'_>) -> Result<i64, ConfigError> {
     let mut limit = m.int("concurrencyLimit")?.unwrap_or(0);
     if limit < 0 {
         return Err(m.err("concurrencyLimit", "must be 0 or more"));
@@ -135,11 +153,7 @@ fn decode_lifetime(
     if id == COMFYUI_AUTO {
         limit = limit.max(50);
     }
-    Ok(Lifetime {
-        ttl: (ttl > 0).then(|| secs(ttl)),
-        unload_timeout: secs(unload),
-        concurrency_limit: if limit == 0 { 10 } else { limit as usize },
-    })
+    Ok(limit)
 }
 
 /// What the model list shows about a model.

@@ -1,4 +1,4 @@
-//! Values given as text in a config: commands, upstream URLs, durations and counts.
+//! Values given as text in a config: upstream URLs, durations and counts.
 
 use std::time::Duration;
 
@@ -18,32 +18,6 @@ pub fn slots_from_argv(argv: &[String]) -> Option<usize> {
         }?;
         value.parse::<usize>().ok().filter(|n| *n > 0)
     })
-}
-
-/// Splits a command like a POSIX shell (no expansion, no shell), after llama-swap's
-/// SanitizeCommand: comment lines dropped, and `\` continuations joined.
-pub fn split_command(cmd: &str) -> Result<Vec<String>, String> {
-    let argv = shlex::split(&join_lines(cmd))
-        .ok_or_else(|| "cannot split the command: unbalanced quotes".to_string())?;
-    if argv.is_empty() {
-        return Err("empty command".into());
-    }
-    Ok(argv)
-}
-
-/// The command's lines without comment lines, each line whose trimmed text ends with `\` cut
-/// before it. Trimming first means a space after the `\` (which a YAML `|` block keeps) still
-/// continues the line instead of escaping a space into an argument of its own, and a `\` at
-/// the very end leaves nothing for the split to read as an unfinished escape.
-fn join_lines(cmd: &str) -> String {
-    cmd.split('\n')
-        .filter(|line| !line.trim().starts_with('#'))
-        .map(|line| match line.trim().strip_suffix('\\') {
-            Some(head) => format!("{head} "),
-            None => line.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Checks the upstream URL and returns its port.
@@ -81,19 +55,23 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         let unit_end = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * scale;
+        total += value * unit_seconds(&rest[..unit_end])?;
         rest = &rest[unit_end..];
     }
     Duration::try_from_secs_f64(total)
         .ok()
         .filter(|d| *d <= MAX_GO_DURATION)
+}
+
+/// Seconds in one of Go's duration units.
+fn unit_seconds(unit: &str) -> Option<f64> {
+    Some(match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    })
 }

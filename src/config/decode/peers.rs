@@ -21,22 +21,29 @@ pub(super) fn decode_peers(
             &["proxy", "apiKey", "models", "filters", "timeouts"],
             warnings,
         )?;
-        let proxy = peer_proxy(&p)?;
-        let peer_models = peer_models(id, &p, models)?;
-        let mut filters = decode_filters(&p, PEER_FILTER_KEYS, warnings)?;
-        filters.set_params_by_id.clear();
-        out.insert(
-            id.clone(),
-            Peer {
-                proxy,
-                api_key: p.string("apiKey")?.filter(|k| !k.is_empty()),
-                models: peer_models,
-                filters,
-                timeouts: decode_timeouts(&p.child("timeouts", TIMEOUT_KEYS, warnings)?, Some(60))?,
-            },
-        );
+        out.insert(id.clone(), decode_peer(id, &p, models, warnings)?);
     }
     Ok(out)
+}
+
+/// `peers.<id>`: its URL, key, models, filters (no `setParamsByID`) and timeouts, in that order.
+fn decode_peer(
+    id: &str,
+    p: &MapReader<'_>,
+    models: &BTreeMap<String, ModelConfig>,
+    warnings: &mut Vec<String>,
+) -> Result<Peer, ConfigError> {
+    let proxy = peer_proxy(p)?;
+    let peer_models = peer_models(id, p, models)?;
+    let mut filters = decode_filters(p, PEER_FILTER_KEYS, warnings)?;
+    filters.set_params_by_id.clear();
+    Ok(Peer {
+        proxy,
+        api_key: p.string("apiKey")?.filter(|k| !k.is_empty()),
+        models: peer_models,
+        filters,
+        timeouts: decode_timeouts(&p.child("timeouts", TIMEOUT_KEYS, warnings)?, Some(60))?,
+    })
 }
 
 /// The peer's URL: http(s), and without credentials, which would never be sent.

@@ -15,24 +15,7 @@ pub(super) fn decode_profiles(
     let mut out = BTreeMap::new();
     for (name, node) in r.entries() {
         let p = MapReader::new(node, &r.key(name), &["description", "pins"], warnings)?;
-        let Some(pins_node) = p.get("pins") else {
-            return Err(p.err(
-                "pins",
-                "a profile needs pins (a mapping of requested id to target)",
-            ));
-        };
-        if !matches!(pins_node.value, Value::Map(_)) {
-            return Err(p.err("pins", "must be a mapping of requested id to target"));
-        }
-        // a profile that pins nothing changes nothing when made active (llama-swap refuses it)
-        if pins_node.entries().is_empty() {
-            return Err(p.err("pins", "a profile needs at least one pin"));
-        }
-        let pins = pins_node
-            .entries()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.scalar_text().filter(|s| !s.is_empty())))
-            .collect();
+        let pins = decode_pins(&p)?;
         out.insert(
             name.clone(),
             Profile {
@@ -42,6 +25,28 @@ pub(super) fn decode_profiles(
         );
     }
     Ok(out)
+}
+
+/// A profile's `pins`: a mapping of at least one requested id to its target (empty: none).
+fn decode_pins(p: &MapReader<'_>) -> Result<BTreeMap<String, Option<String>>, ConfigError> {
+    let Some(pins_node) = p.get("pins") else {
+        return Err(p.err(
+            "pins",
+            "a profile needs pins (a mapping of requested id to target)",
+        ));
+    };
+    if !matches!(pins_node.value, Value::Map(_)) {
+        return Err(p.err("pins", "must be a mapping of requested id to target"));
+    }
+    // a profile that pins nothing changes nothing when made active (llama-swap refuses it)
+    if pins_node.entries().is_empty() {
+        return Err(p.err("pins", "a profile needs at least one pin"));
+    }
+    Ok(pins_node
+        .entries()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.scalar_text().filter(|s| !s.is_empty())))
+        .collect())
 }
 
 /// `selectors.<id>`: a requested id that picks one of its targets by `strategy`.
@@ -80,11 +85,7 @@ fn decode_selector(s: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<Sele
     if targets.is_empty() {
         return Err(s.err("targets", "a selector needs at least one target"));
     }
-    let settings = s.child("settings", &["spillover"], warnings)?;
-    let spillover = settings.int("spillover")?.unwrap_or(1);
-    if spillover < 1 {
-        return Err(settings.err("spillover", "must be 1 or more"));
-    }
+    let spillover = spillover(s, warnings)?;
     let metadata = match s.get("metadata").map(Node::to_json) {
         Some(serde_json::Value::Object(o)) => o,
         _ => Default::default(),
@@ -92,10 +93,20 @@ fn decode_selector(s: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<Sele
     Ok(Selector {
         strategy,
         targets,
-        spillover: spillover as u64,
+        spillover,
         name: s.string("name")?,
         description: s.string("description")?,
         unlisted: s.boolean("unlisted")?.unwrap_or(false),
         metadata,
     })
+}
+
+/// `settings.spillover`: at least 1, and 1 unless given.
+fn spillover(s: &MapReader<'_>, warnings: &mut Vec<String>) -> Result<u64, ConfigError> {
+    let settings = s.child("settings", &["spillover"], warnings)?;
+    let spillover = settings.int("spillover")?.unwrap_or(1);
+    if spillover < 1 {
+        return Err(settings.err("spillover", "must be 1 or more"));
+    }
+    Ok(spillover as u64)
 }

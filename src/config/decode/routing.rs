@@ -26,13 +26,7 @@ pub(super) fn decode_routing(
 ) -> Result<Routing, ConfigError> {
     let routing = top.child("routing", &["router", "scheduler"], warnings)?;
     let router = routing.child("router", &["use", "settings"], warnings)?;
-    let router_use = router.string("use")?.unwrap_or_else(|| "group".into());
-    if router_use != "group" && router_use != "matrix" {
-        return Err(router.err(
-            "use",
-            format!("must be group or matrix, not {router_use:?}"),
-        ));
-    }
+    let router_use = router_use(&router)?;
     let settings = router.child("settings", &["groups", "matrix"], warnings)?;
     let fifo_priority = fifo_priority(&routing, models, warnings)?;
     let legacy_matrix = top.get("matrix").is_some();
@@ -48,6 +42,18 @@ pub(super) fn decode_routing(
         router,
         fifo_priority,
     })
+}
+
+/// `routing.router.use`: `group` (the default) or `matrix`.
+fn router_use(router: &MapReader<'_>) -> Result<String, ConfigError> {
+    let router_use = router.string("use")?.unwrap_or_else(|| "group".into());
+    if router_use != "group" && router_use != "matrix" {
+        return Err(router.err(
+            "use",
+            format!("must be group or matrix, not {router_use:?}"),
+        ));
+    }
+    Ok(router_use)
 }
 
 /// `routing.scheduler`: only `fifo`, with a priority per model id or alias.

@@ -34,31 +34,33 @@ pub(super) fn decode_settings<'n>(
     warnings: &mut Vec<String>,
 ) -> Result<Settings<'n>, ConfigError> {
     let health = health_check_timeout(top, warnings)?;
-    let log_level = match top.string("logLevel")?.as_deref() {
-        Some(l @ ("debug" | "info" | "warn" | "error")) => l.to_string(),
-        _ => "info".to_string(),
-    };
+    let log_level = log_level(top)?;
     let log_to_stdout = log_to_stdout(top)?;
     let perf = top.child("performance", &["disabled", "every"], warnings)?;
     let performance_every = performance_every(&perf)?;
-    let store = top.child("store", &["path"], warnings)?;
-    let session_headers = session_headers(top, warnings)?;
-    let (global_ttl, unload) = lifetimes(top)?;
     Ok(Settings {
         health,
         log_level,
         log_to_stdout,
         perf,
         performance_every,
-        store,
-        session_headers,
-        global_ttl,
-        unload,
+        store: top.child("store", &["path"], warnings)?,
+        session_headers: session_headers(top, warnings)?,
+        global_ttl: global_ttl(top)?,
+        unload: unload_timeout(top)?,
         api_keys: decode_api_keys(top, warnings)?,
         open_metrics: top.boolean("openMetrics")?.unwrap_or(false),
         ollama_api: top.boolean("ollamaApi")?.unwrap_or(true),
         allowed_hosts: decode_allowed_hosts(top)?,
         send_loading_state: top.boolean("sendLoadingState")?.unwrap_or(false),
+    })
+}
+
+/// `logLevel`: `info` unless it is one of the levels.
+fn log_level(top: &MapReader<'_>) -> Result<String, ConfigError> {
+    Ok(match top.string("logLevel")?.as_deref() {
+        Some(l @ ("debug" | "info" | "warn" | "error")) => l.to_string(),
+        _ => "info".to_string(),
     })
 }
 
@@ -128,17 +130,22 @@ fn session_headers(
     })
 }
 
-/// `globalTTL` (0: never unload) and `unloadTimeout` (0: 10 s), in seconds.
-fn lifetimes(top: &MapReader<'_>) -> Result<(i64, i64), ConfigError> {
+/// `globalTTL`: seconds, 0 (never unload) unless given.
+fn global_ttl(top: &MapReader<'_>) -> Result<i64, ConfigError> {
     let global_ttl = top.int("globalTTL")?.unwrap_or(0);
     if global_ttl < 0 {
         return Err(top.err("globalTTL", "must be 0 or more"));
     }
+    Ok(global_ttl)
+}
+
+/// `unloadTimeout`: seconds, 0 (or none) meaning 10.
+fn unload_timeout(top: &MapReader<'_>) -> Result<i64, ConfigError> {
     let unload = top.int("unloadTimeout")?.unwrap_or(0);
     if unload < 0 {
         return Err(top.err("unloadTimeout", "must be 0 or more"));
     }
-    Ok((global_ttl, if unload == 0 { 10 } else { unload }))
+    Ok(if unload == 0 { 10 } else { unload })
 }
 
 /// `upstream.ignorePaths`: paths under `/upstream/` that do not count as activity.

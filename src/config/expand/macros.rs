@@ -35,42 +35,30 @@ pub(super) fn read_macros(node: Option<&Node>, scope: &str) -> Result<Macros, Co
 /// One macro: a name of `[a-zA-Z0-9_-]` under 64 characters that corral does not reserve, and a
 /// scalar value that does not use itself.
 fn check_macro(name: &str, value: &Node, key: &str) -> Result<(), ConfigError> {
-    let valid_name = !name.is_empty()
-        && name.len() < 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !valid_name {
-        return Err(ConfigError::at(
-            value.loc.clone(),
-            Some(key.into()),
-            "macro names must match ^[a-zA-Z0-9_-]+$ and be under 64 characters".into(),
-        ));
+    let refuse = |msg: String| Err(ConfigError::at(value.loc.clone(), Some(key.into()), msg));
+    if !valid_macro_name(name) {
+        return refuse("macro names must match ^[a-zA-Z0-9_-]+$ and be under 64 characters".into());
     }
     if RESERVED_MACROS.contains(&name) {
-        return Err(ConfigError::at(
-            value.loc.clone(),
-            Some(key.into()),
-            format!("macro name {name:?} is reserved"),
-        ));
+        return refuse(format!("macro name {name:?} is reserved"));
     }
     if matches!(value.value, Value::Seq(_) | Value::Map(_) | Value::Null) {
-        return Err(ConfigError::at(
-            value.loc.clone(),
-            Some(key.into()),
-            "macro values must be a string, number or boolean".into(),
-        ));
+        return refuse("macro values must be a string, number or boolean".into());
     }
     if let Value::Str(s) = &value.value {
         if s.contains(&format!("${{{name}}}")) {
-            return Err(ConfigError::at(
-                value.loc.clone(),
-                Some(key.into()),
-                "macro references itself".into(),
-            ));
+            return refuse("macro references itself".into());
         }
     }
     Ok(())
+}
+
+fn valid_macro_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// The most bytes macro substitution may add to the config, all substitutions together. A macro

@@ -15,9 +15,6 @@ use macros::{apply_macros, check_leftovers, read_macros, Growth};
 use merge::merge;
 use model::resolve_model;
 
-/// Where the expansion leaves each replica's own cmd, proxy and port for the decoder.
-pub const REPLICAS_KEY: &str = "__replicas";
-
 /// Reads, substitutes `${env.X}` and parses each source, then merges them in order.
 pub fn load_sources(
     sources: &[(Arc<str>, String)],
@@ -70,7 +67,7 @@ pub fn resolve(mut root: Node) -> Result<Node, ConfigError> {
     if let Value::Map(entries) = &mut root.value {
         entries.retain(|(k, _)| k != "macros");
     }
-    check_leftovers(&root, super::decode::TOP_KEYS)?;
+    check_leftovers(&root, super::top_keys::TOP_KEYS)?;
     Ok(root)
 }
 

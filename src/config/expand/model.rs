@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::macros::{apply_macros, read_macros, substitute, Growth, Macros};
-use super::REPLICAS_KEY;
-use crate::config::yaml::{Node, Value};
+use crate::config::top_keys::REPLICAS_KEY;
+use crate::config::yaml::{Loc, Node, Value};
 use crate::config::ConfigError;
 
 /// Resolves one `models.<id>` entry; ports are handed out from `next_port` in id order.
@@ -22,22 +22,36 @@ pub(super) fn resolve_model(
     apply_macros(model, &macros, growth)?;
     substitute_by_id_keys(model, &macros, growth)?;
 
-    // a model whose command corral builds from its engine listens on a port of its own
-    let cmd_uses_port = matches!(model.get("cmd"), Some(Node { value: Value::Str(s), .. }) if s.contains("${PORT}"))
-        || crate::config::engine::builds_command(model);
+    let uses_port = cmd_uses_port(model);
     let replicas = replica_count(model, &scope)?;
-    if replicas > 1 && !cmd_uses_port {
-        return Err(ConfigError::at(
-            model.loc.clone(),
-            Some(format!("{scope}.replicas")),
-            "replicas need ${PORT} in cmd: each replica listens on its own port".into(),
-        ));
+    if !uses_port {
+        refuse_replicas_without_port(model, &scope, replicas)?;
+        return refuse_port_in_proxy(id, model, &scope);
     }
-    if cmd_uses_port {
-        assign_ports(model, &scope, replicas, next_port, growth)
-    } else {
-        refuse_port_in_proxy(id, model, &scope)
+    assign_ports(model, &scope, replicas, next_port, growth)
+}
+
+/// Replicas each listen on a port of their own, so a command without `${PORT}` runs one.
+fn refuse_replicas_without_port(
+    model: &Node,
+    scope: &str,
+    replicas: i64,
+) -> Result<(), ConfigError> {
+    if replicas <= 1 {
+        return Ok(());
     }
+    Err(ConfigError::at(
+        model.loc.clone(),
+        Some(format!("{scope}.replicas")),
+        "replicas need ${PORT} in cmd: each replica listens on its own port".into(),
+    ))
+}
+
+/// Whether the model's command listens on `${PORT}`: a `cmd` that names it, or one corral
+/// builds from the model's engine, which listens on a port of its own.
+fn cmd_uses_port(model: &Node) -> bool {
+    matches!(model.get("cmd"), Some(Node { value: Value::Str(s), .. }) if s.contains("${PORT}"))
+        || crate::config::engine::builds_command(model)
 }
 
 /// A model entry is a mapping; an empty one reads as an empty mapping.
@@ -148,20 +162,31 @@ fn assign_ports(
         ));
     }
     if replicas > 1 {
-        let instances = (0..replicas)
-            .map(|i| replica_entry(model, *next_port + i, growth))
-            .collect::<Result<_, _>>()?;
-        if let Value::Map(e) = &mut model.value {
-            e.push((
-                REPLICAS_KEY.into(),
-                Node::new(Value::Seq(instances), model.loc.clone()),
-            ));
-        }
+        add_replica_entries(model, *next_port, replicas, growth)?;
     }
     let port = Node::new(Value::Int(*next_port), model.loc.clone());
     *next_port += replicas;
     substitute(model, "PORT", &port, growth)?;
     substitute_by_id_keys(model, &[("PORT".into(), port)], growth)
+}
+
+/// The entry under [`REPLICAS_KEY`]: one per replica, with ports from `first_port` on.
+fn add_replica_entries(
+    model: &mut Node,
+    first_port: i64,
+    replicas: i64,
+    growth: &mut Growth,
+) -> Result<(), ConfigError> {
+    let instances = (0..replicas)
+        .map(|i| replica_entry(model, first_port + i, growth))
+        .collect::<Result<_, _>>()?;
+    if let Value::Map(e) = &mut model.value {
+        e.push((
+            REPLICAS_KEY.into(),
+            Node::new(Value::Seq(instances), model.loc.clone()),
+        ));
+    }
+    Ok(())
 }
 
 /// One replica's `port`, and its `cmd`, `cmdStop`, `proxy` and `checkEndpoint` with that port.
@@ -209,23 +234,41 @@ fn substitute_by_id_keys(
     };
     let mut seen = BTreeMap::new();
     for (key, value) in entries.iter_mut() {
-        for (name, m) in macros.iter().rev() {
-            let pattern = format!("${{{name}}}");
-            let text = m.scalar_text().unwrap_or_default();
-            match growth.replace(key, &pattern, &text, &value.loc) {
-                Some(replaced) => *key = replaced,
-                None => return growth.check(),
-            }
+        match substituted_key(key, &value.loc, macros, growth) {
+            Some(replaced) => *key = replaced,
+            None => return growth.check(),
         }
         if let Some(prev) = seen.insert(key.clone(), value.loc.clone()) {
-            return Err(ConfigError::at(
-                value.loc.clone(),
-                Some(format!("filters.setParamsByID.{key}")),
-                format!("two keys resolve to {key:?} (the other at {prev})"),
-            ));
+            return Err(two_keys_resolve(key, &value.loc, &prev));
         }
     }
     Ok(())
+}
+
+/// Two `setParamsByID` keys that name the same id once their macros are substituted.
+fn two_keys_resolve(key: &str, loc: &Loc, prev: &Loc) -> ConfigError {
+    ConfigError::at(
+        loc.clone(),
+        Some(format!("filters.setParamsByID.{key}")),
+        format!("two keys resolve to {key:?} (the other at {prev})"),
+    )
+}
+
+/// `key` with each macro substituted, the last declared first; `None` once the growth budget
+/// is spent.
+fn substituted_key(
+    key: &str,
+    loc: &Loc,
+    macros: &[(String, Node)],
+    growth: &mut Growth,
+) -> Option<String> {
+    let mut key = key.to_string();
+    for (name, m) in macros.iter().rev() {
+        let pattern = format!("${{{name}}}");
+        let text = m.scalar_text().unwrap_or_default();
+        key = growth.replace(&key, &pattern, &text, loc)?;
+    }
+    Some(key)
 }
 
 /// Drops the lines of a command that are YAML-style comments, as llama-swap does.
