@@ -2,7 +2,9 @@
 //! try), or to the least loaded of the peers that serve the model.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,13 +43,7 @@ pub async fn forward_local(
         .acquire_for(target, None, prompt.as_ref())
         .await?;
     if !matches!(target, Target::Pool(_)) {
-        let req = Outgoing {
-            base: lease.proxy(),
-            path_and_query,
-            parts,
-            body: full(bytes),
-            client_addr: Some(remote.ip()),
-        };
+        let req = outgoing(&lease, parts, path_and_query, bytes, remote);
         return proxy::forward(client, req, timeout, lease).await;
     }
     let request = (parts, path_and_query, bytes, remote);
@@ -56,6 +52,72 @@ pub async fn forward_local(
         gateway, model, target, lease, request, prompt,
     ))
     .await
+}
+
+/// A pool request on its way to a member: the request itself, kept for the second try (the first
+/// gets a copy), and what that try needs.
+struct MemberRequest<'a> {
+    gateway: &'a Arc<Gateway>,
+    model: &'a crate::config::ModelConfig,
+    parts: http::request::Parts,
+    path_and_query: Cow<'static, str>,
+    bytes: Bytes,
+    remote: SocketAddr,
+}
+
+impl MemberRequest<'_> {
+    /// A copy of the request for the member `lease` holds.
+    fn to(&self, lease: &crate::fleet::Lease) -> Outgoing {
+        let parts = clone_parts(&self.parts);
+        let (path_and_query, bytes) = (self.path_and_query.clone(), self.bytes.clone());
+        outgoing(lease, parts, path_and_query, bytes, self.remote)
+    }
+
+    /// The second try, with the request itself, on the member `lease` holds, after the first
+    /// (`first`) failed for `why`.
+    async fn retry(
+        self,
+        lease: crate::fleet::Lease,
+        first: &str,
+        why: String,
+    ) -> Result<Response<Body>, Error> {
+        let MemberRequest {
+            gateway,
+            model,
+            parts,
+            path_and_query,
+            bytes,
+            remote,
+        } = self;
+        let retries = &gateway.metrics.requests.retries;
+        retries.with_label_values(&[&model.id]).inc();
+        tracing::warn!(instance = %first, "retrying on another replica after: {why}");
+        let id = lease.id().clone();
+        let out = outgoing(&lease, parts, path_and_query, bytes, remote);
+        let client = &gateway.clients[&*model.id];
+        let answer = proxy::forward(client, out, model.timeouts.response_header, lease).await;
+        if let Ok(resp) = &answer {
+            gateway.fleet.report_answer(&id, resp.status());
+        }
+        answer
+    }
+}
+
+/// A request as it goes to the member `lease` holds.
+fn outgoing(
+    lease: &crate::fleet::Lease,
+    parts: http::request::Parts,
+    path_and_query: Cow<'static, str>,
+    bytes: Bytes,
+    remote: SocketAddr,
+) -> Outgoing {
+    Outgoing {
+        base: lease.proxy(),
+        path_and_query,
+        parts,
+        body: full(bytes),
+        client_addr: Some(remote.ip()),
+    }
 }
 
 /// Sends a request to the pool member `lease` holds; one that fails before answering, or answers
@@ -73,83 +135,37 @@ async fn forward_to_members(
     ),
     prompt: Option<crate::fleet::prefix::Prefix>,
 ) -> Result<Response<Body>, Error> {
-    let client = &gateway.clients[&*model.id];
-    let timeout = model.timeouts.response_header;
-    // the request itself goes to the last try; an earlier one gets copies (a shared body's first
-    // copy is an allocation)
-    let out = |lease: &crate::fleet::Lease, parts, path_and_query, bytes| Outgoing {
-        base: lease.proxy(),
-        path_and_query,
+    let request = MemberRequest {
+        gateway,
+        model,
         parts,
-        body: full(bytes),
-        client_addr: Some(remote.ip()),
+        path_and_query,
+        bytes,
+        remote,
     };
-    let first = out(
-        &lease,
-        clone_parts(&parts),
-        path_and_query.clone(),
-        bytes.clone(),
-    );
+    let first = request.to(&lease);
     let first_id = lease.id().clone();
-    let retry = |lease: crate::fleet::Lease, why: String| {
+    let client = &gateway.clients[&*model.id];
+    let sibling = || {
         gateway
-            .metrics
-            .requests
-            .retries
-            .with_label_values(&[&model.id])
-            .inc();
-        tracing::warn!(instance = %first_id, "retrying on another replica after: {why}");
-        let id = lease.id().clone();
-        let answer = proxy::forward(
-            client,
-            out(&lease, parts, path_and_query, bytes),
-            timeout,
-            lease,
-        );
-        async move {
-            let answer = answer.await;
-            if let Ok(resp) = &answer {
-                gateway.fleet.report_answer(&id, resp.status());
-            }
-            answer
-        }
+            .fleet
+            .acquire_for(target, Some(&first_id), prompt.as_ref())
     };
-    match proxy::forward(client, first, timeout, lease).await {
+    match proxy::forward(client, first, model.timeouts.response_header, lease).await {
         Err(e @ (Error::Upstream(_) | Error::Unreachable(_))) => {
             report_failure(gateway, &first_id, &e);
-            let lease = gateway
-                .fleet
-                .acquire_for(target, Some(&first_id), prompt.as_ref())
-                .await?;
-            retry(lease, e.to_string()).await
+            let lease = sibling().await?;
+            request.retry(lease, &first_id, e.to_string()).await
         }
         Ok(resp) if resp.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
-            // loading (a replica that died and started again after it was picked) or
-            // overloaded: another member answers if one can, else this answer stands. It is read
-            // while a sibling is looked for, which lets the member's lease go during the wait.
             gateway.fleet.report_answer(&first_id, resp.status());
-            // boxed, so that it can be dropped before the retry
-            let mut read = Box::pin(read_whole(resp, &first_id));
-            let sibling = gateway
-                .fleet
-                .acquire_for(target, Some(&first_id), prompt.as_ref());
-            tokio::pin!(sibling);
-            let answer = tokio::select! {
-                // an answer read to its end leaves its connection for the next request
-                biased;
-                answer = &mut read => answer,
-                lease = &mut sibling => match lease {
-                    Ok(lease) => {
-                        // unfinished: its connection is closed, and the lease let go
-                        drop(read);
-                        return retry(lease, "503 Service Unavailable".into()).await;
-                    }
-                    Err(none) => return kept_or(read.await, none),
-                },
-            };
-            match sibling.await {
-                Ok(lease) => retry(lease, "503 Service Unavailable".into()).await,
-                Err(none) => kept_or(answer, none),
+            let read = Box::pin(read_whole(resp, &first_id));
+            match unavailable_or_sibling(read, sibling()).await {
+                Ok(lease) => {
+                    let why = "503 Service Unavailable".into();
+                    request.retry(lease, &first_id, why).await
+                }
+                Err(kept) => kept,
             }
         }
         Ok(resp) => {
@@ -158,6 +174,27 @@ async fn forward_to_members(
         }
         other => other,
     }
+}
+
+/// After a member's 503 (loading: a replica that died and started again after it was picked; or
+/// overloaded): a sibling's lease for the second try, or, when none is to be had, the 503 answer,
+/// read while the sibling is looked for, which lets the member's lease go during the wait.
+async fn unavailable_or_sibling(
+    mut read: Pin<Box<impl Future<Output = Result<Response<Body>, Error>>>>,
+    sibling: impl Future<Output = Result<crate::fleet::Lease, Error>>,
+) -> Result<crate::fleet::Lease, Result<Response<Body>, Error>> {
+    tokio::pin!(sibling);
+    let answer = tokio::select! {
+        // an answer read to its end leaves its connection for the next request
+        biased;
+        answer = &mut read => answer,
+        lease = &mut sibling => match lease {
+            // unfinished: its connection is closed, and the lease let go
+            Ok(lease) => return Ok(lease),
+            Err(none) => return Err(kept_or(read.await, none)),
+        },
+    };
+    sibling.await.map_err(|none| kept_or(answer, none))
 }
 
 /// The most of a member's 503 answer kept while a sibling is awaited; an engine's is a short JSON

@@ -180,20 +180,7 @@ fn route<'a>(
 {
     let sent = incoming.sent.take().filter(|n| !n.is_empty());
     let sent = sent.ok_or(Error::NoModel)?;
-    let name = names::apply_profile(&gateway.config, &gateway.profiles, &sent)
-        .filter(|n| !n.is_empty())
-        .ok_or(Error::NoModel)?;
-    seen.named(&name);
-    let (route, spill) = names::resolve(
-        &gateway.config,
-        &gateway.catalog,
-        &gateway.fleet,
-        &gateway.spillover,
-        &name,
-    )?;
-    if let Some(s) = spill {
-        seen.hold(Box::new(s));
-    }
+    let (name, route) = resolve_name(gateway, &sent, seen)?;
     let selected = selected_target(gateway, &route, &name);
     let chosen = selected.as_deref().unwrap_or(&name);
     let path_and_query: Cow<'static, str> = match &incoming.query {
@@ -211,36 +198,6 @@ fn route<'a>(
         refuse_unloaded(&gateway.fleet, q, target, model)?; // `?autoload=false`
     }
     Ok(match route {
-        names::Route::Peer { peer, model } => {
-            seen.found(gateway, format!("{peer}/{model}").into());
-            let bytes = rewrite_for_peer(gateway, &peer, &model, incoming.kind, incoming.bytes)?;
-            let path_and_query = path_and_query.into_owned();
-            let (parts, charge) = (incoming.parts, incoming.charge);
-            Either::Right(Box::pin(async move {
-                let answer =
-                    peers::forward(gateway, &peer, parts, bytes, path_and_query, remote).await;
-                drop(charge); // the body is charged until the answer's head, as a local one is
-                answer
-            }))
-        }
-        names::Route::Peers { owners, model } => {
-            let ranked = gateway.peer_loads.rank(&owners, &model);
-            seen.may_use(|| format!("{}/{model}", ranked[0]))?;
-            seen.found(gateway, format!("{}/{model}", ranked[0]).into());
-            let Incoming {
-                parts,
-                kind,
-                bytes,
-                charge,
-                ..
-            } = incoming;
-            let request = (parts, kind, bytes, path_and_query.into_owned(), remote);
-            Either::Right(Box::pin(async move {
-                let answer = forward_to_least_loaded(gateway, &ranked, &model, request).await;
-                drop(charge);
-                answer
-            }))
-        }
         names::Route::Local { target, model } => {
             let model = gateway
                 .config
@@ -258,14 +215,89 @@ fn route<'a>(
             };
             Either::Left(Either::Right(dispatch_local(gateway, incoming, to, seen)))
         }
+        names::Route::Peer { peer, model } => {
+            let to = (peer, model, path_and_query.into_owned(), remote);
+            Either::Right(to_peer(gateway, incoming, to, seen)?)
+        }
+        names::Route::Peers { owners, model } => {
+            let to = (owners, model, path_and_query.into_owned(), remote);
+            Either::Right(to_least_loaded(gateway, incoming, to, seen)?)
+        }
     })
 }
 
+/// The name a request sent, after the active profile, and where it routes; a selector's choice
+/// holds its spillover place with the request.
+fn resolve_name<'s>(
+    gateway: &Gateway,
+    sent: &'s str,
+    seen: &mut Seen,
+) -> Result<(Cow<'s, str>, names::Route), Error> {
+    let name = names::apply_profile(&gateway.config, &gateway.profiles, sent)
+        .filter(|n| !n.is_empty())
+        .ok_or(Error::NoModel)?;
+    seen.named(&name);
+    let (route, spill) = names::resolve(
+        &gateway.config,
+        &gateway.catalog,
+        &gateway.fleet,
+        &gateway.spillover,
+        &name,
+    )?;
+    if let Some(s) = spill {
+        seen.hold(Box::new(s));
+    }
+    Ok((name, route))
+}
+
+/// A peer's work, boxed: peers' futures are larger, and kept out of every local request's.
+type PeerWork<'a> = Pin<Box<dyn Future<Output = Result<Response<Body>, Error>> + Send + 'a>>;
+
+/// The request on its way to the peer named.
+fn to_peer<'a>(
+    gateway: &'a Arc<Gateway>,
+    incoming: Incoming,
+    (peer, model, path_and_query, remote): (String, String, String, SocketAddr),
+    seen: &mut Seen,
+) -> Result<PeerWork<'a>, Error> {
+    seen.found(gateway, format!("{peer}/{model}").into());
+    let bytes = rewrite_for_peer(gateway, &peer, &model, incoming.kind, incoming.bytes)?;
+    let (parts, charge) = (incoming.parts, incoming.charge);
+    Ok(Box::pin(async move {
+        let answer = peers::forward(gateway, &peer, parts, bytes, path_and_query, remote).await;
+        drop(charge); // the body is charged until the answer's head, as a local one is
+        answer
+    }))
+}
+
+/// The request on its way to the least loaded of the peers that serve the model; the key must
+/// reach the first of them.
+fn to_least_loaded<'a>(
+    gateway: &'a Arc<Gateway>,
+    incoming: Incoming,
+    (owners, model, path_and_query, remote): (Vec<String>, String, String, SocketAddr),
+    seen: &mut Seen,
+) -> Result<PeerWork<'a>, Error> {
+    let ranked = gateway.peer_loads.rank(&owners, &model);
+    seen.may_use(|| format!("{}/{model}", ranked[0]))?;
+    seen.found(gateway, format!("{}/{model}", ranked[0]).into());
+    let Incoming {
+        parts,
+        kind,
+        bytes,
+        charge,
+        ..
+    } = incoming;
+    let request = (parts, kind, bytes, path_and_query, remote);
+    Ok(Box::pin(async move {
+        let answer = forward_to_least_loaded(gateway, &ranked, &model, request).await;
+        drop(charge);
+        answer
+    }))
+}
+
 /// The future [`route`] gives: an answer at once, the local one, or a peer's.
-type Forwarding<'a, L> = Either<
-    Either<Ready<Result<Response<Body>, Error>>, L>,
-    Pin<Box<dyn Future<Output = Result<Response<Body>, Error>> + Send + 'a>>,
->;
+type Forwarding<'a, L> = Either<Either<Ready<Result<Response<Body>, Error>>, L>, PeerWork<'a>>;
 
 /// The target a selector chose, whose id the request goes on with, since it names that target
 /// from here on; `None` for any other name, which stays.
