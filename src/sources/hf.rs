@@ -6,8 +6,9 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
 use super::download::Job;
-use super::fetcher::{ensure_all, missing_bytes, Check, Found};
+use super::flights::{ensure_all, missing_bytes};
 use super::folder::folder_files;
+use super::found::{Check, Found};
 use super::gguf_pick::{self, Pick, PickError};
 use super::hf_cache::{cached_pick, is_commit, within, RepoCache};
 use super::transport::{http_error, http_failure, json_body, server_said, Failure, Transport};

@@ -23,7 +23,9 @@ mod disk;
 mod download;
 mod error;
 mod fetcher;
+mod flights;
 mod folder;
+mod found;
 mod gguf_pick;
 mod hf;
 mod hf_cache;
@@ -39,7 +41,7 @@ mod verify;
 use std::path::PathBuf;
 
 pub use error::FetchError;
-pub use fetcher::Fetcher;
+pub use flights::Fetcher;
 pub use parse::{HfRef, Source};
 pub use progress::Progress;
 

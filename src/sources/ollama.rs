@@ -17,7 +17,8 @@ use serde::Deserialize;
 
 use super::cache_fs::{self, JSON_AT_MOST};
 use super::download::Job;
-use super::fetcher::{ensure_all, missing_bytes, Check, Found};
+use super::flights::{ensure_all, missing_bytes};
+use super::found::{Check, Found};
 use super::transport::{http_error, http_failure, json_body, server_said, Failure, Transport};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, Source, Want};

@@ -8,7 +8,7 @@ use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use super::cache_fs;
 use super::download::Job;
-use super::fetcher::{Check, Found};
+use super::found::{Check, Found};
 use super::transport::{s3_failure, Failure, Transport};
 use super::verify::{sha256_hex, Verify};
 use super::{FetchError, Fetched, Fetcher, Form, Source, Want};
