@@ -6,17 +6,20 @@
 //! and a file found already in place is checked against its digest before it is used.
 
 use std::io::Read;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use nix::fcntl::{Flock, FlockArg};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, BufWriter};
 
 use super::cache_fs;
 use super::progress::Reporter;
-use super::transport::{Failure, Transport};
+use super::transport::{Failure, Opened, Transport};
 use super::verified::Ledger;
 use super::verify::{Hasher, Verify};
 use super::{disk, FetchError};
@@ -77,7 +80,6 @@ pub(crate) async fn run(
     report: &mut Reporter,
     ledger: &Arc<Ledger>,
 ) -> Result<u64, FetchError> {
-    let part = partial(&job.dest);
     let dir = job.dest.parent().unwrap_or(Path::new("."));
     cache_fs::make_dirs(&job.root, dir).map_err(|e| FetchError::io(&job.src, dir, e))?;
     // one download of a file at a time across processes too (another corral, `corral pull`,
@@ -87,6 +89,18 @@ pub(crate) async fn run(
         report.finish();
         return Ok(size);
     }
+    download(job, dir, report, ledger).await
+}
+
+/// Tries until the file is whole and verified in place, pausing after each failure, and gives up
+/// once [`ATTEMPTS`] tries in a row have brought nothing.
+async fn download(
+    job: &Job,
+    dir: &Path,
+    report: &mut Reporter,
+    ledger: &Ledger,
+) -> Result<u64, FetchError> {
+    let part = partial(&job.dest);
     let mut retries = Retries::default();
     let mut state = Digest::new(job);
     let mut version = None;
@@ -187,13 +201,38 @@ async fn attempt(
     version: &mut Option<String>,
     report: &mut Reporter,
 ) -> Result<Attempt, FetchError> {
+    let have = match usable_part(job, part, version)? {
+        ControlFlow::Continue(have) => have,
+        ControlFlow::Break(ended) => return Ok(ended),
+    };
+    if have > 0 && job.size == Some(have) {
+        // every byte came before a run ended short of the rename: only the check is left
+        // (asked for, the rest is an empty range, which S3 refuses)
+        state.rewind(job, part, have).await?;
+        return Ok(Attempt::Held);
+    }
+    let opened = match open(job, part, have, version).await? {
+        ControlFlow::Continue(opened) => opened,
+        ControlFlow::Break(failed) => return Ok(failed),
+    };
+    transfer(job, part, dir, opened, state, version, report).await
+}
+
+/// The bytes of the partial file a try can build on. A part longer than the file is removed and
+/// the try ends there, to start again at once; a part whose version is not known, with no digest
+/// to catch a mix of two versions, cannot be resumed and is dropped.
+fn usable_part(
+    job: &Job,
+    part: &Path,
+    version: &mut Option<String>,
+) -> Result<ControlFlow<Attempt, u64>, FetchError> {
     let mut have = held_part(part).map_err(|e| FetchError::io(&job.src, part, e))?;
     if job.size.is_some_and(|s| have > s) {
         // longer than the file: not a part of it; tried again once it is gone (and an error,
         // not another try at once, when it cannot go)
         std::fs::remove_file(part).map_err(|e| FetchError::io(&job.src, part, e))?;
         let _ = std::fs::remove_file(version_file(part));
-        return Ok(Attempt::Again);
+        return Ok(ControlFlow::Break(Attempt::Again));
     }
     if have > 0 && version.is_none() {
         *version = read_version(part);
@@ -204,48 +243,48 @@ async fn attempt(
             have = 0;
         }
     }
-    if have > 0 && job.size == Some(have) {
-        // every byte came before a run ended short of the rename: only the check is left
-        // (asked for, the rest is an empty range, which S3 refuses)
-        state.rewind(job, part, have).await?;
-        return Ok(Attempt::Held);
-    }
-    let opened = match job
+    Ok(ControlFlow::Continue(have))
+}
+
+/// Asks the source for the file from byte `have`; a refused range drops the part (and the version
+/// it held), and both it and a passing failure end the try as a failed one.
+async fn open(
+    job: &Job,
+    part: &Path,
+    have: u64,
+    version: &mut Option<String>,
+) -> Result<ControlFlow<Attempt, Opened>, FetchError> {
+    let opened = job
         .transport
         .open(&job.src, &job.file, have, version.as_deref())
-        .await
-    {
-        Ok(o) => o,
-        Err(Failure::Fatal(e)) => return Err(e),
+        .await;
+    match opened {
+        Ok(o) => Ok(ControlFlow::Continue(o)),
+        Err(Failure::Fatal(e)) => Err(e),
         Err(Failure::Restart) => {
             remove_partial(part);
             *version = None;
             let why = "the server refused the range of the partial file, or the file changed";
-            return Ok(Attempt::Failed(why.into()));
+            Ok(ControlFlow::Break(Attempt::Failed(why.into())))
         }
-        Err(Failure::Retry(why)) => return Ok(Attempt::Failed(why)),
-    };
-    let total = opened.total.or(job.size);
-    if let (Some(expected), Some(got)) = (job.size, opened.total) {
-        if expected != got {
-            return Err(FetchError::invalid(
-                &job.src,
-                format!(
-                    "{}: the server sends {got} bytes where {expected} were listed",
-                    job.file
-                ),
-            ));
-        }
+        Err(Failure::Retry(why)) => Ok(ControlFlow::Break(Attempt::Failed(why))),
     }
-    if let Some(t) = total {
-        disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
-    }
+}
+
+/// Streams an opened answer into the part, once its size agrees with the listed one and the disk
+/// has room for the rest; a connection that ends short is a failed try.
+async fn transfer(
+    job: &Job,
+    part: &Path,
+    dir: &Path,
+    opened: Opened,
+    state: &mut Digest,
+    version: &mut Option<String>,
+    report: &mut Reporter,
+) -> Result<Attempt, FetchError> {
+    let total = expected_total(job, dir, &opened)?;
     if opened.start == 0 {
-        // the part held (if any) goes before the version of what comes is recorded, so the
-        // two never disagree, however this run ends
-        remove_partial(part);
-        *version = opened.version.clone();
-        record_version(part, version.as_deref());
+        start_afresh(part, version, &opened);
     }
     state.rewind(job, part, opened.start).await?;
     report.restart(opened.start, total);
@@ -261,6 +300,35 @@ async fn attempt(
         )),
         None => Attempt::Whole,
     })
+}
+
+/// The file's size, from the answer else the listing: an error when the two disagree, or when
+/// the disk cannot hold what is still to come.
+fn expected_total(job: &Job, dir: &Path, opened: &Opened) -> Result<Option<u64>, FetchError> {
+    let total = opened.total.or(job.size);
+    if let (Some(expected), Some(got)) = (job.size, opened.total) {
+        if expected != got {
+            return Err(FetchError::invalid(
+                &job.src,
+                format!(
+                    "{}: the server sends {got} bytes where {expected} were listed",
+                    job.file
+                ),
+            ));
+        }
+    }
+    if let Some(t) = total {
+        disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
+    }
+    Ok(total)
+}
+
+/// Drops the part held (if any) before the version of what comes is recorded, so the two never
+/// disagree, however this run ends.
+fn start_afresh(part: &Path, version: &mut Option<String>, opened: &Opened) {
+    remove_partial(part);
+    *version = opened.version.clone();
+    record_version(part, version.as_deref());
 }
 
 /// Failed tries in a row, and why the last one failed (the error once they run out).
@@ -363,47 +431,63 @@ enum Step {
 async fn stream_into(
     job: &Job,
     part: &Path,
-    opened: super::transport::Opened,
+    opened: Opened,
     total: Option<u64>,
     state: &mut Digest,
     report: &mut Reporter,
 ) -> Result<(), Step> {
     let io = |e| Step::Fatal(FetchError::io(&job.src, part, e));
-    // a fresh part is a new file (the old one was removed), never a link's target; a resumed
-    // one is the file that is there, never through a link
-    let file = match opened.start {
+    let mut file = open_part(part, opened.start).await.map_err(io)?;
+    let dropped = copy_stream(job, part, opened.stream, total, &mut file, state, report).await?;
+    file.flush().await.map_err(io)?;
+    file.get_mut().sync_data().await.map_err(io)?;
+    match dropped {
+        Some(why) => Err(Step::Retry(why)),
+        None => Ok(()),
+    }
+}
+
+/// The part, opened for writing at `start`: a fresh part is a new file (the old one was
+/// removed), never a link's target; a resumed one is the file that is there, never through a link.
+async fn open_part(part: &Path, start: u64) -> std::io::Result<BufWriter<tokio::fs::File>> {
+    let file = match start {
         0 => cache_fs::create_new(part),
         _ => cache_fs::open_existing(part, true),
     };
-    let file = tokio::fs::File::from_std(file.map_err(io)?);
-    file.set_len(opened.start).await.map_err(io)?;
-    let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
-    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(opened.start))
-        .await
-        .map_err(io)?;
-    let mut stream = opened.stream;
-    let mut outcome = Ok(());
+    let file = tokio::fs::File::from_std(file?);
+    file.set_len(start).await?;
+    let mut file = BufWriter::with_capacity(1 << 20, file);
+    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(start)).await?;
+    Ok(file)
+}
+
+/// Writes the stream's chunks to `file`, digesting and counting them; why the connection dropped
+/// when it did (`None` when the stream ended). Passing `total` removes the part and is fatal.
+async fn copy_stream(
+    job: &Job,
+    part: &Path,
+    mut stream: BoxStream<'static, Result<Bytes, String>>,
+    total: Option<u64>,
+    file: &mut BufWriter<tokio::fs::File>,
+    state: &mut Digest,
+    report: &mut Reporter,
+) -> Result<Option<String>, Step> {
     while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(data) => {
-                if let Some(t) = total.filter(|&t| state.at + data.len() as u64 > t) {
-                    remove_partial(part);
-                    return Err(Step::Fatal(too_long(job, t)));
-                }
-                file.write_all(&data).await.map_err(io)?;
-                state.hasher.update(&data);
-                state.at += data.len() as u64;
-                report.advance(data.len() as u64);
-            }
-            Err(why) => {
-                outcome = Err(Step::Retry(why));
-                break;
-            }
+        let data = match chunk {
+            Ok(data) => data,
+            Err(why) => return Ok(Some(why)),
+        };
+        if let Some(t) = total.filter(|&t| state.at + data.len() as u64 > t) {
+            remove_partial(part);
+            return Err(Step::Fatal(too_long(job, t)));
         }
+        let io = |e| Step::Fatal(FetchError::io(&job.src, part, e));
+        file.write_all(&data).await.map_err(io)?;
+        state.hasher.update(&data);
+        state.at += data.len() as u64;
+        report.advance(data.len() as u64);
     }
-    file.flush().await.map_err(io)?;
-    file.get_mut().sync_data().await.map_err(io)?;
-    outcome
+    Ok(None)
 }
 
 /// The error for an answer that goes on past the `size` its source gave.
@@ -418,6 +502,8 @@ fn too_long(job: &Job, size: u64) -> FetchError {
     )
 }
 
+/// Checks the whole part against the job's digest and renames it into place; a part that does
+/// not match is removed.
 async fn finish(
     job: &Job,
     part: &Path,
@@ -425,20 +511,9 @@ async fn finish(
     report: &mut Reporter,
     ledger: &Ledger,
 ) -> Result<u64, FetchError> {
-    if let Err((mut expected, got)) = state.hasher.check(&job.verify) {
+    if let Err((expected, got)) = state.hasher.check(&job.verify) {
         remove_partial(part);
-        if matches!(job.verify, super::verify::Verify::Md5(_)) {
-            expected = format!(
-                "{expected} (the object's ETag, its MD5 unless it was encrypted with SSE-KMS or \
-                 SSE-C: give such a model `sha256:`)"
-            );
-        }
-        return Err(FetchError::Checksum {
-            src: job.src.clone(),
-            file: job.file.clone(),
-            expected,
-            got,
-        });
+        return Err(mismatch(job, expected, got));
     }
     tokio::fs::rename(part, &job.dest)
         .await
@@ -448,6 +523,22 @@ async fn finish(
     ledger.record(&job.dest, &job.verify);
     report.finish();
     Ok(state.at)
+}
+
+/// The error for a file whose digest is not the one expected; an S3 ETag says what it is.
+fn mismatch(job: &Job, mut expected: String, got: String) -> FetchError {
+    if matches!(job.verify, Verify::Md5(_)) {
+        expected = format!(
+            "{expected} (the object's ETag, its MD5 unless it was encrypted with SSE-KMS or \
+             SSE-C: give such a model `sha256:`)"
+        );
+    }
+    FetchError::Checksum {
+        src: job.src.clone(),
+        file: job.file.clone(),
+        expected,
+        got,
+    }
 }
 
 /// Removes a partial file and the version it was recorded to hold.
