@@ -3,7 +3,8 @@
 //! after a dropped connection, digested while it streams, stopped the moment it passes the size
 //! the source gave, and renamed into place only once whole and verified. The cache may be shared
 //! with other users: no folder, part or lock file there is used through a link (see `cache_fs`),
-//! and a file found already in place is checked against its digest before it is used.
+//! and a file found already in place is checked against its digest before it is used. The part
+//! and the version it holds are `part`'s, the lock across processes `lock`'s.
 
 use std::io::Read;
 use std::ops::ControlFlow;
@@ -14,10 +15,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use nix::fcntl::{Flock, FlockArg};
 use tokio::io::{AsyncWriteExt, BufWriter};
 
 use super::cache_fs;
+use super::lock::lock;
+use super::part::{held_part, partial, read_version, record_version, remove_partial, version_file};
 use super::progress::Reporter;
 use super::transport::{Failure, Opened, Transport};
 use super::verified::Ledger;
@@ -46,33 +48,6 @@ pub(crate) struct Job {
     pub transport: Transport,
 }
 
-/// The partial file beside `dest`.
-pub(crate) fn partial(dest: &Path) -> PathBuf {
-    let mut name = dest.file_name().unwrap_or_default().to_os_string();
-    name.push(".incomplete");
-    dest.with_file_name(name)
-}
-
-/// Bytes of `dest` already held in its partial file (none when that is not a plain file).
-pub(crate) fn held(dest: &Path) -> u64 {
-    std::fs::symlink_metadata(partial(dest))
-        .ok()
-        .filter(|m| m.is_file())
-        .map_or(0, |m| m.len())
-}
-
-/// The bytes of `part` already held: none when there is no part, an error naming it when it is a
-/// link (whose target a resume would write to) or not a plain file.
-fn held_part(part: &Path) -> std::io::Result<u64> {
-    match std::fs::symlink_metadata(part) {
-        Ok(m) if m.file_type().is_symlink() => Err(cache_fs::linked(part)),
-        Ok(m) if !m.is_file() => Err(std::io::Error::other("not a plain file; remove it")),
-        Ok(m) => Ok(m.len()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(e),
-    }
-}
-
 /// Downloads `job.dest` and returns its size; a file already there is checked against the job's
 /// digest instead (`ledger` remembers the files checked).
 pub(crate) async fn run(
@@ -84,7 +59,7 @@ pub(crate) async fn run(
     cache_fs::make_dirs(&job.root, dir).map_err(|e| FetchError::io(&job.src, dir, e))?;
     // one download of a file at a time across processes too (another corral, `corral pull`,
     // the Hub's own client): whoever waited finds the file whole
-    let _lock = lock(job).await?;
+    let _lock = lock(&job.root, &job.dest, &job.src).await?;
     if let Some(size) = in_place(job, ledger).await? {
         report.finish();
         return Ok(size);
@@ -136,47 +111,6 @@ async fn in_place(job: &Job, ledger: &Arc<Ledger>) -> Result<Option<u64>, FetchE
         .check_async(&job.src, &job.file, &job.dest, &job.verify)
         .await?;
     Ok(Some(meta.len()))
-}
-
-/// Where the lock on downloading `dest` lies: for a Hub blob the lock file the Hub's own client
-/// takes (`<cache>/.locks/models--org--name/<blob>.lock`), so that the two never write one part
-/// file at once; for an Ollama blob `<store>/.locks/<blob>.lock`; for any other,
-/// `.locks/<name>.lock` beside it.
-fn lock_path(dest: &Path) -> PathBuf {
-    let name = dest.file_name().unwrap_or_default().to_string_lossy();
-    let dir = dest.parent().unwrap_or(Path::new("."));
-    let repo = dir.parent().filter(|_| dir.ends_with("blobs"));
-    let hub_repo = repo.and_then(|r| Some((r, r.file_name()?.to_str()?)));
-    match hub_repo {
-        Some((repo, repo_name)) if repo_name.starts_with("models--") => {
-            let root = repo.parent().unwrap_or(Path::new("."));
-            root.join(".locks")
-                .join(repo_name)
-                .join(format!("{name}.lock"))
-        }
-        // an Ollama store's blobs hold blobs alone
-        _ if dir.ends_with("blobs") => {
-            let store = dir.parent().unwrap_or(Path::new("."));
-            store.join(".locks").join(format!("{name}.lock"))
-        }
-        _ => dir.join(".locks").join(format!("{name}.lock")),
-    }
-}
-
-/// Takes the lock on downloading `job.dest`, waiting (off the runtime) while another process
-/// holds it; it is let go when the file is dropped, and by the kernel if the process dies.
-async fn lock(job: &Job) -> Result<Flock<std::fs::File>, FetchError> {
-    let path = lock_path(&job.dest);
-    let (root, at) = (job.root.clone(), path.clone());
-    let taken = tokio::task::spawn_blocking(move || {
-        cache_fs::make_dirs(&root, at.parent().unwrap_or(Path::new(".")))?;
-        let file = cache_fs::open_lock(&at)?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))
-    });
-    match taken.await {
-        Ok(taken) => taken.map_err(|e| FetchError::io(&job.src, &path, e)),
-        Err(e) => Err(FetchError::invalid(&job.src, e.to_string())),
-    }
 }
 
 /// How one try at a download ended, when not with an error that ends it for good.
@@ -538,56 +472,5 @@ fn mismatch(job: &Job, mut expected: String, got: String) -> FetchError {
         file: job.file.clone(),
         expected,
         got,
-    }
-}
-
-/// Removes a partial file and the version it was recorded to hold.
-fn remove_partial(part: &Path) {
-    let _ = std::fs::remove_file(part);
-    let _ = std::fs::remove_file(version_file(part));
-}
-
-/// Where the version of the file a partial file holds is kept (`<dest>.incomplete.version`), so
-/// that a later run resumes it only while the source still serves that version.
-fn version_file(part: &Path) -> PathBuf {
-    let mut name = part.as_os_str().to_os_string();
-    name.push(".version");
-    name.into()
-}
-
-/// The version a partial file was recorded to hold: a short line, never read through a link
-/// (it goes to the server with the resume).
-fn read_version(part: &Path) -> Option<String> {
-    let data = cache_fs::read_at_most(&version_file(part), 1024).ok()?;
-    String::from_utf8(data).ok()
-}
-
-/// Records (or, when the source names none, forgets) the version a partial file holds.
-fn record_version(part: &Path, version: Option<&str>) {
-    let file = version_file(part);
-    let _ = match version {
-        Some(v) => cache_fs::write_atomic(&file, v.as_bytes()),
-        None => std::fs::remove_file(&file),
-    };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_hub_blob_is_locked_where_the_hubs_client_locks_it() {
-        assert_eq!(
-            lock_path(Path::new("/hub/models--org--m/blobs/abc")),
-            Path::new("/hub/.locks/models--org--m/abc.lock")
-        );
-        assert_eq!(
-            lock_path(Path::new("/ollama/blobs/sha256-ab")),
-            Path::new("/ollama/.locks/sha256-ab.lock")
-        );
-        assert_eq!(
-            lock_path(Path::new("/cache/url/host/0123/m.gguf")),
-            Path::new("/cache/url/host/0123/.locks/m.gguf.lock")
-        );
     }
 }

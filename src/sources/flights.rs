@@ -10,6 +10,7 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::download::{self, Job};
+use super::part;
 use super::progress::{Board, Joined, Reporter};
 use super::verified::Ledger;
 use super::FetchError;
@@ -134,6 +135,6 @@ pub(crate) fn missing_bytes(dest: &Path, size: u64) -> u64 {
     if dest.exists() {
         0
     } else {
-        size.saturating_sub(download::held(dest))
+        size.saturating_sub(part::held(dest))
     }
 }
