@@ -77,20 +77,11 @@ static SIZE: LazyLock<Regex> = LazyLock::new(|| {
 /// Reads `output` (an engine's stdout and stderr) for a recognisable cause of a failed start.
 /// The cause of the first matching line wins; `None` when no line matches.
 pub fn diagnose(_kind: EngineKind, output: &str) -> Option<Diagnosis> {
-    let cause_of = |lower: &str| {
-        if PORT.iter().any(|p| lower.contains(p)) {
-            Some(false)
-        } else if OOM.iter().any(|p| lower.contains(p)) {
-            Some(true)
-        } else {
-            None
-        }
-    };
     let mut oom: Option<bool> = None;
     let mut lines = Vec::new();
     for line in output.lines() {
         let lower = line.to_ascii_lowercase();
-        let Some(this) = cause_of(&lower) else {
+        let Some(this) = out_of_memory(&lower) else {
             continue;
         };
         if *oom.get_or_insert(this) == this && lines.len() < MAX_LINES {
@@ -105,6 +96,18 @@ pub fn diagnose(_kind: EngineKind, output: &str) -> Option<Diagnosis> {
         Cause::PortTaken
     };
     Some(Diagnosis { cause, lines })
+}
+
+/// What a line (lowercased) says failed: `Some(true)` memory, `Some(false)` the port, `None`
+/// neither.
+fn out_of_memory(lower: &str) -> Option<bool> {
+    if PORT.iter().any(|p| lower.contains(p)) {
+        Some(false)
+    } else if OOM.iter().any(|p| lower.contains(p)) {
+        Some(true)
+    } else {
+        None
+    }
 }
 
 /// The size of the failed allocation a line names, in bytes.

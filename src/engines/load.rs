@@ -52,30 +52,13 @@ pub struct LoadReport {
 }
 
 pub(super) fn report_of(kind: EngineKind) -> LoadReport {
-    let prom = |running, waiting| LoadFormat::Prometheus { running, waiting };
-    let (path, format) = match kind {
-        EngineKind::LlamaCpp => (
+    let (path, format) = match (kind, prometheus_gauges(kind)) {
+        (_, Some((running, waiting))) => (
             Some("/metrics"),
-            prom("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+            LoadFormat::Prometheus { running, waiting },
         ),
-        EngineKind::Vllm => (
-            Some("/metrics"),
-            prom("vllm:num_requests_running", "vllm:num_requests_waiting"),
-        ),
-        EngineKind::Tgi => (
-            Some("/metrics"),
-            prom("tgi_batch_current_size", "tgi_queue_size"),
-        ),
-        EngineKind::Sglang => (
-            Some("/metrics"),
-            prom("sglang:num_running_reqs", "sglang:num_queue_reqs"),
-        ),
-        EngineKind::Tei => (
-            Some("/metrics"),
-            prom("te_batch_current_size", "te_queue_size"),
-        ),
-        EngineKind::Ollama => (Some("/api/ps"), LoadFormat::OllamaPs),
-        EngineKind::Custom => (None, LoadFormat::None),
+        (EngineKind::Ollama, None) => (Some("/api/ps"), LoadFormat::OllamaPs),
+        (_, None) => (None, LoadFormat::None),
     };
     let capacity_path = (kind == EngineKind::LlamaCpp).then_some("/slots");
     LoadReport {
@@ -83,6 +66,19 @@ pub(super) fn report_of(kind: EngineKind) -> LoadReport {
         format,
         capacity_path,
     }
+}
+
+/// The gauges of running and waiting requests in the kind's `/metrics`; `None` for a kind that
+/// publishes none there.
+fn prometheus_gauges(kind: EngineKind) -> Option<(&'static str, &'static str)> {
+    Some(match kind {
+        EngineKind::LlamaCpp => ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+        EngineKind::Vllm => ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+        EngineKind::Tgi => ("tgi_batch_current_size", "tgi_queue_size"),
+        EngineKind::Sglang => ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+        EngineKind::Tei => ("te_batch_current_size", "te_queue_size"),
+        EngineKind::Ollama | EngineKind::Custom => return None,
+    })
 }
 
 /// Reads the load from a body of the kind's load path. For llama.cpp, a `/slots` body (a JSON
@@ -137,31 +133,25 @@ fn read_slots(body: &str) -> Option<(u64, u64)> {
 fn gauge_sum(body: &str, name: &str) -> Option<u64> {
     let mut found = false;
     let mut sum = 0.0f64;
-    for line in body.lines() {
-        let line = line.trim_start();
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        let value_part = match rest.as_bytes().first() {
-            Some(b'{') => match rest.rfind('}') {
-                Some(close) => &rest[close + 1..],
-                None => continue,
-            },
-            Some(b' ' | b'\t') => rest,
-            _ => continue, // a longer name sharing the prefix, or no value
-        };
-        let Some(value) = value_part.split_whitespace().next() else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
+    for v in body.lines().filter_map(|line| sample_of(line, name)) {
         found = true;
         if v.is_finite() && v > 0.0 {
             sum += v;
         }
     }
     found.then(|| sum.round() as u64)
+}
+
+/// The value of a line that is a sample of gauge `name` (with labels or without); `None` for any
+/// other line.
+fn sample_of(line: &str, name: &str) -> Option<f64> {
+    let rest = line.trim_start().strip_prefix(name)?;
+    let value_part = match rest.as_bytes().first() {
+        Some(b'{') => &rest[rest.rfind('}')? + 1..],
+        Some(b' ' | b'\t') => rest,
+        _ => return None, // a longer name sharing the prefix, or no value
+    };
+    value_part.split_whitespace().next()?.parse::<f64>().ok()
 }
 
 #[cfg(test)]

@@ -133,23 +133,12 @@ fn secret_values_in(argv: &[String]) -> Vec<SecretValue> {
             continue;
         }
         if let Some((name, inline)) = flag_name(arg) {
-            if !is_secret_name(name) {
-                continue;
-            }
-            match inline {
-                Some(value) => found.push(SecretValue {
-                    arg: i,
-                    range: arg.len() - value.len()..arg.len(),
-                }),
-                // a flag right after it means this one took no value
-                None if argv.get(i + 1).is_some_and(|next| !next.starts_with("--")) => {
+            if is_secret_name(name) {
+                let value = flag_value(argv, i, inline);
+                if value.as_ref().is_some_and(|v| v.arg != i) {
                     taken = Some(i + 1);
-                    found.push(SecretValue {
-                        arg: i + 1,
-                        range: 0..argv[i + 1].len(),
-                    })
                 }
-                None => {}
+                found.extend(value);
             }
             continue;
         }
@@ -161,6 +150,23 @@ fn secret_values_in(argv: &[String]) -> Vec<SecretValue> {
         );
     }
     found
+}
+
+/// The value of the secret flag `argv[i]`: inline (`--token=x`), else the next argument, unless
+/// that is a flag (this one then took no value).
+fn flag_value(argv: &[String], i: usize, inline: Option<&str>) -> Option<SecretValue> {
+    let arg = &argv[i];
+    match inline {
+        Some(value) => Some(SecretValue {
+            arg: i,
+            range: arg.len() - value.len()..arg.len(),
+        }),
+        None if argv.get(i + 1).is_some_and(|next| !next.starts_with("--")) => Some(SecretValue {
+            arg: i + 1,
+            range: 0..argv[i + 1].len(),
+        }),
+        None => None,
+    }
 }
 
 /// The values of secret-named assignments in one argument: the whole word `HF_TOKEN=hf_x` (as

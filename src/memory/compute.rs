@@ -1,6 +1,6 @@
 //! The compute buffer: the scratch memory llama-server's graph needs to evaluate one batch.
 
-use gguf::{GgmlType, Model};
+use gguf::{GgmlType, Header, Model};
 
 use super::kv::Cells;
 use super::llama_args::LlamaArgs;
@@ -58,27 +58,46 @@ pub(super) fn compute_buffer(
     notes: &mut Vec<String>,
 ) -> Result<u64, String> {
     let h = &model.header;
-    let n_ff = max_of(h, "feed_forward_length", shape.n_layer);
-    // MoE: each token runs `expert_used_count` experts (plus shared ones).
-    let moe = (h.arch_u64("expert_used_count").unwrap_or(0))
-        .saturating_mul(h.arch_u64("expert_feed_forward_length").unwrap_or(0))
-        .saturating_add(h.arch_u64("expert_shared_feed_forward_length").unwrap_or(0));
     let flash_attn = flash_attention(args);
-    let ubatch = args
-        .ubatch
-        .filter(|&u| u > 0)
-        .unwrap_or(DEFAULT_UBATCH)
-        .min(cells.n_ctx);
     let compute = compute_bytes(
         shape.n_embd,
-        n_ff.max(moe),
+        ffn_width(h, shape),
         max_of(h, "attention.head_count", shape.n_layer),
         vocabulary(model),
         cells.n_kv,
-        ubatch,
+        ubatch(args, cells),
         cells.parallel,
         flash_attn,
     );
+    check_attention(flash_attn, type_v, notes)?;
+    Ok(compute)
+}
+
+/// The widest feed-forward a token runs through: the dense one, or for MoE the
+/// `expert_used_count` experts it runs (plus shared ones).
+fn ffn_width(h: &Header, shape: Shape) -> u64 {
+    let n_ff = max_of(h, "feed_forward_length", shape.n_layer);
+    let moe = (h.arch_u64("expert_used_count").unwrap_or(0))
+        .saturating_mul(h.arch_u64("expert_feed_forward_length").unwrap_or(0))
+        .saturating_add(h.arch_u64("expert_shared_feed_forward_length").unwrap_or(0));
+    n_ff.max(moe)
+}
+
+/// Tokens per graph evaluation: `-ub` (512 unset), at most the context.
+fn ubatch(args: &LlamaArgs, cells: Cells) -> u64 {
+    args.ubatch
+        .filter(|&u| u > 0)
+        .unwrap_or(DEFAULT_UBATCH)
+        .min(cells.n_ctx)
+}
+
+/// Refuses a quantized V cache without flash attention, as llama-server does, and notes what
+/// turning flash attention off costs.
+fn check_attention(
+    flash_attn: bool,
+    type_v: GgmlType,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
     if !flash_attn && type_v.block_size() > 1 {
         return Err(format!(
             "-ctv {type_v} (a quantized V cache) needs flash attention; llama-server refuses it with -fa off"
@@ -89,7 +108,7 @@ pub(super) fn compute_buffer(
             "-fa off: attention scores are materialized, compute grows with the context".into(),
         );
     }
-    Ok(compute)
+    Ok(())
 }
 
 /// `-fa`: on unless turned off (`auto` counts as on).

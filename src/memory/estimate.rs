@@ -16,7 +16,9 @@
 //!   cache type, on the layer's device (MLA models cache no V).
 //! - Compute: see [`compute_bytes`](super::compute::compute_bytes).
 
-use gguf::Model;
+use std::path::Path;
+
+use gguf::{GgmlType, Model};
 
 use super::compute::compute_buffer;
 use super::kv::{cache_type, context, kv_on_gpu};
@@ -50,44 +52,68 @@ pub struct Estimate {
 
 /// Estimates the GPU memory of a llama-server started with `args`.
 pub fn estimate_llama(args: &LlamaArgs) -> Result<Estimate, String> {
-    let path = args
-        .model
-        .as_deref()
-        .ok_or("the llama-server command has no -m/--model; cannot estimate its memory")?;
+    let path = model_path(args)?;
     let model = read(path, "model")?;
     let h = &model.header;
     let shape = Shape::of(h, path)?;
-    let (type_k, type_v) = (
-        cache_type(args.cache_type_k.as_deref(), "-ctk")?,
-        cache_type(args.cache_type_v.as_deref(), "-ctv")?,
-    );
+    let types = cache_types(args)?;
     let mut notes = Vec::new();
     let placement = Placement::new(args, shape.n_layer, &mut notes);
     let weights = gpu_weights(&model, placement, &mut notes);
     let cells = context(args, h, &mut notes).map_err(|e| format!("{}: {e}", path.display()))?;
     let on_gpu = |il| placement.on_gpu(il);
-    let kv = kv_on_gpu(args, h, shape, (type_k, type_v), cells, on_gpu, &mut notes);
-    let compute = compute_buffer(args, &model, shape, cells, type_v, &mut notes)?;
+    let kv = kv_on_gpu(args, h, shape, types, cells, on_gpu, &mut notes);
+    let compute = compute_buffer(args, &model, shape, cells, types.1, &mut notes)?;
     let mmproj = mmproj_bytes(args, &mut notes)?;
     notes.push(
         "not included: the GPU runtime's own context (CUDA: ~0.3-0.5 GiB per process)".into(),
     );
     Ok(Estimate {
-        weights_bytes: weights,
-        kv_bytes: kv,
-        compute_bytes: compute,
-        mmproj_bytes: mmproj,
-        total_bytes: weights
-            .saturating_add(kv)
-            .saturating_add(compute)
-            .saturating_add(mmproj),
         file_weights_bytes: model.tensor_bytes(),
         layers: shape.n_layer,
         gpu_layers: placement.gpu_layers(),
         ctx: cells.n_ctx,
         parallel: cells.parallel,
-        notes,
+        ..Estimate::of_gpu_parts(weights, kv, compute, mmproj, notes)
     })
+}
+
+/// `-m`, which an estimate cannot go without.
+fn model_path(args: &LlamaArgs) -> Result<&Path, &'static str> {
+    args.model
+        .as_deref()
+        .ok_or("the llama-server command has no -m/--model; cannot estimate its memory")
+}
+
+/// `-ctk` and `-ctv`, or why llama-server would refuse either.
+fn cache_types(args: &LlamaArgs) -> Result<(GgmlType, GgmlType), String> {
+    Ok((
+        cache_type(args.cache_type_k.as_deref(), "-ctk")?,
+        cache_type(args.cache_type_v.as_deref(), "-ctv")?,
+    ))
+}
+
+impl Estimate {
+    /// The GPU's parts and their total, with the notes; the model's layers and context (zero
+    /// here) are the caller's to give.
+    fn of_gpu_parts(weights: u64, kv: u64, compute: u64, mmproj: u64, notes: Vec<String>) -> Self {
+        Estimate {
+            weights_bytes: weights,
+            kv_bytes: kv,
+            compute_bytes: compute,
+            mmproj_bytes: mmproj,
+            total_bytes: weights
+                .saturating_add(kv)
+                .saturating_add(compute)
+                .saturating_add(mmproj),
+            file_weights_bytes: 0,
+            layers: 0,
+            gpu_layers: 0,
+            ctx: 0,
+            parallel: 0,
+            notes,
+        }
+    }
 }
 
 /// Which layers `-ngl` puts on the GPU: `first_gpu..=n_layer`, where layer `n_layer` is the

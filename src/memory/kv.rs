@@ -61,6 +61,16 @@ pub(super) fn context(
     h: &Header,
     notes: &mut Vec<String>,
 ) -> Result<Cells, String> {
+    let ctx_req = requested_context(args, h, notes)?;
+    let parallel = slots(args)?;
+    if args.kv_unified.unwrap_or(args.parallel.is_none()) {
+        return Ok(unified(ctx_req, parallel, notes));
+    }
+    per_slot(ctx_req, parallel, notes)
+}
+
+/// `-c`, else the model's training context (noted); more than llama.cpp allows is refused.
+fn requested_context(args: &LlamaArgs, h: &Header, notes: &mut Vec<String>) -> Result<u64, String> {
     let ctx_req = match args.ctx.filter(|&c| c > 0) {
         Some(c) => c,
         None => {
@@ -75,23 +85,35 @@ pub(super) fn context(
     if ctx_req > u64::from(u32::MAX) {
         return Err(format!("-c {ctx_req} is larger than llama.cpp allows"));
     }
+    Ok(ctx_req)
+}
+
+/// `-np` (4 when auto), within llama.cpp's limit of slots.
+fn slots(args: &LlamaArgs) -> Result<u64, String> {
     let parallel = args.parallel.filter(|&n| n > 0).unwrap_or(AUTO_PARALLEL);
     if parallel > MAX_SEQ {
         return Err(format!(
             "-np {parallel} exceeds llama.cpp's limit of {MAX_SEQ} slots"
         ));
     }
-    if args.kv_unified.unwrap_or(args.parallel.is_none()) {
-        let n_ctx = pad(ctx_req);
-        notes.push(format!(
-            "KV cache: {n_ctx} cells unified, shared by {parallel} slot(s)"
-        ));
-        return Ok(Cells {
-            n_ctx,
-            n_kv: n_ctx,
-            parallel,
-        });
+    Ok(parallel)
+}
+
+/// One stream of cells that every slot shares.
+fn unified(ctx_req: u64, parallel: u64, notes: &mut Vec<String>) -> Cells {
+    let n_ctx = pad(ctx_req);
+    notes.push(format!(
+        "KV cache: {n_ctx} cells unified, shared by {parallel} slot(s)"
+    ));
+    Cells {
+        n_ctx,
+        n_kv: n_ctx,
+        parallel,
     }
+}
+
+/// A stream of its own for each slot: `-c` is the total, split among them.
+fn per_slot(ctx_req: u64, parallel: u64, notes: &mut Vec<String>) -> Result<Cells, String> {
     let seq = pad(pad(ctx_req) / parallel);
     if seq == 0 {
         return Err(format!("-c {ctx_req} is too small for {parallel} slots"));
@@ -115,27 +137,10 @@ fn kv_cache(
     cells: u64,
     keep: impl Fn(u64) -> bool,
 ) -> (u64, u64) {
-    let n_head = per_layer(h, "attention.head_count", n_layer).unwrap_or_default();
-    let n_head_kv =
-        per_layer(h, "attention.head_count_kv", n_layer).unwrap_or_else(|| n_head.clone());
-    let head0 = n_head.iter().copied().find(|&n| n > 0);
-    let dim_k = h
-        .arch_u64("attention.key_length")
-        .or(head0.map(|n| n_embd / n))
-        .unwrap_or(0);
-    let dim_v = h.arch_u64("attention.value_length").unwrap_or(dim_k);
-    // MLA caches the compressed latent as K only.
-    let mla = h.arch_get("attention.key_length_mla").is_some();
+    let heads = KvHeads::of(h, n_layer, n_embd);
     let (mut kept, mut all) = (0, 0);
     for il in 0..n_layer {
-        let hkv = n_head_kv.get(il as usize).copied().unwrap_or(0);
-        let k = cache_row_bytes(type_k, dim_k.saturating_mul(hkv));
-        let v = if mla {
-            0
-        } else {
-            cache_row_bytes(type_v, dim_v.saturating_mul(hkv))
-        };
-        let bytes = k.saturating_add(v).saturating_mul(cells);
+        let bytes = heads.cell_bytes(il, (type_k, type_v)).saturating_mul(cells);
         all = bytes.saturating_add(all);
         kept = if keep(il) {
             bytes.saturating_add(kept)
@@ -144,6 +149,46 @@ fn kv_cache(
         };
     }
     (kept, all)
+}
+
+/// What one layer's KV cache holds per cell: its KV heads, and the width of each head's K and V.
+struct KvHeads {
+    n_head_kv: Vec<u64>,
+    dim_k: u64,
+    dim_v: u64,
+    /// MLA caches the compressed latent as K only.
+    mla: bool,
+}
+
+impl KvHeads {
+    fn of(h: &Header, n_layer: u64, n_embd: u64) -> KvHeads {
+        let n_head = per_layer(h, "attention.head_count", n_layer).unwrap_or_default();
+        let n_head_kv =
+            per_layer(h, "attention.head_count_kv", n_layer).unwrap_or_else(|| n_head.clone());
+        let head0 = n_head.iter().copied().find(|&n| n > 0);
+        let dim_k = h
+            .arch_u64("attention.key_length")
+            .or(head0.map(|n| n_embd / n))
+            .unwrap_or(0);
+        KvHeads {
+            n_head_kv,
+            dim_k,
+            dim_v: h.arch_u64("attention.value_length").unwrap_or(dim_k),
+            mla: h.arch_get("attention.key_length_mla").is_some(),
+        }
+    }
+
+    /// Bytes of K and V one cell of layer `il` takes.
+    fn cell_bytes(&self, il: u64, (type_k, type_v): (GgmlType, GgmlType)) -> u64 {
+        let hkv = self.n_head_kv.get(il as usize).copied().unwrap_or(0);
+        let k = cache_row_bytes(type_k, self.dim_k.saturating_mul(hkv));
+        let v = if self.mla {
+            0
+        } else {
+            cache_row_bytes(type_v, self.dim_v.saturating_mul(hkv))
+        };
+        k.saturating_add(v)
+    }
 }
 
 /// The KV bytes on the GPU: those of the layers `on_gpu` selects, none with `-nkvo`; with
@@ -165,6 +210,18 @@ pub(super) fn kv_on_gpu(
         cells.n_ctx,
         |il| on_gpu(il) && !args.no_kv_offload,
     );
+    note_kv(h, (type_k, type_v), kv, kv_all, notes);
+    kv
+}
+
+/// What stays in host memory, what the estimate cannot see, and the cache types when not f16.
+fn note_kv(
+    h: &Header,
+    (type_k, type_v): (GgmlType, GgmlType),
+    kv: u64,
+    kv_all: u64,
+    notes: &mut Vec<String>,
+) {
     if kv_all == 0 {
         notes.push("no attention KV heads found: recurrent state is not estimated".into());
     } else if kv < kv_all {
@@ -179,5 +236,4 @@ pub(super) fn kv_on_gpu(
     if type_k != GgmlType::F16 || type_v != GgmlType::F16 {
         notes.push(format!("KV cache types K {type_k}, V {type_v}"));
     }
-    kv
 }

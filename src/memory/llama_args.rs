@@ -46,12 +46,7 @@ pub fn parse_llama_args(argv: &[String]) -> LlamaArgs {
             _ => (argv[i].as_str(), None),
         };
         i += 1;
-        match flag {
-            "-kvu" | "--kv-unified" => a.kv_unified = Some(true),
-            "-no-kvu" | "--no-kv-unified" => a.kv_unified = Some(false),
-            "-nkvo" | "--no-kv-offload" => a.no_kv_offload = true,
-            _ => {}
-        }
+        set_switch(&mut a, flag);
         if !takes_value(flag) {
             continue;
         }
@@ -63,28 +58,46 @@ pub fn parse_llama_args(argv: &[String]) -> LlamaArgs {
             }
             None => break,
         };
-        let num = value.trim().parse::<i64>().ok();
-        match flag {
-            "-m" | "--model" => a.model = Some(PathBuf::from(value)),
-            "-mm" | "--mmproj" => a.mmproj = Some(PathBuf::from(value)),
-            "-c" | "--ctx-size" => a.ctx = num.and_then(|n| u64::try_from(n).ok()),
-            "-np" | "--parallel" => a.parallel = num.and_then(|n| u64::try_from(n).ok()),
-            "-ub" | "--ubatch-size" => a.ubatch = num.and_then(|n| u64::try_from(n).ok()),
-            "-ctk" | "--cache-type-k" => a.cache_type_k = Some(value),
-            "-ctv" | "--cache-type-v" => a.cache_type_v = Some(value),
-            "-fa" | "--flash-attn" => a.flash_attn = Some(value),
-            _ => {
-                a.ngl = match (value.as_str(), num) {
-                    ("auto", _) | (_, Some(-1)) => Some(NglSetting::Auto),
-                    ("all", _) => Some(NglSetting::All),
-                    (_, Some(n)) if n <= -2 => Some(NglSetting::All),
-                    (_, Some(n)) => Some(NglSetting::Layers(n as u64)),
-                    _ => None,
-                }
-            }
-        }
+        set_value(&mut a, flag, value);
     }
     a
+}
+
+/// The flags that take no value.
+fn set_switch(a: &mut LlamaArgs, flag: &str) {
+    match flag {
+        "-kvu" | "--kv-unified" => a.kv_unified = Some(true),
+        "-no-kvu" | "--no-kv-unified" => a.kv_unified = Some(false),
+        "-nkvo" | "--no-kv-offload" => a.no_kv_offload = true,
+        _ => {}
+    }
+}
+
+/// A flag of ours that takes a value (see [`takes_value`]), with its value.
+fn set_value(a: &mut LlamaArgs, flag: &str, value: String) {
+    let num = value.trim().parse::<i64>().ok();
+    match flag {
+        "-m" | "--model" => a.model = Some(PathBuf::from(value)),
+        "-mm" | "--mmproj" => a.mmproj = Some(PathBuf::from(value)),
+        "-c" | "--ctx-size" => a.ctx = num.and_then(|n| u64::try_from(n).ok()),
+        "-np" | "--parallel" => a.parallel = num.and_then(|n| u64::try_from(n).ok()),
+        "-ub" | "--ubatch-size" => a.ubatch = num.and_then(|n| u64::try_from(n).ok()),
+        "-ctk" | "--cache-type-k" => a.cache_type_k = Some(value),
+        "-ctv" | "--cache-type-v" => a.cache_type_v = Some(value),
+        "-fa" | "--flash-attn" => a.flash_attn = Some(value),
+        _ => a.ngl = ngl_setting(&value, num),
+    }
+}
+
+/// `-ngl`: `auto` or -1 fit to free memory, `all` or below -1 every layer, else a count.
+fn ngl_setting(value: &str, num: Option<i64>) -> Option<NglSetting> {
+    match (value, num) {
+        ("auto", _) | (_, Some(-1)) => Some(NglSetting::Auto),
+        ("all", _) => Some(NglSetting::All),
+        (_, Some(n)) if n <= -2 => Some(NglSetting::All),
+        (_, Some(n)) => Some(NglSetting::Layers(n as u64)),
+        _ => None,
+    }
 }
 
 /// Whether `flag` is one of ours that takes a value.

@@ -56,6 +56,19 @@ pub fn format_bytes(n: u64) -> String {
 
 /// A human table of an estimate, for `corral estimate`.
 pub fn render_estimate(e: &Estimate) -> String {
+    let mut s = byte_rows(e);
+    s += &format!(
+        "layers    {} of {} repeating layers on the GPU\n",
+        e.gpu_layers, e.layers
+    );
+    for n in &e.notes {
+        s += &format!("note: {n}\n");
+    }
+    s
+}
+
+/// The table's rows of bytes: each part of the estimate, and the total.
+fn byte_rows(e: &Estimate) -> String {
     let row =
         |name: &str, n: u64, extra: String| format!("{name:<10}{:>12}  {extra}\n", format_bytes(n));
     let mut s = String::new();
@@ -81,13 +94,6 @@ pub fn render_estimate(e: &Estimate) -> String {
         s += &row("mmproj", e.mmproj_bytes, String::new());
     }
     s += &row("total", e.total_bytes, "GPU memory".into());
-    s += &format!(
-        "layers    {} of {} repeating layers on the GPU\n",
-        e.gpu_layers, e.layers
-    );
-    for n in &e.notes {
-        s += &format!("note: {n}\n");
-    }
     s
 }
 
@@ -96,33 +102,9 @@ const USAGE: &str = "usage: corral estimate FILE.gguf [-c N] [-np N] [-ngl N|aut
 /// `corral estimate FILE.gguf [flags]` (args after `estimate`): the flags are
 /// llama-server's, so a model's `cmd` can be pasted. Returns the table.
 pub fn estimate_command(args: &[String]) -> Result<String, String> {
-    let mut argv: Vec<String> = Vec::new();
-    let mut file = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
-        if a == "-h" || a == "--help" {
-            return Ok(format!("{USAGE}\n"));
-        } else if llama_args::takes_value(flag) {
-            argv.push(a.clone());
-            if !a.contains('=') {
-                argv.push(
-                    it.next()
-                        .ok_or_else(|| format!("{a} needs a value\n{USAGE}"))?
-                        .clone(),
-                );
-            }
-        } else if matches!(
-            a.as_str(),
-            "-kvu" | "--kv-unified" | "-no-kvu" | "--no-kv-unified" | "-nkvo" | "--no-kv-offload"
-        ) {
-            argv.push(a.clone());
-        } else if !a.starts_with('-') && file.is_none() {
-            file = Some(a.clone());
-        } else {
-            return Err(format!("unexpected argument '{a}'\n{USAGE}"));
-        }
-    }
+    let Some((argv, file)) = sort_estimate_args(args)? else {
+        return Ok(format!("{USAGE}\n"));
+    };
     let mut parsed = parse_llama_args(&argv);
     if let Some(f) = file {
         parsed.model = Some(f.into());
@@ -137,6 +119,47 @@ pub fn estimate_command(args: &[String]) -> Result<String, String> {
         path.display(),
         render_estimate(&e)
     ))
+}
+
+/// llama-server's flags (with their values), and the model file when one is named.
+type Sorted = (Vec<String>, Option<String>);
+
+/// The command's words, sorted into llama-server's flags and the model file; `None` when help is
+/// asked for.
+fn sort_estimate_args(args: &[String]) -> Result<Option<Sorted>, String> {
+    let mut argv: Vec<String> = Vec::new();
+    let mut file = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
+        if a == "-h" || a == "--help" {
+            return Ok(None);
+        } else if llama_args::takes_value(flag) {
+            argv.push(a.clone());
+            if !a.contains('=') {
+                argv.push(
+                    it.next()
+                        .ok_or_else(|| format!("{a} needs a value\n{USAGE}"))?
+                        .clone(),
+                );
+            }
+        } else if is_switch(a) {
+            argv.push(a.clone());
+        } else if !a.starts_with('-') && file.is_none() {
+            file = Some(a.clone());
+        } else {
+            return Err(format!("unexpected argument '{a}'\n{USAGE}"));
+        }
+    }
+    Ok(Some((argv, file)))
+}
+
+/// The flags of ours that take no value.
+fn is_switch(a: &str) -> bool {
+    matches!(
+        a,
+        "-kvu" | "--kv-unified" | "-no-kvu" | "--no-kv-unified" | "-nkvo" | "--no-kv-offload"
+    )
 }
 
 /// Parses one of llama.cpp's allocation log lines, e.g.

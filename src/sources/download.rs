@@ -3,20 +3,25 @@
 //! after a dropped connection, digested while it streams, stopped the moment it passes the size
 //! the source gave, and renamed into place only once whole and verified. The cache may be shared
 //! with other users: no folder, part or lock file there is used through a link (see `cache_fs`),
-//! and a file found already in place is checked against its digest before it is used.
+//! and a file found already in place is checked against its digest before it is used. The part
+//! and the version it holds are `part`'s, the lock across processes `lock`'s.
 
 use std::io::Read;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use nix::fcntl::{Flock, FlockArg};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, BufWriter};
 
 use super::cache_fs;
+use super::lock::lock;
+use super::part::{held_part, partial, read_version, record_version, remove_partial, version_file};
 use super::progress::Reporter;
-use super::transport::{Failure, Transport};
+use super::transport::{Failure, Opened, Transport};
 use super::verified::Ledger;
 use super::verify::{Hasher, Verify};
 use super::{disk, FetchError};
@@ -43,33 +48,6 @@ pub(crate) struct Job {
     pub transport: Transport,
 }
 
-/// The partial file beside `dest`.
-pub(crate) fn partial(dest: &Path) -> PathBuf {
-    let mut name = dest.file_name().unwrap_or_default().to_os_string();
-    name.push(".incomplete");
-    dest.with_file_name(name)
-}
-
-/// Bytes of `dest` already held in its partial file (none when that is not a plain file).
-pub(crate) fn held(dest: &Path) -> u64 {
-    std::fs::symlink_metadata(partial(dest))
-        .ok()
-        .filter(|m| m.is_file())
-        .map_or(0, |m| m.len())
-}
-
-/// The bytes of `part` already held: none when there is no part, an error naming it when it is a
-/// link (whose target a resume would write to) or not a plain file.
-fn held_part(part: &Path) -> std::io::Result<u64> {
-    match std::fs::symlink_metadata(part) {
-        Ok(m) if m.file_type().is_symlink() => Err(cache_fs::linked(part)),
-        Ok(m) if !m.is_file() => Err(std::io::Error::other("not a plain file; remove it")),
-        Ok(m) => Ok(m.len()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(e),
-    }
-}
-
 /// Downloads `job.dest` and returns its size; a file already there is checked against the job's
 /// digest instead (`ledger` remembers the files checked).
 pub(crate) async fn run(
@@ -77,16 +55,27 @@ pub(crate) async fn run(
     report: &mut Reporter,
     ledger: &Arc<Ledger>,
 ) -> Result<u64, FetchError> {
-    let part = partial(&job.dest);
     let dir = job.dest.parent().unwrap_or(Path::new("."));
     cache_fs::make_dirs(&job.root, dir).map_err(|e| FetchError::io(&job.src, dir, e))?;
     // one download of a file at a time across processes too (another corral, `corral pull`,
     // the Hub's own client): whoever waited finds the file whole
-    let _lock = lock(job).await?;
+    let _lock = lock(&job.root, &job.dest, &job.src).await?;
     if let Some(size) = in_place(job, ledger).await? {
         report.finish();
         return Ok(size);
     }
+    download(job, dir, report, ledger).await
+}
+
+/// Tries until the file is whole and verified in place, pausing after each failure, and gives up
+/// once [`ATTEMPTS`] tries in a row have brought nothing.
+async fn download(
+    job: &Job,
+    dir: &Path,
+    report: &mut Reporter,
+    ledger: &Ledger,
+) -> Result<u64, FetchError> {
+    let part = partial(&job.dest);
     let mut retries = Retries::default();
     let mut state = Digest::new(job);
     let mut version = None;
@@ -124,47 +113,6 @@ async fn in_place(job: &Job, ledger: &Arc<Ledger>) -> Result<Option<u64>, FetchE
     Ok(Some(meta.len()))
 }
 
-/// Where the lock on downloading `dest` lies: for a Hub blob the lock file the Hub's own client
-/// takes (`<cache>/.locks/models--org--name/<blob>.lock`), so that the two never write one part
-/// file at once; for an Ollama blob `<store>/.locks/<blob>.lock`; for any other,
-/// `.locks/<name>.lock` beside it.
-fn lock_path(dest: &Path) -> PathBuf {
-    let name = dest.file_name().unwrap_or_default().to_string_lossy();
-    let dir = dest.parent().unwrap_or(Path::new("."));
-    let repo = dir.parent().filter(|_| dir.ends_with("blobs"));
-    let hub_repo = repo.and_then(|r| Some((r, r.file_name()?.to_str()?)));
-    match hub_repo {
-        Some((repo, repo_name)) if repo_name.starts_with("models--") => {
-            let root = repo.parent().unwrap_or(Path::new("."));
-            root.join(".locks")
-                .join(repo_name)
-                .join(format!("{name}.lock"))
-        }
-        // an Ollama store's blobs hold blobs alone
-        _ if dir.ends_with("blobs") => {
-            let store = dir.parent().unwrap_or(Path::new("."));
-            store.join(".locks").join(format!("{name}.lock"))
-        }
-        _ => dir.join(".locks").join(format!("{name}.lock")),
-    }
-}
-
-/// Takes the lock on downloading `job.dest`, waiting (off the runtime) while another process
-/// holds it; it is let go when the file is dropped, and by the kernel if the process dies.
-async fn lock(job: &Job) -> Result<Flock<std::fs::File>, FetchError> {
-    let path = lock_path(&job.dest);
-    let (root, at) = (job.root.clone(), path.clone());
-    let taken = tokio::task::spawn_blocking(move || {
-        cache_fs::make_dirs(&root, at.parent().unwrap_or(Path::new(".")))?;
-        let file = cache_fs::open_lock(&at)?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))
-    });
-    match taken.await {
-        Ok(taken) => taken.map_err(|e| FetchError::io(&job.src, &path, e)),
-        Err(e) => Err(FetchError::invalid(&job.src, e.to_string())),
-    }
-}
-
 /// How one try at a download ended, when not with an error that ends it for good.
 enum Attempt {
     /// Every byte is in the partial file, to be verified.
@@ -187,13 +135,38 @@ async fn attempt(
     version: &mut Option<String>,
     report: &mut Reporter,
 ) -> Result<Attempt, FetchError> {
+    let have = match usable_part(job, part, version)? {
+        ControlFlow::Continue(have) => have,
+        ControlFlow::Break(ended) => return Ok(ended),
+    };
+    if have > 0 && job.size == Some(have) {
+        // every byte came before a run ended short of the rename: only the check is left
+        // (asked for, the rest is an empty range, which S3 refuses)
+        state.rewind(job, part, have).await?;
+        return Ok(Attempt::Held);
+    }
+    let opened = match open(job, part, have, version).await? {
+        ControlFlow::Continue(opened) => opened,
+        ControlFlow::Break(failed) => return Ok(failed),
+    };
+    transfer(job, part, dir, opened, state, version, report).await
+}
+
+/// The bytes of the partial file a try can build on. A part longer than the file is removed and
+/// the try ends there, to start again at once; a part whose version is not known, with no digest
+/// to catch a mix of two versions, cannot be resumed and is dropped.
+fn usable_part(
+    job: &Job,
+    part: &Path,
+    version: &mut Option<String>,
+) -> Result<ControlFlow<Attempt, u64>, FetchError> {
     let mut have = held_part(part).map_err(|e| FetchError::io(&job.src, part, e))?;
     if job.size.is_some_and(|s| have > s) {
         // longer than the file: not a part of it; tried again once it is gone (and an error,
         // not another try at once, when it cannot go)
         std::fs::remove_file(part).map_err(|e| FetchError::io(&job.src, part, e))?;
         let _ = std::fs::remove_file(version_file(part));
-        return Ok(Attempt::Again);
+        return Ok(ControlFlow::Break(Attempt::Again));
     }
     if have > 0 && version.is_none() {
         *version = read_version(part);
@@ -204,48 +177,48 @@ async fn attempt(
             have = 0;
         }
     }
-    if have > 0 && job.size == Some(have) {
-        // every byte came before a run ended short of the rename: only the check is left
-        // (asked for, the rest is an empty range, which S3 refuses)
-        state.rewind(job, part, have).await?;
-        return Ok(Attempt::Held);
-    }
-    let opened = match job
+    Ok(ControlFlow::Continue(have))
+}
+
+/// Asks the source for the file from byte `have`; a refused range drops the part (and the version
+/// it held), and both it and a passing failure end the try as a failed one.
+async fn open(
+    job: &Job,
+    part: &Path,
+    have: u64,
+    version: &mut Option<String>,
+) -> Result<ControlFlow<Attempt, Opened>, FetchError> {
+    let opened = job
         .transport
         .open(&job.src, &job.file, have, version.as_deref())
-        .await
-    {
-        Ok(o) => o,
-        Err(Failure::Fatal(e)) => return Err(e),
+        .await;
+    match opened {
+        Ok(o) => Ok(ControlFlow::Continue(o)),
+        Err(Failure::Fatal(e)) => Err(e),
         Err(Failure::Restart) => {
             remove_partial(part);
             *version = None;
             let why = "the server refused the range of the partial file, or the file changed";
-            return Ok(Attempt::Failed(why.into()));
+            Ok(ControlFlow::Break(Attempt::Failed(why.into())))
         }
-        Err(Failure::Retry(why)) => return Ok(Attempt::Failed(why)),
-    };
-    let total = opened.total.or(job.size);
-    if let (Some(expected), Some(got)) = (job.size, opened.total) {
-        if expected != got {
-            return Err(FetchError::invalid(
-                &job.src,
-                format!(
-                    "{}: the server sends {got} bytes where {expected} were listed",
-                    job.file
-                ),
-            ));
-        }
+        Err(Failure::Retry(why)) => Ok(ControlFlow::Break(Attempt::Failed(why))),
     }
-    if let Some(t) = total {
-        disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
-    }
+}
+
+/// Streams an opened answer into the part, once its size agrees with the listed one and the disk
+/// has room for the rest; a connection that ends short is a failed try.
+async fn transfer(
+    job: &Job,
+    part: &Path,
+    dir: &Path,
+    opened: Opened,
+    state: &mut Digest,
+    version: &mut Option<String>,
+    report: &mut Reporter,
+) -> Result<Attempt, FetchError> {
+    let total = expected_total(job, dir, &opened)?;
     if opened.start == 0 {
-        // the part held (if any) goes before the version of what comes is recorded, so the
-        // two never disagree, however this run ends
-        remove_partial(part);
-        *version = opened.version.clone();
-        record_version(part, version.as_deref());
+        start_afresh(part, version, &opened);
     }
     state.rewind(job, part, opened.start).await?;
     report.restart(opened.start, total);
@@ -261,6 +234,35 @@ async fn attempt(
         )),
         None => Attempt::Whole,
     })
+}
+
+/// The file's size, from the answer else the listing: an error when the two disagree, or when
+/// the disk cannot hold what is still to come.
+fn expected_total(job: &Job, dir: &Path, opened: &Opened) -> Result<Option<u64>, FetchError> {
+    let total = opened.total.or(job.size);
+    if let (Some(expected), Some(got)) = (job.size, opened.total) {
+        if expected != got {
+            return Err(FetchError::invalid(
+                &job.src,
+                format!(
+                    "{}: the server sends {got} bytes where {expected} were listed",
+                    job.file
+                ),
+            ));
+        }
+    }
+    if let Some(t) = total {
+        disk::ensure_room(&job.src, dir, t.saturating_sub(opened.start))?;
+    }
+    Ok(total)
+}
+
+/// Drops the part held (if any) before the version of what comes is recorded, so the two never
+/// disagree, however this run ends.
+fn start_afresh(part: &Path, version: &mut Option<String>, opened: &Opened) {
+    remove_partial(part);
+    *version = opened.version.clone();
+    record_version(part, version.as_deref());
 }
 
 /// Failed tries in a row, and why the last one failed (the error once they run out).
@@ -363,47 +365,63 @@ enum Step {
 async fn stream_into(
     job: &Job,
     part: &Path,
-    opened: super::transport::Opened,
+    opened: Opened,
     total: Option<u64>,
     state: &mut Digest,
     report: &mut Reporter,
 ) -> Result<(), Step> {
     let io = |e| Step::Fatal(FetchError::io(&job.src, part, e));
-    // a fresh part is a new file (the old one was removed), never a link's target; a resumed
-    // one is the file that is there, never through a link
-    let file = match opened.start {
+    let mut file = open_part(part, opened.start).await.map_err(io)?;
+    let dropped = copy_stream(job, part, opened.stream, total, &mut file, state, report).await?;
+    file.flush().await.map_err(io)?;
+    file.get_mut().sync_data().await.map_err(io)?;
+    match dropped {
+        Some(why) => Err(Step::Retry(why)),
+        None => Ok(()),
+    }
+}
+
+/// The part, opened for writing at `start`: a fresh part is a new file (the old one was
+/// removed), never a link's target; a resumed one is the file that is there, never through a link.
+async fn open_part(part: &Path, start: u64) -> std::io::Result<BufWriter<tokio::fs::File>> {
+    let file = match start {
         0 => cache_fs::create_new(part),
         _ => cache_fs::open_existing(part, true),
     };
-    let file = tokio::fs::File::from_std(file.map_err(io)?);
-    file.set_len(opened.start).await.map_err(io)?;
-    let mut file = tokio::io::BufWriter::with_capacity(1 << 20, file);
-    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(opened.start))
-        .await
-        .map_err(io)?;
-    let mut stream = opened.stream;
-    let mut outcome = Ok(());
+    let file = tokio::fs::File::from_std(file?);
+    file.set_len(start).await?;
+    let mut file = BufWriter::with_capacity(1 << 20, file);
+    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(start)).await?;
+    Ok(file)
+}
+
+/// Writes the stream's chunks to `file`, digesting and counting them; why the connection dropped
+/// when it did (`None` when the stream ended). Passing `total` removes the part and is fatal.
+async fn copy_stream(
+    job: &Job,
+    part: &Path,
+    mut stream: BoxStream<'static, Result<Bytes, String>>,
+    total: Option<u64>,
+    file: &mut BufWriter<tokio::fs::File>,
+    state: &mut Digest,
+    report: &mut Reporter,
+) -> Result<Option<String>, Step> {
     while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(data) => {
-                if let Some(t) = total.filter(|&t| state.at + data.len() as u64 > t) {
-                    remove_partial(part);
-                    return Err(Step::Fatal(too_long(job, t)));
-                }
-                file.write_all(&data).await.map_err(io)?;
-                state.hasher.update(&data);
-                state.at += data.len() as u64;
-                report.advance(data.len() as u64);
-            }
-            Err(why) => {
-                outcome = Err(Step::Retry(why));
-                break;
-            }
+        let data = match chunk {
+            Ok(data) => data,
+            Err(why) => return Ok(Some(why)),
+        };
+        if let Some(t) = total.filter(|&t| state.at + data.len() as u64 > t) {
+            remove_partial(part);
+            return Err(Step::Fatal(too_long(job, t)));
         }
+        let io = |e| Step::Fatal(FetchError::io(&job.src, part, e));
+        file.write_all(&data).await.map_err(io)?;
+        state.hasher.update(&data);
+        state.at += data.len() as u64;
+        report.advance(data.len() as u64);
     }
-    file.flush().await.map_err(io)?;
-    file.get_mut().sync_data().await.map_err(io)?;
-    outcome
+    Ok(None)
 }
 
 /// The error for an answer that goes on past the `size` its source gave.
@@ -418,6 +436,8 @@ fn too_long(job: &Job, size: u64) -> FetchError {
     )
 }
 
+/// Checks the whole part against the job's digest and renames it into place; a part that does
+/// not match is removed.
 async fn finish(
     job: &Job,
     part: &Path,
@@ -425,20 +445,9 @@ async fn finish(
     report: &mut Reporter,
     ledger: &Ledger,
 ) -> Result<u64, FetchError> {
-    if let Err((mut expected, got)) = state.hasher.check(&job.verify) {
+    if let Err((expected, got)) = state.hasher.check(&job.verify) {
         remove_partial(part);
-        if matches!(job.verify, super::verify::Verify::Md5(_)) {
-            expected = format!(
-                "{expected} (the object's ETag, its MD5 unless it was encrypted with SSE-KMS or \
-                 SSE-C: give such a model `sha256:`)"
-            );
-        }
-        return Err(FetchError::Checksum {
-            src: job.src.clone(),
-            file: job.file.clone(),
-            expected,
-            got,
-        });
+        return Err(mismatch(job, expected, got));
     }
     tokio::fs::rename(part, &job.dest)
         .await
@@ -450,53 +459,18 @@ async fn finish(
     Ok(state.at)
 }
 
-/// Removes a partial file and the version it was recorded to hold.
-fn remove_partial(part: &Path) {
-    let _ = std::fs::remove_file(part);
-    let _ = std::fs::remove_file(version_file(part));
-}
-
-/// Where the version of the file a partial file holds is kept (`<dest>.incomplete.version`), so
-/// that a later run resumes it only while the source still serves that version.
-fn version_file(part: &Path) -> PathBuf {
-    let mut name = part.as_os_str().to_os_string();
-    name.push(".version");
-    name.into()
-}
-
-/// The version a partial file was recorded to hold: a short line, never read through a link
-/// (it goes to the server with the resume).
-fn read_version(part: &Path) -> Option<String> {
-    let data = cache_fs::read_at_most(&version_file(part), 1024).ok()?;
-    String::from_utf8(data).ok()
-}
-
-/// Records (or, when the source names none, forgets) the version a partial file holds.
-fn record_version(part: &Path, version: Option<&str>) {
-    let file = version_file(part);
-    let _ = match version {
-        Some(v) => cache_fs::write_atomic(&file, v.as_bytes()),
-        None => std::fs::remove_file(&file),
-    };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_hub_blob_is_locked_where_the_hubs_client_locks_it() {
-        assert_eq!(
-            lock_path(Path::new("/hub/models--org--m/blobs/abc")),
-            Path::new("/hub/.locks/models--org--m/abc.lock")
+/// The error for a file whose digest is not the one expected; an S3 ETag says what it is.
+fn mismatch(job: &Job, mut expected: String, got: String) -> FetchError {
+    if matches!(job.verify, Verify::Md5(_)) {
+        expected = format!(
+            "{expected} (the object's ETag, its MD5 unless it was encrypted with SSE-KMS or \
+             SSE-C: give such a model `sha256:`)"
         );
-        assert_eq!(
-            lock_path(Path::new("/ollama/blobs/sha256-ab")),
-            Path::new("/ollama/.locks/sha256-ab.lock")
-        );
-        assert_eq!(
-            lock_path(Path::new("/cache/url/host/0123/m.gguf")),
-            Path::new("/cache/url/host/0123/.locks/m.gguf.lock")
-        );
+    }
+    FetchError::Checksum {
+        src: job.src.clone(),
+        file: job.file.clone(),
+        expected,
+        got,
     }
 }

@@ -84,26 +84,8 @@ pub(crate) fn part_count(name: &str) -> usize {
 
 /// Picks the model among `files` (every path of a repository or snapshot).
 pub(crate) fn pick(files: &[&str], quant: Option<&str>) -> Result<Pick, PickError> {
-    let mut sets: BTreeMap<String, &str> = BTreeMap::new();
-    for f in files
-        .iter()
-        .copied()
-        .filter(|f| is_gguf(f) && !is_mmproj(f))
-    {
-        let key = SPLIT
-            .captures(f)
-            .map_or(f.to_string(), |c| c[1].to_string());
-        let first = sets.entry(key).or_insert(f);
-        if f < *first {
-            *first = f;
-        }
-    }
-    let available = || {
-        let mut q: Vec<String> = sets.values().filter_map(|f| quant_of(f)).collect();
-        q.sort();
-        q.dedup();
-        q
-    };
+    let sets = model_sets(files);
+    let available = || quants_of(&sets);
     let chosen = match quant {
         Some(q) => sets.values().copied().find(|f| {
             let stem = f.strip_suffix(".gguf").unwrap_or(f);
@@ -121,6 +103,34 @@ pub(crate) fn pick(files: &[&str], quant: Option<&str>) -> Result<Pick, PickErro
         parts: parts_of(first, files),
         mmproj: pick_mmproj(files, quant),
     })
+}
+
+/// The models among `files` (GGUFs that are no projector), each split's parts as one: by the
+/// name they share, the first file of each.
+fn model_sets<'a>(files: &[&'a str]) -> BTreeMap<String, &'a str> {
+    let mut sets: BTreeMap<String, &str> = BTreeMap::new();
+    for f in files
+        .iter()
+        .copied()
+        .filter(|f| is_gguf(f) && !is_mmproj(f))
+    {
+        let key = SPLIT
+            .captures(f)
+            .map_or(f.to_string(), |c| c[1].to_string());
+        let first = sets.entry(key).or_insert(f);
+        if f < *first {
+            *first = f;
+        }
+    }
+    sets
+}
+
+/// The quantizations the models are in, sorted, each once: what an error offers to choose from.
+fn quants_of(sets: &BTreeMap<String, &str>) -> Vec<String> {
+    let mut q: Vec<String> = sets.values().filter_map(|f| quant_of(f)).collect();
+    q.sort();
+    q.dedup();
+    q
 }
 
 /// The projector to load with the model: the one of the same quantization, else F16, else BF16,

@@ -1,16 +1,21 @@
 //! Hugging Face Hub sources: the revision's listing from the Hub API, the files the model takes,
 //! each blob downloaded once into the shared cache, and the snapshot links that name them.
 
+use std::path::{Path, PathBuf};
+
 use http::{HeaderMap, HeaderValue};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
 use super::download::Job;
-use super::fetcher::{ensure_all, missing_bytes, Check, Found};
+use super::flights::{ensure_all, missing_bytes};
 use super::folder::folder_files;
+use super::found::{Check, Found};
 use super::gguf_pick::{self, Pick, PickError};
-use super::hf_cache::{cached_pick, is_commit, within, RepoCache};
-use super::transport::{http_error, http_failure, json_body, server_said, Failure, Transport};
+use super::hf_cache::{cached_pick, is_commit, within, RepoCache, Snapshot};
+use super::transport::{
+    http_error, http_failure, json_body, server_said, three_tries, Failure, Transport,
+};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, HfRef, Source, Want};
 
@@ -84,6 +89,12 @@ pub(crate) fn cached(
     let Some(pick) = cached_pick(&files, hf, want.form) else {
         return Ok(None);
     };
+    Ok(Some(found_in(&files, &snapshot, &pick)))
+}
+
+/// The files `pick` takes out of the snapshot, their size, and the blobs among them whose names
+/// are digests to check them by.
+fn found_in(files: &Snapshot, snapshot: &Path, pick: &Pick) -> Found {
     let taken: Vec<_> = (pick.parts.iter().chain(&pick.mmproj))
         .filter_map(|p| files.file(p))
         .collect();
@@ -98,13 +109,13 @@ pub(crate) fn cached(
             verify: file.verify()?,
         })
     });
-    Ok(Some(Found {
+    Found {
         checks: checks.collect(),
-        fetched: fetched(&snapshot, &pick, bytes),
-    }))
+        fetched: fetched(snapshot, pick, bytes),
+    }
 }
 
-fn fetched(snapshot: &std::path::Path, pick: &Pick, bytes: u64) -> Fetched {
+fn fetched(snapshot: &Path, pick: &Pick, bytes: u64) -> Fetched {
     let model = if pick.model.is_empty() {
         snapshot.to_path_buf()
     } else {
@@ -117,6 +128,8 @@ fn fetched(snapshot: &std::path::Path, pick: &Pick, bytes: u64) -> Fetched {
     }
 }
 
+/// Downloads the blobs of the files the model takes that the cache lacks, links them into the
+/// revision's snapshot and records where the revision points.
 pub(crate) async fn fetch(
     f: &Fetcher,
     source: &Source,
@@ -126,30 +139,10 @@ pub(crate) async fn fetch(
     let src = source.to_string();
     let listing = revision(f, &src, hf).await?;
     let pick = select(&src, &listing, hf, want.form)?;
-    let by_name: std::collections::HashMap<&str, &Sibling> = listing
-        .siblings
-        .iter()
-        .map(|s| (s.rfilename.as_str(), s))
-        .collect();
-    let files: Vec<Sibling> = pick
-        .parts
-        .iter()
-        .chain(&pick.mmproj)
-        .filter_map(|p| by_name.get(p.as_str()).map(|s| (*s).clone()))
-        .collect();
+    let files = listed_files(&listing, &pick);
     let cache = RepoCache::new(&f.inner.hf_root, &hf.repo);
-    let mut need = 0;
     check_names(&src, &listing.sha, &files)?;
-    for s in &files {
-        let etag = s.etag().ok_or_else(|| {
-            FetchError::invalid(
-                &src,
-                format!("the Hub lists {} without a blob id", s.rfilename),
-            )
-        })?;
-        need += missing_bytes(&cache.blob(etag), s.size().unwrap_or(0));
-    }
-    disk::ensure_room(&src, &cache.dir, need)?;
+    ensure_room_for(&src, &cache, &files)?;
     // collected first: a lazy map would keep a closure over borrowed siblings in the future,
     // which the compiler cannot prove `Send` for every lifetime (rust-lang/rust#102211)
     let jobs: Vec<Job> = files
@@ -157,19 +150,62 @@ pub(crate) async fn fetch(
         .map(|s| job(f, &src, hf, &listing.sha, &cache, s))
         .collect();
     let sizes = ensure_all(f, jobs, PARALLEL).await?;
-    let io = |e| FetchError::io(&src, &cache.dir, e);
-    for s in &files {
+    let snapshot = link_snapshot(&src, &cache, hf, &listing.sha, &files)?;
+    Ok(fetched(&snapshot, &pick, sizes.iter().sum()))
+}
+
+/// The listing's entries for the files `pick` takes.
+fn listed_files(listing: &Revision, pick: &Pick) -> Vec<Sibling> {
+    let by_name: std::collections::HashMap<&str, &Sibling> = listing
+        .siblings
+        .iter()
+        .map(|s| (s.rfilename.as_str(), s))
+        .collect();
+    pick.parts
+        .iter()
+        .chain(&pick.mmproj)
+        .filter_map(|p| by_name.get(p.as_str()).map(|s| (*s).clone()))
+        .collect()
+}
+
+/// Fails before any download when the cache's disk cannot hold the blobs it lacks; a file the Hub
+/// lists without a blob id is refused here.
+fn ensure_room_for(src: &str, cache: &RepoCache, files: &[Sibling]) -> Result<(), FetchError> {
+    let mut need = 0;
+    for s in files {
+        let etag = s.etag().ok_or_else(|| {
+            FetchError::invalid(
+                src,
+                format!("the Hub lists {} without a blob id", s.rfilename),
+            )
+        })?;
+        need += missing_bytes(&cache.blob(etag), s.size().unwrap_or(0));
+    }
+    disk::ensure_room(src, &cache.dir, need)
+}
+
+/// Links each file into the commit's snapshot and points the revision at it; the snapshot, whose
+/// folders and links are then checked: it goes to an engine whole (a model folder), so no link in
+/// it may lead elsewhere.
+fn link_snapshot(
+    src: &str,
+    cache: &RepoCache,
+    hf: &HfRef,
+    commit: &str,
+    files: &[Sibling],
+) -> Result<PathBuf, FetchError> {
+    let io = |e| FetchError::io(src, &cache.dir, e);
+    for s in files {
         cache
-            .link(&listing.sha, &s.rfilename, s.etag().unwrap_or_default())
+            .link(commit, &s.rfilename, s.etag().unwrap_or_default())
             .map_err(io)?;
     }
-    cache.write_ref(&hf.revision, &listing.sha).map_err(io)?;
-    let snapshot = cache.snapshot(&listing.sha);
-    // the snapshot goes to an engine whole (a model folder): no link in it may lead elsewhere
+    cache.write_ref(&hf.revision, commit).map_err(io)?;
+    let snapshot = cache.snapshot(commit);
     cache
         .files(&snapshot)
-        .map_err(|e| FetchError::io(&src, &snapshot, e))?;
-    Ok(fetched(&snapshot, &pick, sizes.iter().sum()))
+        .map_err(|e| FetchError::io(src, &snapshot, e))?;
+    Ok(snapshot)
 }
 
 /// The names the Hub gave that become paths in the cache: the commit, each file's path in the
@@ -203,19 +239,9 @@ fn check_names(src: &str, commit: &str, files: &[Sibling]) -> Result<(), FetchEr
     Ok(())
 }
 
+/// The download of one file's blob from the commit, checked against the digest it is named by.
 fn job(f: &Fetcher, src: &str, hf: &HfRef, commit: &str, cache: &RepoCache, s: &Sibling) -> Job {
     let etag = s.etag().unwrap_or_default();
-    let path: Vec<String> = s
-        .rfilename
-        .split('/')
-        .map(|seg| utf8_percent_encode(seg, SEGMENT).to_string())
-        .collect();
-    let url = format!(
-        "{}/{}/resolve/{commit}/{}",
-        f.inner.hf_endpoint,
-        hf.repo,
-        path.join("/")
-    );
     Job {
         src: src.to_string(),
         scheme: "huggingface",
@@ -230,11 +256,25 @@ fn job(f: &Fetcher, src: &str, hf: &HfRef, commit: &str, cache: &RepoCache, s: &
         },
         transport: Transport::Http {
             client: f.inner.client.clone(),
-            url,
+            url: resolve_url(f, hf, commit, &s.rfilename),
             headers: auth(f),
             auth_fix: TOKEN_FIX,
         },
     }
+}
+
+/// `<endpoint>/<repo>/resolve/<commit>/<path>`, each segment of the path escaped.
+fn resolve_url(f: &Fetcher, hf: &HfRef, commit: &str, rfilename: &str) -> String {
+    let path: Vec<String> = rfilename
+        .split('/')
+        .map(|seg| utf8_percent_encode(seg, SEGMENT).to_string())
+        .collect();
+    format!(
+        "{}/{}/resolve/{commit}/{}",
+        f.inner.hf_endpoint,
+        hf.repo,
+        path.join("/")
+    )
 }
 
 fn auth(f: &Fetcher) -> HeaderMap {
@@ -256,27 +296,7 @@ fn select(src: &str, listing: &Revision, hf: &HfRef, form: Form) -> Result<Pick,
         .map(|s| s.rfilename.as_str())
         .collect();
     if let Some(path) = &hf.path {
-        let parts = if gguf_pick::part_count(path) > 1 {
-            gguf_pick::parts_of(path, &names)
-        } else {
-            names
-                .iter()
-                .filter(|n| within(n, path))
-                .map(|n| n.to_string())
-                .collect()
-        };
-        if parts.is_empty() || parts.len() < gguf_pick::part_count(path) {
-            let what = format!("file {path} in {} at revision {}", hf.repo, hf.revision);
-            return Err(FetchError::NotFound {
-                src: src.to_string(),
-                what,
-            });
-        }
-        return Ok(Pick {
-            model: path.clone(),
-            parts,
-            mmproj: None,
-        });
+        return named_path(src, hf, path, &names);
     }
     if hf.quant.is_none() && form == Form::Directory {
         return Ok(Pick {
@@ -298,6 +318,32 @@ fn select(src: &str, listing: &Revision, hf: &HfRef, form: Form) -> Result<Pick,
     })
 }
 
+/// The files under the path the reference names (every part of a split GGUF); not found unless
+/// the listing holds them all.
+fn named_path(src: &str, hf: &HfRef, path: &str, names: &[&str]) -> Result<Pick, FetchError> {
+    let parts = if gguf_pick::part_count(path) > 1 {
+        gguf_pick::parts_of(path, names)
+    } else {
+        names
+            .iter()
+            .filter(|n| within(n, path))
+            .map(|n| n.to_string())
+            .collect()
+    };
+    if parts.is_empty() || parts.len() < gguf_pick::part_count(path) {
+        let what = format!("file {path} in {} at revision {}", hf.repo, hf.revision);
+        return Err(FetchError::NotFound {
+            src: src.to_string(),
+            what,
+        });
+    }
+    Ok(Pick {
+        model: path.to_string(),
+        parts,
+        mmproj: None,
+    })
+}
+
 /// `GET /api/models/{repo}/revision/{rev}?blobs=true`: the commit and every file with its size
 /// and blob id, retried a few times over a flaky network.
 async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchError> {
@@ -306,46 +352,49 @@ async fn revision(f: &Fetcher, src: &str, hf: &HfRef) -> Result<Revision, FetchE
         "{}/api/models/{}/revision/{rev}?blobs=true",
         f.inner.hf_endpoint, hf.repo
     );
-    let mut last = String::new();
-    for attempt in 0..3u32 {
-        if attempt > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(300 << attempt)).await;
-        }
-        let resp = match f.inner.client.get(&url).headers(auth(f)).send().await {
-            Ok(r) => r,
-            Err(e) => {
-                last = http_error(&e);
-                continue;
-            }
-        };
-        let status = resp.status();
-        if status.is_success() {
-            let body = json_body(resp, src, "the Hub's listing of the revision").await?;
-            return serde_json::from_slice(&body)
-                .map_err(|e| FetchError::invalid(src, format!("the Hub's answer for {url}: {e}")));
-        }
-        let code = resp
-            .headers()
-            .get("x-error-code")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        let what = match code.as_str() {
-            "RevisionNotFound" => format!("revision {} of {}", hf.revision, hf.repo),
-            _ => format!("repository {} (or its revision {})", hf.repo, hf.revision),
-        };
-        match http_failure(status, src, &what, TOKEN_FIX, &server_said(resp).await) {
-            Failure::Fatal(e) => return Err(e),
-            Failure::Retry(why) => last = why,
-            Failure::Restart => {}
-        }
-    }
-    Err(FetchError::Network {
-        src: src.to_string(),
-        file: "the revision's listing".into(),
-        attempts: 3,
-        detail: last,
+    three_tries(src, "the revision's listing", || {
+        ask_revision(f, src, hf, &url)
     })
+    .await
+}
+
+/// One ask for the revision's listing; a refusal names the revision when the Hub says that is
+/// what it lacks, else the repository.
+async fn ask_revision(f: &Fetcher, src: &str, hf: &HfRef, url: &str) -> Result<Revision, Failure> {
+    let resp = (f.inner.client.get(url).headers(auth(f)).send().await)
+        .map_err(|e| Failure::Retry(http_error(&e)))?;
+    let status = resp.status();
+    if status.is_success() {
+        let body = json_body(resp, src, "the Hub's listing of the revision")
+            .await
+            .map_err(Failure::Fatal)?;
+        return serde_json::from_slice(&body).map_err(|e| {
+            Failure::Fatal(FetchError::invalid(
+                src,
+                format!("the Hub's answer for {url}: {e}"),
+            ))
+        });
+    }
+    let what = missing_what(resp.headers(), hf);
+    Err(http_failure(
+        status,
+        src,
+        &what,
+        TOKEN_FIX,
+        &server_said(resp).await,
+    ))
+}
+
+/// What the Hub lacks, by its `x-error-code`: the revision, else the repository (or its revision).
+fn missing_what(headers: &HeaderMap, hf: &HfRef) -> String {
+    let code = headers
+        .get("x-error-code")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    match code {
+        "RevisionNotFound" => format!("revision {} of {}", hf.revision, hf.repo),
+        _ => format!("repository {} (or its revision {})", hf.repo, hf.revision),
+    }
 }
 
 /// The download of the model's GGUF (the first part of a split), whose header sizes the model

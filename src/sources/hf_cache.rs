@@ -150,10 +150,19 @@ pub(crate) fn is_commit(s: &str) -> bool {
 /// `parts` every file it takes, all relative to the snapshot. `None` when something is missing.
 pub(crate) fn cached_pick(snapshot: &Snapshot, hf: &HfRef, form: Form) -> Option<Pick> {
     let names = snapshot.names();
-    let pick = match (&hf.path, &hf.quant, form) {
+    let pick = referenced(snapshot, &names, hf, form)?;
+    let whole = pick.parts.len() >= gguf_pick::part_count(&pick.model);
+    let present = |f: &String| names.contains(&f.as_str());
+    (whole && !pick.parts.is_empty() && pick.parts.iter().all(present)).then_some(pick)
+}
+
+/// The files the reference takes out of the snapshot's `names`: the path it names, a whole
+/// model folder, or the GGUF of its quantization; `None` when a folder lacks its weights.
+fn referenced(snapshot: &Snapshot, names: &[&str], hf: &HfRef, form: Form) -> Option<Pick> {
+    Some(match (&hf.path, &hf.quant, form) {
         (Some(path), _, _) if gguf_pick::part_count(path) > 1 => Pick {
             model: path.clone(),
-            parts: gguf_pick::parts_of(path, &names),
+            parts: gguf_pick::parts_of(path, names),
             mmproj: None,
         },
         (Some(path), _, _) => {
@@ -173,11 +182,8 @@ pub(crate) fn cached_pick(snapshot: &Snapshot, hf: &HfRef, form: Form) -> Option
             mmproj: None,
         },
         (None, None, Form::Directory) => return None,
-        (None, quant, _) => gguf_pick::pick(&names, quant.as_deref()).ok()?,
-    };
-    let whole = pick.parts.len() >= gguf_pick::part_count(&pick.model);
-    let present = |f: &String| names.contains(&f.as_str());
-    (whole && !pick.parts.is_empty() && pick.parts.iter().all(present)).then_some(pick)
+        (None, quant, _) => gguf_pick::pick(names, quant.as_deref()).ok()?,
+    })
 }
 
 /// True when a model folder holds its weights: some weights file, and every shard that an index
@@ -237,61 +243,70 @@ pub(crate) fn within(file: &str, path: &str) -> bool {
 /// make the walk endless; a link is followed only into `blobs`, and one that leads anywhere else
 /// is an error naming it.
 fn walk(snapshot: &Path, blobs: &Path) -> io::Result<Snapshot> {
-    let (mut files, mut dangling) = (Vec::new(), false);
+    let mut found = Snapshot {
+        files: Vec::new(),
+        dangling: false,
+    };
     let mut stack = vec![(snapshot.to_path_buf(), 0)];
     while let Some((dir, depth)) = stack.pop() {
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
-            // a link another writer is making at once, renamed into place under its own name
-            if entry
-                .file_name()
-                .as_encoded_bytes()
-                .starts_with(cache_fs::TMP.as_bytes())
-            {
+            if being_made(&entry) {
                 continue;
             }
             let (path, kind) = (entry.path(), entry.file_type()?);
-            let rel = || {
-                path.strip_prefix(snapshot)
-                    .map(|r| r.to_string_lossy().into_owned())
-            };
             if kind.is_dir() && depth < DEEPEST {
                 stack.push((path, depth + 1));
             } else if kind.is_dir() {
                 let detail = format!("{} is nested deeper than {DEEPEST} folders", path.display());
                 return Err(io::Error::other(detail));
-            } else if kind.is_symlink() {
-                match linked_blob(&path, blobs)? {
-                    Some((real, name)) => files.extend(rel().ok().map(|rel| SnapshotFile {
-                        rel,
-                        real,
-                        blob: Some(name),
-                    })),
-                    None => dangling = true,
-                }
-            } else if kind.is_file() {
-                let real = path.clone();
-                files.extend(rel().ok().map(|rel| SnapshotFile {
-                    rel,
-                    real,
-                    blob: None,
-                }));
+            } else {
+                add_file(&mut found, snapshot, blobs, path, kind)?;
             }
         }
     }
-    files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(Snapshot { files, dangling })
+    found.files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(found)
 }
 
-/// The blob a snapshot's link names, and its name: `None` when the blob is missing, an error when
-/// the link leads out of `blobs` or the blob is not a plain file.
-fn linked_blob(link: &Path, blobs: &Path) -> io::Result<Option<(PathBuf, String)>> {
-    let target = match std::fs::read_link(link) {
-        Ok(target) => target,
-        // replaced since it was listed: another writer's rename, seen as missing
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+/// A link another writer is making at once, to be renamed into place under its own name.
+fn being_made(entry: &std::fs::DirEntry) -> bool {
+    (entry.file_name().as_encoded_bytes()).starts_with(cache_fs::TMP.as_bytes())
+}
+
+/// Adds what lies at `path` in the snapshot: a link as the blob it names (the snapshot dangles
+/// when that blob is missing), a plain file as itself; anything else is passed over.
+fn add_file(
+    found: &mut Snapshot,
+    snapshot: &Path,
+    blobs: &Path,
+    path: PathBuf,
+    kind: std::fs::FileType,
+) -> io::Result<()> {
+    let (real, blob) = if kind.is_symlink() {
+        match linked_blob(&path, blobs)? {
+            Some((real, name)) => (real, Some(name)),
+            None => {
+                found.dangling = true;
+                return Ok(());
+            }
+        }
+    } else if kind.is_file() {
+        (path.clone(), None)
+    } else {
+        return Ok(());
     };
+    let rel = path.strip_prefix(snapshot).ok();
+    let rel = rel.map(|r| r.to_string_lossy().into_owned());
+    found
+        .files
+        .extend(rel.map(|rel| SnapshotFile { rel, real, blob }));
+    Ok(())
+}
+
+/// Where `link` points to by its `target`'s path alone, without following any link on the way
+/// (a link in a snapshot is relative, `../../blobs/<etag>`).
+fn lexical_target(link: &Path, target: &Path) -> PathBuf {
     let mut at = link.parent().unwrap_or(Path::new("/")).to_path_buf();
     for part in target.components() {
         match part {
@@ -303,6 +318,19 @@ fn linked_blob(link: &Path, blobs: &Path) -> io::Result<Option<(PathBuf, String)
             Component::RootDir | Component::Prefix(_) => at = PathBuf::from("/"),
         }
     }
+    at
+}
+
+/// The blob a snapshot's link names, and its name: `None` when the blob is missing, an error when
+/// the link leads out of `blobs` or the blob is not a plain file.
+fn linked_blob(link: &Path, blobs: &Path) -> io::Result<Option<(PathBuf, String)>> {
+    let target = match std::fs::read_link(link) {
+        Ok(target) => target,
+        // replaced since it was listed: another writer's rename, seen as missing
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let at = lexical_target(link, &target);
     let name = at.file_name().and_then(|n| n.to_str()).map(str::to_string);
     let Some(name) = name.filter(|_| at.parent() == Some(blobs)) else {
         return Err(io::Error::other(format!(

@@ -23,12 +23,16 @@ mod disk;
 mod download;
 mod error;
 mod fetcher;
+mod flights;
 mod folder;
+mod found;
 mod gguf_pick;
 mod hf;
 mod hf_cache;
+mod lock;
 mod ollama;
 mod parse;
+mod part;
 mod probe;
 mod progress;
 mod remote;
@@ -39,7 +43,7 @@ mod verify;
 use std::path::PathBuf;
 
 pub use error::FetchError;
-pub use fetcher::Fetcher;
+pub use flights::Fetcher;
 pub use parse::{HfRef, Source};
 pub use progress::Progress;
 

@@ -17,8 +17,11 @@ use serde::Deserialize;
 
 use super::cache_fs::{self, JSON_AT_MOST};
 use super::download::Job;
-use super::fetcher::{ensure_all, missing_bytes, Check, Found};
-use super::transport::{http_error, http_failure, json_body, server_said, Failure, Transport};
+use super::flights::{ensure_all, missing_bytes};
+use super::found::{Check, Found};
+use super::transport::{
+    http_error, http_failure, json_body, server_said, three_tries, Failure, Transport,
+};
 use super::verify::Verify;
 use super::{disk, FetchError, Fetched, Fetcher, Form, Source, Want};
 
@@ -157,16 +160,32 @@ pub(crate) async fn fetch(
         .map(|l| registry.blob_job(f, &src, l))
         .collect();
     ensure_all(f, jobs, 4).await?;
-    let path = manifest_path(f, name, tag);
-    let io = |e| FetchError::io(&src, &path, e);
-    let folder = path.parent().expect("a manifest has a folder");
-    cache_fs::make_dirs(&f.inner.ollama_root, folder).map_err(io)?;
-    cache_fs::write_atomic(&path, &raw).map_err(io)?;
-    let manifest: Manifest = serde_json::from_slice(&raw)
-        .map_err(|e| FetchError::invalid(&src, format!("the registry's manifest: {e}")))?;
+    write_manifest(f, &src, name, tag, &raw)?;
+    stored_model(f, &src, &raw)
+}
+
+/// The model the manifest names, as the store now holds it.
+fn stored_model(f: &Fetcher, src: &str, raw: &[u8]) -> Result<Fetched, FetchError> {
+    let manifest: Manifest = serde_json::from_slice(raw)
+        .map_err(|e| FetchError::invalid(src, format!("the registry's manifest: {e}")))?;
     found(f, &manifest)
         .map(|found| found.fetched)
-        .ok_or_else(|| FetchError::invalid(&src, "the store lacks a layer just downloaded"))
+        .ok_or_else(|| FetchError::invalid(src, "the store lacks a layer just downloaded"))
+}
+
+/// Writes the manifest into the store, once its blobs are there: `ollama` then lists the model.
+fn write_manifest(
+    f: &Fetcher,
+    src: &str,
+    name: &str,
+    tag: &str,
+    raw: &[u8],
+) -> Result<(), FetchError> {
+    let path = manifest_path(f, name, tag);
+    let io = |e| FetchError::io(src, &path, e);
+    let folder = path.parent().expect("a manifest has a folder");
+    cache_fs::make_dirs(&f.inner.ollama_root, folder).map_err(io)?;
+    cache_fs::write_atomic(&path, raw).map_err(io)
 }
 
 /// Where a model lives on its registry: `OLLAMA_REGISTRY` stands in for the default host.
@@ -252,39 +271,31 @@ async fn manifest(
     name: &str,
     tag: &str,
 ) -> Result<Vec<u8>, FetchError> {
-    let mut last = String::new();
-    for attempt in 0..3u32 {
-        if attempt > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(300 << attempt)).await;
-        }
-        let req = f
-            .inner
-            .client
-            .get(url)
-            .header(http::header::ACCEPT, HeaderValue::from_static(ACCEPT));
-        let resp = match req.send().await {
-            Ok(r) => r,
-            Err(e) => {
-                last = http_error(&e);
-                continue;
-            }
-        };
-        let status = resp.status();
-        if status.is_success() {
-            return json_body(resp, src, "the registry's manifest").await;
-        }
-        let what = format!("model {name}:{tag} in the registry");
-        let said = server_said(resp).await;
-        match http_failure(status, src, &what, "check the model's name and tag", &said) {
-            Failure::Fatal(e) => return Err(e),
-            Failure::Retry(why) => last = why,
-            Failure::Restart => {}
-        }
+    three_tries(src, "the manifest", || ask_manifest(f, src, url, name, tag)).await
+}
+
+/// One ask for the manifest.
+async fn ask_manifest(
+    f: &Fetcher,
+    src: &str,
+    url: &str,
+    name: &str,
+    tag: &str,
+) -> Result<Vec<u8>, Failure> {
+    let accept = HeaderValue::from_static(ACCEPT);
+    let req = f.inner.client.get(url).header(http::header::ACCEPT, accept);
+    let resp = (req.send().await).map_err(|e| Failure::Retry(http_error(&e)))?;
+    let status = resp.status();
+    if status.is_success() {
+        return (json_body(resp, src, "the registry's manifest").await).map_err(Failure::Fatal);
     }
-    Err(FetchError::Network {
-        src: src.to_string(),
-        file: "the manifest".into(),
-        attempts: 3,
-        detail: last,
-    })
+    let what = format!("model {name}:{tag} in the registry");
+    let said = server_said(resp).await;
+    Err(http_failure(
+        status,
+        src,
+        &what,
+        "check the model's name and tag",
+        &said,
+    ))
 }

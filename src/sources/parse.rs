@@ -65,20 +65,12 @@ impl Source {
     }
 }
 
+/// How an `hf://` reference is written, for its errors.
+const HF_EXAMPLE: &str =
+    "as in hf://org/repo, hf://org/repo:Q4_K_M or hf://org/repo/file.gguf@main";
+
 fn parse_hf(rest: &str) -> Result<HfRef, String> {
-    let example = "as in hf://org/repo, hf://org/repo:Q4_K_M or hf://org/repo/file.gguf@main";
-    let (body, revision) = match rest.rsplit_once('@') {
-        Some((b, r)) if !r.is_empty() => (b, r.to_string()),
-        Some(_) => return Err(format!("hf://{rest}: empty revision after '@', {example}")),
-        None => (rest, "main".to_string()),
-    };
-    // a revision names a file under the cache's refs/ (`refs/pr/1` included): none may leave it
-    let leaves = |r: &str| r.starts_with('/') || r.split('/').any(|s| s.is_empty() || s == "..");
-    if leaves(&revision) {
-        return Err(format!(
-            "hf://{rest}: the revision {revision:?} is not a branch, tag or commit, {example}"
-        ));
-    }
+    let (body, revision) = split_revision(rest)?;
     let mut parts = body.splitn(3, '/');
     let org = parts.next().unwrap_or_default();
     let name = parts.next().unwrap_or_default();
@@ -87,36 +79,64 @@ fn parse_hf(rest: &str) -> Result<HfRef, String> {
         Some((n, q)) => (n, Some(q.to_string())),
         None => (name, None),
     };
-    if org.is_empty() || name.is_empty() || !valid_repo_part(org) || !valid_repo_part(name) {
-        return Err(format!(
-            "hf://{rest}: the repository must be org/name, {example}"
-        ));
-    }
-    if quant.as_deref() == Some("") {
-        return Err(format!(
-            "hf://{rest}: empty quantization after ':', {example}"
-        ));
-    }
+    check_repo(rest, org, name, quant.as_deref())?;
     let path = path.filter(|p| !p.is_empty());
-    if quant.is_some() && path.is_some() {
-        return Err(format!(
-            "hf://{rest}: give a quantization (org/repo:Q4_K_M) or a file path, not both"
-        ));
-    }
-    if path
-        .as_deref()
-        .is_some_and(|p| p.split('/').any(|s| s == ".." || s == "."))
-    {
-        return Err(format!(
-            "hf://{rest}: the path in the repository must not contain . or .."
-        ));
-    }
+    check_path(rest, quant.as_deref(), path.as_deref())?;
     Ok(HfRef {
         repo: format!("{org}/{name}"),
         path,
         quant,
         revision,
     })
+}
+
+/// The reference and its revision (`main` unless `@` names one). A revision names a file under
+/// the cache's `refs/` (`refs/pr/1` included): one that would leave it is refused.
+fn split_revision(rest: &str) -> Result<(&str, String), String> {
+    let example = HF_EXAMPLE;
+    let (body, revision) = match rest.rsplit_once('@') {
+        Some((b, r)) if !r.is_empty() => (b, r.to_string()),
+        Some(_) => return Err(format!("hf://{rest}: empty revision after '@', {example}")),
+        None => (rest, "main".to_string()),
+    };
+    let leaves = |r: &str| r.starts_with('/') || r.split('/').any(|s| s.is_empty() || s == "..");
+    if leaves(&revision) {
+        return Err(format!(
+            "hf://{rest}: the revision {revision:?} is not a branch, tag or commit, {example}"
+        ));
+    }
+    Ok((body, revision))
+}
+
+/// The repository must be `org/name` in the Hub's characters, and a `:` must name a quantization.
+fn check_repo(rest: &str, org: &str, name: &str, quant: Option<&str>) -> Result<(), String> {
+    let example = HF_EXAMPLE;
+    if org.is_empty() || name.is_empty() || !valid_repo_part(org) || !valid_repo_part(name) {
+        return Err(format!(
+            "hf://{rest}: the repository must be org/name, {example}"
+        ));
+    }
+    if quant == Some("") {
+        return Err(format!(
+            "hf://{rest}: empty quantization after ':', {example}"
+        ));
+    }
+    Ok(())
+}
+
+/// A path in the repository goes without a quantization, and stays within the repository.
+fn check_path(rest: &str, quant: Option<&str>, path: Option<&str>) -> Result<(), String> {
+    if quant.is_some() && path.is_some() {
+        return Err(format!(
+            "hf://{rest}: give a quantization (org/repo:Q4_K_M) or a file path, not both"
+        ));
+    }
+    if path.is_some_and(|p| p.split('/').any(|s| s == ".." || s == ".")) {
+        return Err(format!(
+            "hf://{rest}: the path in the repository must not contain . or .."
+        ));
+    }
+    Ok(())
 }
 
 fn valid_repo_part(s: &str) -> bool {

@@ -171,17 +171,7 @@ async fn open(job: &Job) -> Result<super::transport::Opened, FetchError> {
 
 /// Reads the file from its start until a whole GGUF header has come; with the file's length.
 async fn read_header_bytes(job: &Job) -> Result<(Vec<u8>, u64), FetchError> {
-    let opened = match job.transport.open(&job.src, &job.file, 0, None).await {
-        Ok(o) => o,
-        Err(Failure::Fatal(e)) => return Err(e),
-        Err(Failure::Retry(why)) => return Err(FetchError::invalid(&job.src, why)),
-        Err(Failure::Restart) => {
-            return Err(FetchError::invalid(
-                &job.src,
-                "the server refused to send the file's start",
-            ))
-        }
-    };
+    let opened = open(job).await?;
     let total = opened.total.or(job.size).unwrap_or(0);
     let mut stream = opened.stream;
     let mut head = Vec::new();

@@ -25,6 +25,21 @@ pub struct Progress {
     pub also: Vec<String>,
 }
 
+impl Progress {
+    /// A download of `file` for `source` that has not brought a byte yet.
+    fn starting(source: &str, file: &str) -> Progress {
+        Progress {
+            source: source.to_string(),
+            file: file.to_string(),
+            bytes: 0,
+            total: None,
+            bytes_per_second: 0.0,
+            eta_seconds: None,
+            also: Vec::new(),
+        }
+    }
+}
+
 /// At most this many updates a second per download reach subscribers.
 const EVERY: Duration = Duration::from_millis(250);
 
@@ -98,15 +113,7 @@ impl Reporter {
         file: &str,
         joined: Joined,
     ) -> Reporter {
-        let state = Progress {
-            source: source.to_string(),
-            file: file.to_string(),
-            bytes: 0,
-            total: None,
-            bytes_per_second: 0.0,
-            eta_seconds: None,
-            also: Vec::new(),
-        };
+        let state = Progress::starting(source, file);
         board
             .active
             .lock()

@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{ClientOptions, ObjectMeta, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use super::cache_fs;
 use super::download::Job;
-use super::fetcher::{Check, Found};
+use super::found::{Check, Found};
 use super::transport::{s3_failure, Failure, Transport};
 use super::verify::{sha256_hex, Verify};
 use super::{FetchError, Fetched, Fetcher, Form, Source, Want};
@@ -154,10 +154,6 @@ pub(crate) fn url_job(
 ) -> Result<Job, FetchError> {
     let src = source.to_string();
     one_file(&src, want, "a URL gives one file")?;
-    let verify = match &want.sha256 {
-        Some(h) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
-        None => Verify::Size,
-    };
     let dest = url_dest(f, url, want);
     let job = Job {
         src,
@@ -170,15 +166,28 @@ pub(crate) fn url_job(
         root: f.inner.corral_root.clone(),
         dest: dest.clone(),
         size: None,
-        verify,
-        transport: Transport::Http {
-            client: f.inner.client.clone(),
-            url: url.to_string(),
-            headers: Default::default(),
-            auth_fix: "put the credentials the server wants in the URL, or download it to a path",
-        },
+        verify: url_verify(want),
+        transport: url_transport(f, url),
     };
     Ok(job)
+}
+
+/// A URL's file is checked against the `sha256:` the config gives, else by its size alone.
+fn url_verify(want: &Want) -> Verify {
+    match &want.sha256 {
+        Some(h) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
+        None => Verify::Size,
+    }
+}
+
+/// A plain GET of the URL; what credentials it needs, it carries itself.
+fn url_transport(f: &Fetcher, url: &str) -> Transport {
+    Transport::Http {
+        client: f.inner.client.clone(),
+        url: url.to_string(),
+        headers: Default::default(),
+        auth_fix: "put the credentials the server wants in the URL, or download it to a path",
+    }
 }
 
 fn s3_dest(f: &Fetcher, bucket: &str, key: &str) -> PathBuf {
@@ -202,7 +211,7 @@ fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>
         ..Default::default()
     };
     // Client options first: setting them later would replace what the variables set.
-    let mut builder = AmazonS3Builder::new()
+    let builder = AmazonS3Builder::new()
         // no limit on a whole download, but one on a stalled read, as for HTTP sources
         .with_client_options(
             ClientOptions::new()
@@ -211,7 +220,17 @@ fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>
         )
         .with_retry(retry)
         .with_bucket_name(bucket);
-    for (name, value) in &f.inner.aws {
+    let store = with_aws_settings(builder, &f.inner.aws)
+        .build()
+        .map_err(|e| {
+            FetchError::invalid(src, format!("S3 settings: {e}; check the AWS_* variables"))
+        })?;
+    Ok(Arc::new(store))
+}
+
+/// The `AWS_*` settings, each under object_store's name for it.
+fn with_aws_settings(mut builder: AmazonS3Builder, aws: &[(String, String)]) -> AmazonS3Builder {
+    for (name, value) in aws {
         if let Ok(key) = name.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
             builder = builder.with_config(key, value);
         }
@@ -220,10 +239,7 @@ fn s3_store(f: &Fetcher, src: &str, bucket: &str) -> Result<Arc<dyn ObjectStore>
             builder = builder.with_allow_http(true);
         }
     }
-    let store = builder.build().map_err(|e| {
-        FetchError::invalid(src, format!("S3 settings: {e}; check the AWS_* variables"))
-    })?;
-    Ok(Arc::new(store))
+    builder
 }
 
 pub(crate) async fn fetch_s3(
@@ -260,46 +276,58 @@ pub(crate) async fn s3_job(
     one_file(&src, want, "an S3 object is one file")?;
     let store = s3_store(f, &src, bucket)?;
     let path = object_key(&src, key)?;
-    let meta = match store.head(&path).await {
-        Ok(m) => m,
-        Err(e) => match s3_failure(e, &src, key) {
-            Failure::Fatal(e) => return Err(e),
-            Failure::Retry(why) => {
-                return Err(FetchError::Network {
-                    src,
-                    file: key.into(),
-                    attempts: 4,
-                    detail: why,
-                })
-            }
-            Failure::Restart => return Err(FetchError::invalid(&src, "unexpected range answer")),
-        },
-    };
-    // The sha256 the config gives, else the ETag: a single-part upload's is the MD5 of the
-    // content (unless encrypted with SSE-KMS or SSE-C); a multipart one's has a `-N` suffix.
-    let etag = meta
-        .e_tag
-        .as_deref()
-        .map(|e| e.trim_matches('"').to_ascii_lowercase());
-    let verify = match (&want.sha256, etag) {
-        (Some(h), _) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
-        (None, Some(e)) if e.len() == 32 && e.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            Verify::Md5(e)
-        }
-        _ => Verify::Size,
-    };
+    let meta = head_object(store.as_ref(), &path, &src, key).await?;
     let dest = s3_dest(f, bucket, key);
     let job = Job {
+        verify: object_verify(want, &meta),
         src,
         scheme: "s3",
         file: key.to_string(),
         root: f.inner.corral_root.clone(),
         dest: dest.clone(),
         size: Some(meta.size),
-        verify,
         transport: Transport::S3 { store, path },
     };
     Ok(job)
+}
+
+/// The object's metadata; a failure worth another try is final here (object_store has retried).
+async fn head_object(
+    store: &dyn ObjectStore,
+    path: &object_store::path::Path,
+    src: &str,
+    key: &str,
+) -> Result<ObjectMeta, FetchError> {
+    match store.head(path).await {
+        Ok(m) => Ok(m),
+        Err(e) => match s3_failure(e, src, key) {
+            Failure::Fatal(e) => Err(e),
+            Failure::Retry(why) => Err(FetchError::Network {
+                src: src.to_string(),
+                file: key.into(),
+                attempts: 4,
+                detail: why,
+            }),
+            Failure::Restart => Err(FetchError::invalid(src, "unexpected range answer")),
+        },
+    }
+}
+
+/// The sha256 the config gives, else the ETag: a single-part upload's is the MD5 of the content
+/// (unless encrypted with SSE-KMS or SSE-C); a multipart one's has a `-N` suffix, and checks only
+/// the size.
+fn object_verify(want: &Want, meta: &ObjectMeta) -> Verify {
+    let etag = meta
+        .e_tag
+        .as_deref()
+        .map(|e| e.trim_matches('"').to_ascii_lowercase());
+    match (&want.sha256, etag) {
+        (Some(h), _) => Verify::Sha256(h.trim_start_matches("sha256:").to_string()),
+        (None, Some(e)) if e.len() == 32 && e.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Verify::Md5(e)
+        }
+        _ => Verify::Size,
+    }
 }
 
 /// A source of one file cannot serve an engine that wants a model directory.

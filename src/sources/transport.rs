@@ -7,8 +7,9 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 use http::{HeaderMap, StatusCode};
-use object_store::{GetOptions, GetRange, ObjectStore};
+use object_store::{GetOptions, GetRange, GetResult, ObjectStore};
 
+use super::cache_fs::JSON_AT_MOST;
 use super::FetchError;
 
 /// Where one file's bytes come from.
@@ -98,37 +99,14 @@ async fn open_http(
     file: &str,
     auth_fix: &str,
 ) -> Result<Opened, Failure> {
-    let offset = from.offset;
-    let mut req = client.get(url).headers(headers.clone());
-    if offset > 0 {
-        req = req.header(http::header::RANGE, format!("bytes={offset}-"));
-        // a file changed since comes whole (200), not as the rest of another version
-        if let Some(version) = from.version {
-            req = req.header(http::header::IF_RANGE, version);
-        }
-    }
-    let resp = req
+    let resp = ranged_request(client, url, headers, from)
         .send()
         .await
         .map_err(|e| Failure::Retry(http_error(&e)))?;
     let status = resp.status();
-    let (start, total) = match status {
-        StatusCode::OK => (0, resp.content_length()),
-        StatusCode::PARTIAL_CONTENT => match content_range(resp.headers()) {
-            Some((first, total)) if first == offset => (offset, total),
-            // bytes from elsewhere than the end of the part, or from where it does not say
-            _ => return Err(Failure::Restart),
-        },
-        StatusCode::RANGE_NOT_SATISFIABLE => return Err(Failure::Restart),
-        s => {
-            return Err(http_failure(
-                s,
-                src,
-                file,
-                auth_fix,
-                &server_said(resp).await,
-            ))
-        }
+    let Some((start, total)) = range_answered(&resp, from.offset)? else {
+        let said = server_said(resp).await;
+        return Err(http_failure(status, src, file, auth_fix, &said));
     };
     let version = version_of(resp.headers());
     let stream = resp.bytes_stream().map_err(|e| http_error(&e)).boxed();
@@ -140,6 +118,74 @@ async fn open_http(
     })
 }
 
+/// Where the bytes of a successful answer start and the file's whole length, when known; `None`
+/// for an error status. Bytes from elsewhere than `offset`, or a refused range, restart the part.
+fn range_answered(
+    resp: &reqwest::Response,
+    offset: u64,
+) -> Result<Option<(u64, Option<u64>)>, Failure> {
+    match resp.status() {
+        StatusCode::OK => Ok(Some((0, resp.content_length()))),
+        StatusCode::PARTIAL_CONTENT => match content_range(resp.headers()) {
+            Some((first, total)) if first == offset => Ok(Some((offset, total))),
+            // bytes from elsewhere than the end of the part, or from where it does not say
+            _ => Err(Failure::Restart),
+        },
+        StatusCode::RANGE_NOT_SATISFIABLE => Err(Failure::Restart),
+        _ => Ok(None),
+    }
+}
+
+/// The GET of `url`, asking for the rest of the version the part held when there is a part.
+fn ranged_request(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &HeaderMap,
+    from: From<'_>,
+) -> reqwest::RequestBuilder {
+    let offset = from.offset;
+    let mut req = client.get(url).headers(headers.clone());
+    if offset > 0 {
+        req = req.header(http::header::RANGE, format!("bytes={offset}-"));
+        // a file changed since comes whole (200), not as the rest of another version
+        if let Some(version) = from.version {
+            req = req.header(http::header::IF_RANGE, version);
+        }
+    }
+    req
+}
+
+/// Asks up to three times, pausing 0.6 s and then 1.2 s after a failure worth another try; the
+/// network error naming `file` (what was asked for) once the tries run out. For the small JSON
+/// documents a fetch starts from (a listing, a manifest).
+pub(crate) async fn three_tries<T, Fut>(
+    src: &str,
+    file: &str,
+    mut ask: impl FnMut() -> Fut,
+) -> Result<T, FetchError>
+where
+    Fut: std::future::Future<Output = Result<T, Failure>>,
+{
+    let mut last = String::new();
+    for attempt in 0..3u32 {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(300 << attempt)).await;
+        }
+        match ask().await {
+            Ok(answer) => return Ok(answer),
+            Err(Failure::Fatal(e)) => return Err(e),
+            Err(Failure::Retry(why)) => last = why,
+            Err(Failure::Restart) => {}
+        }
+    }
+    Err(FetchError::Network {
+        src: src.to_string(),
+        file: file.into(),
+        attempts: 3,
+        detail: last,
+    })
+}
+
 /// The body of a JSON answer (`what`, for the error), refused past
 /// [`JSON_AT_MOST`](super::cache_fs::JSON_AT_MOST) bytes: by its declared length before a byte
 /// is read, else as soon as the bytes that came pass it.
@@ -148,16 +194,7 @@ pub(crate) async fn json_body(
     src: &str,
     what: &str,
 ) -> Result<Vec<u8>, FetchError> {
-    use super::cache_fs::JSON_AT_MOST;
-    let too_long = || {
-        FetchError::invalid(
-            src,
-            format!(
-                "{what} is over {JSON_AT_MOST} bytes, more than any such answer takes; check \
-                 the endpoint it came from"
-            ),
-        )
-    };
+    let too_long = || json_too_long(src, what);
     if resp
         .content_length()
         .is_some_and(|n| n > JSON_AT_MOST as u64)
@@ -176,6 +213,17 @@ pub(crate) async fn json_body(
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// The error for a JSON answer (`what`) over [`JSON_AT_MOST`] bytes.
+fn json_too_long(src: &str, what: &str) -> FetchError {
+    FetchError::invalid(
+        src,
+        format!(
+            "{what} is over {JSON_AT_MOST} bytes, more than any such answer takes; check the \
+             endpoint it came from"
+        ),
+    )
 }
 
 /// The most of an error answer's body shown: what a server says of a refusal (an expired
@@ -278,20 +326,23 @@ async fn open_s3(
         ..Default::default()
     };
     match store.get_opts(path, options).await {
-        Ok(got) => {
-            let total = Some(got.meta.size);
-            let start = got.range.start;
-            let version = got.meta.e_tag.clone();
-            let stream = got.into_stream().map_err(|e| error_chain(&e)).boxed();
-            Ok(Opened {
-                start,
-                total,
-                version,
-                stream,
-            })
-        }
+        Ok(got) => Ok(opened_object(got)),
         Err(object_store::Error::Precondition { .. }) if resuming => Err(Failure::Restart),
         Err(e) => Err(s3_failure(e, src, file)),
+    }
+}
+
+/// An object's answer as an opened download: the range it sends, its size and ETag.
+fn opened_object(got: GetResult) -> Opened {
+    let total = Some(got.meta.size);
+    let start = got.range.start;
+    let version = got.meta.e_tag.clone();
+    let stream = got.into_stream().map_err(|e| error_chain(&e)).boxed();
+    Opened {
+        start,
+        total,
+        version,
+        stream,
     }
 }
 

@@ -77,18 +77,7 @@ impl Ledger {
             let detail = format!("{} is not a plain file", path.display());
             return Err(Refused::Io(std::io::Error::other(detail)));
         }
-        let mut hasher = Hasher::new(verify, Some(before.len()));
-        let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            match reader.read(&mut buf).map_err(Refused::Io)? {
-                0 => break,
-                n => hasher.update(&buf[..n]),
-            }
-        }
-        hasher
-            .check(verify)
-            .map_err(|(expected, got)| Refused::Mismatch(expected, got))?;
+        digest_matches(&file, verify, before.len())?;
         let after = file.metadata().map_err(Refused::Io)?;
         // remembered only when nothing wrote to it while it was read
         if stamp(&before, verify) == stamp(&after, verify) {
@@ -136,6 +125,22 @@ fn gate(path: &Path) -> Arc<tokio::sync::Mutex<()>> {
     // a gate no one holds any more goes, so the map stays as small as the checks under way
     gates.retain(|_, g| Arc::strong_count(g) > 1);
     gates.entry(path.to_path_buf()).or_default().clone()
+}
+
+/// Reads `file` (of `len` bytes) whole and checks it against `verify`.
+fn digest_matches(file: &std::fs::File, verify: &Verify, len: u64) -> Result<(), Refused> {
+    let mut hasher = Hasher::new(verify, Some(len));
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match reader.read(&mut buf).map_err(Refused::Io)? {
+            0 => break,
+            n => hasher.update(&buf[..n]),
+        }
+    }
+    hasher
+        .check(verify)
+        .map_err(|(expected, got)| Refused::Mismatch(expected, got))
 }
 
 /// What tells this version of a file apart, with the digest it matched; `None` without one.
