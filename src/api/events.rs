@@ -8,9 +8,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::Response;
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::api::App;
+use crate::observe::announce::Listener;
 use crate::proxy::body::Body;
 
 fn frame(kind: &str, data: &Value) -> Bytes {
@@ -56,66 +57,94 @@ fn log_data(app: &App, source: &str, data: &[u8]) -> Value {
 pub fn stream(app: &Arc<App>) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
     let app = app.clone();
-    // Subscribed before the response leaves, so a client that has the headers sees every later
-    // event, however late the task below first runs.
-    let mut proxy_logs = app.logs.proxy.subscribe();
-    let mut upstream_logs = app.logs.upstream.subscribe();
-    let mut inflight = app.inflight.events.subscribe();
-    let mut activity = app.activity.events.subscribe();
-    let mut models = app.fleet.watch();
-    let mut lifecycle = app.fleet.lifecycle_events();
-    let mut profile = app.profiles.watch();
+    // subscribed before the response leaves, so a client that has the headers sees every later
+    // event, however late the task below first runs
+    let mut sources = Sources::subscribe(&app);
     let task = tokio::spawn(async move {
-        let first = first_frames(&app);
-        for f in first {
+        for f in first_frames(&app) {
             if tx.send(f).await.is_err() {
                 return;
             }
         }
-        loop {
-            let next = tokio::select! {
-                changed = models.changed() => match changed {
-                    Ok(()) => frame("modelStatus", &model_status(&app)),
-                    Err(_) => return,
-                },
-                changed = profile.changed() => match changed {
-                    Ok(()) => profile_changed(&app),
-                    Err(_) => return,
-                },
-                line = proxy_logs.recv() => match line {
-                    Ok(data) => frame("logData", &log_data(&app, "proxy", &data)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => return,
-                },
-                line = upstream_logs.recv() => match line {
-                    Ok(data) => frame("logData", &log_data(&app, "upstream", &data)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => return,
-                },
-                event = lifecycle.recv() => match event {
-                    Ok(e) => frame(e["type"].as_str().unwrap_or("lifecycle"), &e),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => return,
-                },
-                row = activity.recv() => match row {
-                    Ok(id) => frame("activity", &json!({"id": id})),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => return,
-                },
-                event = inflight.recv() => match event {
-                    Ok(v) => frame("inflight", &v),
-                    Err(broadcast::error::RecvError::Lagged(_)) => frame("inflight", &app.inflight.snapshot()),
-                    Err(_) => return,
-                },
-                _ = tx.closed() => return,
-                _ = app.replaced.cancelled() => return,
-            };
+        while let Some(next) = sources.next(&app, &tx).await {
             if tx.try_send(next).is_err() && tx.is_closed() {
                 return;
             }
         }
     });
     crate::proxy::body::sse_from_task(rx, task)
+}
+
+/// What a stream follows: the fleet's changes and lifecycle events, the active profile, both
+/// log streams, the activity log and the requests in flight.
+struct Sources {
+    models: watch::Receiver<u64>,
+    profile: watch::Receiver<Option<String>>,
+    proxy_logs: broadcast::Receiver<Bytes>,
+    upstream_logs: broadcast::Receiver<Bytes>,
+    lifecycle: broadcast::Receiver<Value>,
+    activity: Listener<u64>,
+    inflight: Listener<Value>,
+}
+
+impl Sources {
+    fn subscribe(app: &App) -> Sources {
+        Sources {
+            models: app.fleet.watch(),
+            profile: app.profiles.watch(),
+            proxy_logs: app.logs.proxy.subscribe(),
+            upstream_logs: app.logs.upstream.subscribe(),
+            lifecycle: app.fleet.lifecycle_events(),
+            activity: app.activity.events.subscribe(),
+            inflight: app.inflight.events.subscribe(),
+        }
+    }
+
+    /// The next frame; `None` once the stream ends: a source closed, the client went away, or a
+    /// reload replaced the service. A lagging log or event source skips what it missed; lagging
+    /// in-flight events send the whole list instead.
+    async fn next(&mut self, app: &App, tx: &mpsc::Sender<Bytes>) -> Option<Bytes> {
+        use broadcast::error::RecvError::Lagged;
+        loop {
+            return Some(tokio::select! {
+                changed = self.models.changed() => match changed {
+                    Ok(()) => frame("modelStatus", &model_status(app)),
+                    Err(_) => return None,
+                },
+                changed = self.profile.changed() => match changed {
+                    Ok(()) => profile_changed(app),
+                    Err(_) => return None,
+                },
+                line = self.proxy_logs.recv() => match line {
+                    Ok(data) => frame("logData", &log_data(app, "proxy", &data)),
+                    Err(Lagged(_)) => continue,
+                    Err(_) => return None,
+                },
+                line = self.upstream_logs.recv() => match line {
+                    Ok(data) => frame("logData", &log_data(app, "upstream", &data)),
+                    Err(Lagged(_)) => continue,
+                    Err(_) => return None,
+                },
+                event = self.lifecycle.recv() => match event {
+                    Ok(e) => frame(e["type"].as_str().unwrap_or("lifecycle"), &e),
+                    Err(Lagged(_)) => continue,
+                    Err(_) => return None,
+                },
+                row = self.activity.recv() => match row {
+                    Ok(id) => frame("activity", &json!({"id": id})),
+                    Err(Lagged(_)) => continue,
+                    Err(_) => return None,
+                },
+                event = self.inflight.recv() => match event {
+                    Ok(v) => frame("inflight", &v),
+                    Err(Lagged(_)) => frame("inflight", &app.inflight.snapshot()),
+                    Err(_) => return None,
+                },
+                _ = tx.closed() => return None,
+                _ = app.replaced.cancelled() => return None,
+            });
+        }
+    }
 }
 
 /// What a new subscriber gets first: the logs so far, every model's state, the UI's settings, the

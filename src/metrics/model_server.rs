@@ -111,22 +111,21 @@ fn float(r: &Registry, name: &str, help: &str) -> Gauge {
     g
 }
 
+/// A gauge per model.
+fn int_by_model(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), &["model"]).expect("valid");
+    r.register(Box::new(g.clone())).expect("unique");
+    g
+}
+
+fn float_by_model(r: &Registry, name: &str, help: &str) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), &["model"]).expect("valid");
+    r.register(Box::new(g.clone())).expect("unique");
+    g
+}
+
 impl Gauges {
     pub fn new(r: &Registry) -> Gauges {
-        let by_model = |name: &str, help: &str| {
-            let g = IntGaugeVec::new(Opts::new(name, help), &["model"]).expect("valid");
-            r.register(Box::new(g.clone())).expect("unique");
-            g
-        };
-        let model_kv = GaugeVec::new(
-            Opts::new(
-                "corral_model_kv_cache_usage_ratio",
-                "Share of a model's KV cache in use (busy slots of its ready instances), 0 to 1.",
-            ),
-            &["model"],
-        )
-        .expect("valid");
-        r.register(Box::new(model_kv.clone())).expect("unique");
         let vllm = Registry::new();
         Gauges {
             waiting: int(
@@ -144,15 +143,21 @@ impl Gauges {
                 "corral_kv_cache_usage_ratio",
                 "Share of the KV cache in use across ready instances (busy slots), 0 to 1.",
             ),
-            model_waiting: by_model(
+            model_waiting: int_by_model(
+                r,
                 "corral_model_requests_waiting",
                 "Requests waiting for a model or pool.",
             ),
-            model_running: by_model(
+            model_running: int_by_model(
+                r,
                 "corral_model_requests_running",
                 "Requests a model or pool is serving.",
             ),
-            model_kv,
+            model_kv: float_by_model(
+                r,
+                "corral_model_kv_cache_usage_ratio",
+                "Share of a model's KV cache in use (busy slots of its ready instances), 0 to 1.",
+            ),
             vllm_waiting: float(
                 &vllm,
                 "vllm:num_requests_waiting",
