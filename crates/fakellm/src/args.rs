@@ -47,7 +47,7 @@ pub struct Config {
     /// (llama-server releases a slot a moment after the response is sent).
     pub slots_lag_ms: u64,
     /// The engine imitated (`--imitate`; set from the command line before parsing).
-    pub imitate: crate::imitate::Kind,
+    pub imitate: crate::kind::Kind,
     /// Print the imitated engine's out-of-memory lines after loading, and exit 1.
     pub fail_oom: bool,
     /// Fail out of memory only while this file does not exist (the failure creates it).
@@ -101,7 +101,7 @@ impl Default for Config {
             embedding_dim: 8,
             idle_close_ms: None,
             slots_lag_ms: 0,
-            imitate: crate::imitate::Kind::LlamaCpp,
+            imitate: crate::kind::Kind::LlamaCpp,
             fail_oom: false,
             fail_oom_once: None,
             fail_port: false,

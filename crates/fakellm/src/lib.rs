@@ -17,6 +17,7 @@ macro_rules! elog {
 pub mod args;
 mod events;
 pub mod imitate;
+mod kind;
 pub mod multipart;
 mod server;
 
