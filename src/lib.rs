@@ -12,7 +12,6 @@ mod fleet;
 mod gpu;
 mod logs;
 pub use logs::logging;
-mod matrix;
 mod memory;
 mod metrics;
 mod observe;

@@ -4,6 +4,7 @@
 //! [`decode`] turns the tree into the typed, validated [`Config`] that the rest of corral uses.
 
 pub(crate) mod catalog;
+pub(crate) mod matrix;
 mod command;
 mod decode;
 pub mod engine;
@@ -310,7 +311,7 @@ pub struct Config {
     pub models: BTreeMap<String, ModelConfig>,
     pub groups: Vec<Group>,
     /// The compiled matrix router, when `routing.router.use` is `matrix`.
-    pub router: Option<Arc<crate::matrix::Matrix>>,
+    pub router: Option<Arc<crate::config::matrix::Matrix>>,
     pub profiles: BTreeMap<String, Profile>,
     pub selectors: BTreeMap<String, Selector>,
     pub peers: BTreeMap<String, Peer>,

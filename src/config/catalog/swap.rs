@@ -49,7 +49,7 @@ fn evicts(config: &Config, g: &Group, tref: &InstanceRef, oref: &InstanceRef) ->
 
 /// With the matrix router, the solver picks the cheapest set that holds the target's model.
 fn matrix_conflicts<'a>(
-    matrix: &crate::matrix::Matrix,
+    matrix: &crate::config::matrix::Matrix,
     catalog: &Catalog,
     target: &str,
     running: impl IntoIterator<Item = &'a str>,

@@ -12,7 +12,7 @@ use crate::config::{ConfigError, Group, ModelConfig};
 pub(super) struct Routing {
     pub groups: Vec<Group>,
     /// The compiled matrix router, when the matrix is in use.
-    pub router: Option<Arc<crate::matrix::Matrix>>,
+    pub router: Option<Arc<crate::config::matrix::Matrix>>,
     pub fifo_priority: BTreeMap<String, i64>,
 }
 
@@ -120,10 +120,10 @@ fn group_readers<'n>(
 fn compile_matrix(
     r: &MapReader<'_>,
     models: &BTreeMap<String, ModelConfig>,
-) -> Result<Arc<crate::matrix::Matrix>, ConfigError> {
+) -> Result<Arc<crate::config::matrix::Matrix>, ConfigError> {
     let m = decode_matrix(r, models)?;
     let ids = models.keys().cloned().collect();
-    let compiled = crate::matrix::Matrix::compile(&m.vars, &m.evict_costs, &m.sets, &ids)
+    let compiled = crate::config::matrix::Matrix::compile(&m.vars, &m.evict_costs, &m.sets, &ids)
         .map_err(|e| r.err("sets", e))?;
     Ok(Arc::new(compiled))
 }
