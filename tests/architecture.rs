@@ -22,7 +22,6 @@ fn architecture(args: &[&str]) -> (bool, String) {
 }
 
 #[test]
-#[ignore = "enabled once the reorganisation lands"]
 fn the_code_keeps_its_architecture() {
     let (ok, report) = architecture(&[]);
     assert!(ok, "scripts/architecture.py found breaches:\n{report}");

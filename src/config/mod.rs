@@ -4,11 +4,11 @@
 //! [`decode`] turns the tree into the typed, validated [`Config`] that the rest of corral uses.
 
 pub(crate) mod catalog;
-pub(crate) mod matrix;
 mod command;
 mod decode;
 pub mod engine;
 mod expand;
+pub(crate) mod matrix;
 mod memory;
 mod read;
 pub(crate) mod reload_guard;
