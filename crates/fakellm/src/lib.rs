@@ -19,6 +19,7 @@ mod events;
 pub mod imitate;
 pub mod multipart;
 mod server;
+mod sleep;
 
 use std::time::Duration;
 

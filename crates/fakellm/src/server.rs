@@ -56,6 +56,8 @@ pub(crate) struct State {
     props_body: Bytes,
     prompt_tokens_total: AtomicU64,
     predicted_total: AtomicU64,
+    /// Asleep or awake (vLLM's sleep mode, SGLang's memory release).
+    rest: crate::sleep::Rest,
 }
 
 /// Runs the whole server; returns the exit code.
@@ -191,6 +193,7 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
         props_body,
         prompt_tokens_total: AtomicU64::new(0),
         predicted_total: AtomicU64::new(0),
+        rest: Default::default(),
         cfg,
     });
 
@@ -803,6 +806,21 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
             return full(&st, 503, JSON, loading_report(&st), tracker);
         }
         return full(&st, 503, JSON, Bytes::from_static(LOADING_BODY), tracker);
+    }
+    let events = st.events.as_deref();
+    let query = parts.uri.query();
+    if let Some((status, b)) =
+        crate::sleep::route(&st.cfg, &st.rest, events, &parts.method, path, query, &body).await
+    {
+        return full(&st, status, JSON, Bytes::from(b.to_string()), tracker);
+    }
+    let needs_weights = matches!(
+        rt,
+        Route::Inference | Route::Embeddings | Route::Rerank | Route::Multipart
+    );
+    if needs_weights && st.rest.refuses() {
+        let asleep = error_json(503, "the model is sleeping");
+        return full(&st, 503, JSON, asleep, tracker);
     }
     if parts.method == Method::GET {
         let used = st.busy.iter().any(|b| b.load(Ordering::Acquire))

@@ -44,6 +44,7 @@ pub(in crate::config) const TOP_KEYS: &[&str] = &[
     "openMetrics",
     "allowedHosts",
     "ollamaApi",
+    "hostMemory",
 ];
 
 /// One `models.<id>` entry.
@@ -92,6 +93,12 @@ pub(super) const MODEL_KEYS: &[&str] = &[
     "task",
     "quantization",
     "params",
+    // sleep and wake (see `sleep.rs`)
+    "sleepMode",
+    "sleepEndpoints",
+    "wakeEndpoints",
+    "sleepLevel",
+    "wakeTimeout",
 ];
 
 /// `timeouts` of a model or a peer.

@@ -34,8 +34,16 @@ pub(super) fn decode_model(
     warnings: &mut Vec<String>,
 ) -> Result<ModelConfig, ConfigError> {
     let m = model_reader(id, node, warnings)?;
-    let engine = decode_model_engine(id, &m, &d.engines, warnings)?;
+    let mut engine = decode_model_engine(id, &m, &d.engines, warnings)?;
+    let sleep = super::sleep::decode_sleep(&m, engine.as_ref().map(|e| e.kind), warnings)?;
+    if let (Some(e), Some(_)) = (engine.as_mut(), &sleep) {
+        crate::config::sleep::prepare_engine(e);
+    }
     let launch = decode_launch(&m, engine.as_ref())?;
+    if let (None, Some(spec)) = (&engine, &sleep) {
+        let warned = crate::config::sleep::cmd_warning(&launch.argv, &launch.env, spec);
+        warnings.extend(warned.map(|w| format!("{}: {w}", m.path)));
+    }
     let lifetime = decode_lifetime(id, &m, d)?;
     let about = decode_about(&m, warnings)?;
     let compat = m.child("compat", &["ignoreWebsockets"], warnings)?;
@@ -78,6 +86,7 @@ pub(super) fn decode_model(
         ignore_websockets: compat.boolean("ignoreWebsockets")?.unwrap_or(false)
             || id == COMFYUI_AUTO,
         capabilities: about.capabilities,
+        sleep: sleep.map(Arc::new),
     })
 }
 
