@@ -99,22 +99,6 @@ pub fn engine_needs(
     }
 }
 
-/// Adds what `kind` needs to sleep to an engine model's arguments and environment, unless the
-/// user already gave it.
-pub fn prepare_engine(engine: &mut super::engine::EngineModel) {
-    let (flags, env) = engine_needs(engine.kind);
-    for flag in flags {
-        if !engine.args.iter().any(|a| a == flag) {
-            engine.args.push(flag.to_string());
-        }
-    }
-    for (name, value) in env {
-        if !engine.env.iter().any(|(k, _)| k == name) {
-            engine.env.push((name.to_string(), value.to_string()));
-        }
-    }
-}
-
 /// What `corral check` says of a `cmd` model that sleeps through vLLM's routes but whose command
 /// or environment lacks what vLLM needs to serve them; `None` when nothing is missing.
 pub fn cmd_warning(argv: &[String], env: &[(String, String)], spec: &SleepSpec) -> Option<String> {

@@ -22,6 +22,10 @@ pub enum StopReason {
     Unreachable,
     /// A pool member taken out after answering server errors in a row.
     Ejected,
+    /// Its sleep calls failed or took too long: stopped instead.
+    SleepFailed,
+    /// Its wake calls failed or took too long: stopped, to start cold.
+    WakeFailed,
 }
 
 impl StopReason {
@@ -36,6 +40,8 @@ impl StopReason {
             StopReason::Shutdown => "shutdown",
             StopReason::Unreachable => "unreachable",
             StopReason::Ejected => "ejected",
+            StopReason::SleepFailed => "sleep_failed",
+            StopReason::WakeFailed => "wake_failed",
         }
     }
 
@@ -105,6 +111,9 @@ pub struct Instance {
     pub oom_retried: bool,
     /// Set by a reload that changed or removed this instance while it ran.
     pub retire: super::Retire,
+    /// Tells this run's task to put the engine to sleep (`true`) or wake it (`false`); the phase
+    /// says the same, set under the lock with it.
+    pub rest: tokio::sync::watch::Sender<bool>,
     /// An idle time a request set for this run of the instance (Ollama's `keep_alive`), in place
     /// of the model's `ttl`: the generation it was set in, and the time (`None`: never unload).
     pub keep_alive: Option<(u64, Option<Duration>)>,

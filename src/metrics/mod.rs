@@ -182,6 +182,8 @@ mod tests {
                 "shutdown",
                 "unreachable",
                 "ejected",
+                "sleep_failed",
+                "wake_failed",
                 "crash"
             ]
         );

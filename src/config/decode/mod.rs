@@ -50,7 +50,6 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
     let selectors = profiles::decode_selectors(&top, warnings)?;
     let peers = peers::decode_peers(&top, &models, warnings)?;
     let load_bandwidth = super::memory::load_bandwidth(&top)?;
-    let host_memory = super::memory::host_memory(&top)?;
     let device_refresh = super::memory::device_refresh(&top)?;
     let load_stall =
         super::memory::seconds(&top, "loadStallTimeout")?.unwrap_or(Duration::from_secs(30));
@@ -63,7 +62,7 @@ pub fn decode(root: &Node, warnings: &mut Vec<String>) -> Result<Config, ConfigE
         router: routing.router,
         devices,
         load_bandwidth,
-        host_memory,
+        host_memory: super::memory::host_memory(&top)?,
         device_refresh,
         load_stall,
         health_check_timeout: secs(s.health),

@@ -35,15 +35,9 @@ pub(super) fn decode_model(
 ) -> Result<ModelConfig, ConfigError> {
     let m = model_reader(id, node, warnings)?;
     let mut engine = decode_model_engine(id, &m, &d.engines, warnings)?;
-    let sleep = super::sleep::decode_sleep(&m, engine.as_ref().map(|e| e.kind), warnings)?;
-    if let (Some(e), Some(_)) = (engine.as_mut(), &sleep) {
-        crate::config::sleep::prepare_engine(e);
-    }
+    let sleep = super::sleep::decode_sleep(&m, engine.as_mut(), warnings)?;
     let launch = decode_launch(&m, engine.as_ref())?;
-    if let (None, Some(spec)) = (&engine, &sleep) {
-        let warned = crate::config::sleep::cmd_warning(&launch.argv, &launch.env, spec);
-        warnings.extend(warned.map(|w| format!("{}: {w}", m.path)));
-    }
+    super::sleep::warn_cmd(&m, engine.is_none(), sleep.as_ref(), &launch, warnings);
     let lifetime = decode_lifetime(id, &m, d)?;
     let about = decode_about(&m, warnings)?;
     let compat = m.child("compat", &["ignoreWebsockets"], warnings)?;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::config::engine::EngineModel;
 use crate::config::read::MapReader;
 use crate::config::sleep::{engine_calls, SleepCall, SleepSpec, DEFAULT_WAKE_TIMEOUT};
 use crate::config::yaml::Value;
@@ -13,9 +14,54 @@ use crate::engines::EngineKind;
 const CALL_KEYS: &[&str] = &["endpoint", "method", "body", "timeout"];
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH"];
 
-/// How the model sleeps, or `None` when it does not: `sleepMode: disable`, or neither
-/// `sleepMode: enable` nor endpoints given. `kind` is its engine's, for the default calls.
+/// How the model sleeps, or `None` when it does not; an engine that sleeps is given the flags
+/// and environment its sleep needs.
 pub(super) fn decode_sleep(
+    m: &MapReader<'_>,
+    engine: Option<&mut EngineModel>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<SleepSpec>, ConfigError> {
+    let spec = decode_spec(m, engine.as_ref().map(|e| e.kind), warnings)?;
+    if let (Some(e), Some(_)) = (engine, &spec) {
+        prepare_engine(e);
+    }
+    Ok(spec)
+}
+
+/// Adds what `kind` needs to sleep to an engine model's arguments and environment, unless the
+/// user already gave it.
+fn prepare_engine(engine: &mut EngineModel) {
+    let (flags, env) = crate::config::sleep::engine_needs(engine.kind);
+    for flag in flags {
+        if !engine.args.iter().any(|a| a == flag) {
+            engine.args.push(flag.to_string());
+        }
+    }
+    for (name, value) in env {
+        if !engine.env.iter().any(|(k, _)| k == name) {
+            engine.env.push((name.to_string(), value.to_string()));
+        }
+    }
+}
+
+/// Warns about a `cmd` model that sleeps through vLLM's routes without what they need.
+pub(super) fn warn_cmd(
+    m: &MapReader<'_>,
+    is_cmd: bool,
+    spec: Option<&SleepSpec>,
+    launch: &super::launch::Launch,
+    warnings: &mut Vec<String>,
+) {
+    let Some(spec) = spec.filter(|_| is_cmd) else {
+        return;
+    };
+    let warned = crate::config::sleep::cmd_warning(&launch.argv, &launch.env, spec);
+    warnings.extend(warned.map(|w| format!("{}: {w}", m.path)));
+}
+
+/// The spec: `None` for `sleepMode: disable`, or with neither `sleepMode: enable` nor endpoints
+/// given. `kind` is the engine's, for the default calls.
+fn decode_spec(
     m: &MapReader<'_>,
     kind: Option<EngineKind>,
     warnings: &mut Vec<String>,
