@@ -353,3 +353,33 @@ fn check_warns_about_a_vllm_command_without_sleep_mode_and_refuses_bad_keys() {
     assert!(!ok, "{text}");
     assert!(text.contains("models.m.sleepMode"), "{text}");
 }
+
+/// A wake that passes `wakeTimeout` is given up: the engine is stopped and started cold, and the
+/// request waiting for it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_past_its_deadline_starts_the_engine_cold() {
+    let dir = snapshot();
+    let models = [("a", "--wake-ms 5000", "wakeTimeout: 1"), ("b", "", "")];
+    let h = Harness::start(&config(dir.path(), "", &models)).await;
+    assert_eq!(ask(&h, "a").await.status, 200);
+    assert_eq!(ask(&h, "b").await.status, 200);
+    let began = std::time::Instant::now();
+    let back = ask(&h, "a").await;
+    assert_eq!(back.status, 200, "{}", back.text());
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "not held for the slow wake"
+    );
+    assert_eq!(pids(&h, "a").len(), 2, "started cold");
+    let text = metrics(&h).await;
+    assert!(
+        has_line(
+            &text,
+            "corral_wakes_total",
+            &["model=\"a\"", "result=\"failed\""],
+            "1"
+        ),
+        "{text}"
+    );
+    h.stop().await;
+}
