@@ -383,3 +383,47 @@ async fn a_wake_past_its_deadline_starts_the_engine_cold() {
     );
     h.stop().await;
 }
+
+/// Polls `/v1/models` until `model`'s router status reads `want`.
+async fn router_status_becomes(h: &Harness, model: &str, want: &str) {
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let listed = get(&format!("{}/v1/models", h.url)).await.json();
+        let entry = listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == model)
+            .cloned();
+        let status = entry.as_ref().map(|m| m["status"]["value"].clone());
+        if status.as_ref().and_then(Value::as_str) == Some(want) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{model} never {want}: {entry:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// llama-server's own idle sleep (`--sleep-idle-seconds`) is read from its `/props` and shown:
+/// `sleeping` in the router's status and `engineSleeping` in `/running`, while the process serves
+/// on and wakes by itself at the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_servers_own_idle_sleep_is_shown() {
+    let h = Harness::start(&format!(
+        "models:\n{}",
+        fake_model("a", "--sleep-idle-seconds 1 --wake-ms 50", "")
+    ))
+    .await;
+    assert_eq!(ask(&h, "a").await.status, 200);
+    router_status_becomes(&h, "a", "sleeping").await;
+    let running = get(&format!("{}/running", h.url)).await.json();
+    assert_eq!(running["running"][0]["engineSleeping"], true, "{running}");
+    assert_eq!(running["running"][0]["state"], "ready", "{running}");
+    assert_eq!(ask(&h, "a").await.status, 200);
+    assert_eq!(h.count_events("a", "woke"), 1);
+    router_status_becomes(&h, "a", "loaded").await;
+    h.stop().await;
+}

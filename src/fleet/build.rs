@@ -117,6 +117,7 @@ fn stopped_instance(
         retire: Retire::No,
         keep_alive: None,
         rest: tokio::sync::watch::channel(false).0,
+        engine_sleeping: false,
     }
 }
 

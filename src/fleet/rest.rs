@@ -55,7 +55,51 @@ async fn wanted(rest: Option<(&mut watch::Receiver<bool>, bool)>) {
     }
 }
 
+/// How often a llama-server that sleeps by itself is asked whether it sleeps.
+const IDLE_SLEEP_POLL: Duration = Duration::from_secs(1);
+
+/// The idle time after which llama-server sleeps by itself (`--sleep-idle-seconds N`, N > 0).
+fn idle_sleep_seconds(argv: &[String]) -> Option<u64> {
+    let at = argv.iter().position(|a| a == "--sleep-idle-seconds")?;
+    argv.get(at + 1)?.parse().ok().filter(|n| *n > 0)
+}
+
+/// Follows a llama-server's own idle sleep through its `/props` (`is_sleeping`), for the state
+/// to show it; runs until aborted.
+async fn follow_idle_sleep(inner: Arc<super::Inner>, id: String, base: String) {
+    let url = format!("{}/props", base.trim_end_matches('/'));
+    let mut tick = tokio::time::interval(IDLE_SLEEP_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let Some((status, body)) = inner.health.get(url.clone()).await else {
+            continue;
+        };
+        let props: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let sleeping = status.is_success() && props["is_sleeping"] == true;
+        let changed = inner
+            .lock()
+            .instances
+            .get(&id)
+            .is_some_and(|i| i.engine_sleeping != sleeping);
+        if changed {
+            inner.update(&id, |i| i.engine_sleeping = sleeping);
+        }
+    }
+}
+
 impl Run {
+    /// For a llama-server that sleeps by itself when idle, a task that follows its sleep.
+    pub(super) fn watch_idle_sleep(
+        &self,
+        spec: &ProcessSpec,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let ours = self.kind == crate::engines::EngineKind::LlamaCpp;
+        idle_sleep_seconds(&spec.argv).filter(|_| ours)?;
+        let (inner, id, base) = (self.inner.clone(), self.id.clone(), spec.base.clone());
+        Some(tokio::spawn(follow_idle_sleep(inner, id, base)))
+    }
+
     /// Serves, sleeping and waking as the fleet asks, until the process exits (`None`) or is told
     /// to stop (the reason).
     pub(super) async fn serve(

@@ -22,7 +22,7 @@ pub(super) struct Run {
     generation: u64,
     started: Instant,
     /// The engine kind whose output and load reports corral reads (llama-server for a `cmd`).
-    kind: EngineKind,
+    pub(super) kind: EngineKind,
 }
 
 /// Owns one started process from spawn to reap, publishing each phase change.
@@ -70,11 +70,11 @@ pub(crate) async fn run(
         let (inner, id) = (run.inner.clone(), run.id.clone());
         tokio::spawn(poll_slots(inner, id, spec.clone(), run.kind, every))
     });
+    let watchers = poller.into_iter().chain(run.watch_idle_sleep(&spec));
+    let watchers: Vec<_> = watchers.collect();
     let ready_at = Instant::now();
     let reason = run.serve(&process, &spec, &mut stop).await;
-    if let Some(p) = poller {
-        p.abort();
-    }
+    watchers.iter().for_each(|w| w.abort());
     run.stopped(Some(ready_at.elapsed()), reason);
 }
 
@@ -233,6 +233,7 @@ impl Run {
         self.inner.update(&self.id, |i| {
             i.phase = Phase::Stopped;
             i.rest.send_replace(false); // the next run starts awake
+            i.engine_sleeping = false;
             i.external_busy = 0;
             match reason {
                 None => i.record_failure(uptime),

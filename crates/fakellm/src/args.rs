@@ -67,6 +67,8 @@ pub struct Config {
     pub enable_sleep_mode: bool,
     /// SGLang's `--enable-memory-saver`: its memory release routes exist.
     pub enable_memory_saver: bool,
+    /// llama-server's `--sleep-idle-seconds`: asleep after this long without a request.
+    pub sleep_idle_seconds: Option<u64>,
     /// Sleep calls answer 500 (`--fail-sleep`).
     pub fail_sleep: bool,
     /// Wake calls answer 500 (`--fail-wake`).
@@ -120,6 +122,7 @@ impl Default for Config {
             wake_ms: 0,
             enable_sleep_mode: false,
             enable_memory_saver: false,
+            sleep_idle_seconds: None,
             fail_sleep: false,
             fail_wake: false,
             warnings: Vec::new(),
@@ -180,6 +183,8 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
                            /reset_prefix_cache, given VLLM_SERVER_DEV_MODE=1, as vLLM does
   --enable-memory-saver    (sglang) serve /release_memory_occupation, /resume_memory_occupation
   --wake-ms MS             a wake from sleep takes MS (default 0)
+  --sleep-idle-seconds N   (llama-server) asleep after N s without a request: /props says
+                           is_sleeping, and the next request wakes it (in --wake-ms)
   --fail-sleep             sleep calls answer 500
   --fail-wake              wake calls answer 500
 
@@ -223,6 +228,7 @@ const VALUE_FLAGS: &[&str] = &[
     "--embedding-dim",
     "--fail-oom-once",
     "--wake-ms",
+    "--sleep-idle-seconds",
 ];
 
 const BOOL_FLAGS: &[&str] = &[
@@ -336,6 +342,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--loading-ms" => cfg.loading_ms = num(flag, &v)?,
                 "--progress-ms" => cfg.progress_ms = num(flag, &v)?,
                 "--wake-ms" => cfg.wake_ms = num(flag, &v)?,
+                "--sleep-idle-seconds" => {
+                    let n: i64 = num(flag, &v)?;
+                    cfg.sleep_idle_seconds = u64::try_from(n).ok().filter(|n| *n > 0);
+                }
                 "--exit-after-ms" => cfg.exit_after_ms = Some(num(flag, &v)?),
                 "--idle-close-ms" => cfg.idle_close_ms = Some(num(flag, &v)?),
                 "--slots-lag-ms" => cfg.slots_lag_ms = num(flag, &v)?,

@@ -9,7 +9,7 @@
 //! `POST /release_memory_occupation` and `POST /resume_memory_occupation` with
 //! `--enable-memory-saver`. `--fail-sleep` and `--fail-wake` make those calls answer 500.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use hyper::Method;
@@ -32,6 +32,32 @@ impl Rest {
     /// True while inference must be refused: asleep, or woken without its weights.
     pub fn refuses(&self) -> bool {
         self.level.load(Ordering::Acquire) > 0 || self.weightless.load(Ordering::Acquire)
+    }
+}
+
+/// llama-server's own idle sleep (`--sleep-idle-seconds`): asleep once nothing was asked of the
+/// model for that long, shown as `is_sleeping` in `/props`; the next request wakes it.
+#[derive(Debug, Default)]
+pub struct Idle {
+    /// When a request last used the model, in ms since start.
+    last_used_ms: AtomicU64,
+}
+
+impl Idle {
+    /// A request uses the model at `now_ms`; true when it found the engine asleep (it wakes).
+    pub fn used(&self, cfg: &Config, now_ms: u64, others_active: bool) -> bool {
+        let asleep = self.asleep(cfg, now_ms, others_active);
+        self.last_used_ms.store(now_ms, Ordering::Release);
+        asleep
+    }
+
+    /// Asleep at `now_ms`: idle sleep on, no other request in flight, and idle long enough.
+    pub fn asleep(&self, cfg: &Config, now_ms: u64, others_active: bool) -> bool {
+        let Some(idle_s) = cfg.sleep_idle_seconds else {
+            return false;
+        };
+        let since = now_ms.saturating_sub(self.last_used_ms.load(Ordering::Acquire));
+        !others_active && since >= idle_s * 1000
     }
 }
 

@@ -51,6 +51,7 @@ pub fn instance_state(s: &Snapshot) -> RouterState {
     match s.state {
         PhaseName::Starting if s.download.is_some() => RouterState::Downloading,
         PhaseName::Starting => RouterState::Loading,
+        PhaseName::Ready if s.engine_sleeping => RouterState::Sleeping,
         PhaseName::Ready => RouterState::Loaded,
         PhaseName::Sleeping => RouterState::Sleeping,
         PhaseName::Stopped | PhaseName::Stopping => RouterState::Unloaded,
