@@ -159,6 +159,21 @@ async fn a_swap_sleeps_the_idle_engine_and_the_swap_back_wakes_the_same_process(
         ),
         "{text}"
     );
+    let status = ["model=\"b\"", "status=\"sleeping\""];
+    assert!(
+        has_line(&text, "corral_model_status", &status, "1"),
+        "{text}"
+    );
+    let lifecycle = get(&format!("{}/api/lifecycle", h.url)).await.text();
+    assert!(
+        lifecycle.contains("\"slept\"") && lifecycle.contains("\"woke\""),
+        "{lifecycle}"
+    );
+
+    // a sleeper is stopped by an unload like any running engine
+    assert_eq!(get(&format!("{}/unload", h.url)).await.status, 200);
+    assert!(states(&h).await.is_empty());
+    assert_eq!(h.count_events("b", "sigterm"), 1);
     h.stop().await;
 }
 
@@ -425,5 +440,27 @@ async fn llama_servers_own_idle_sleep_is_shown() {
     assert_eq!(ask(&h, "a").await.status, 200);
     assert_eq!(h.count_events("a", "woke"), 1);
     router_status_becomes(&h, "a", "loaded").await;
+    h.stop().await;
+}
+
+/// A sleeper is stopped once its `ttl` ends, as an idle ready engine is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeper_is_stopped_when_its_ttl_ends() {
+    let dir = snapshot();
+    let models = [("a", "", "ttl: 1"), ("b", "", "")];
+    let h = Harness::start(&config(dir.path(), "", &models)).await;
+    assert_eq!(ask(&h, "a").await.status, 200);
+    assert_eq!(ask(&h, "b").await.status, 200);
+    assert_eq!(sleep_calls(&h, "a"), ["/sleep 200"]);
+    eventually(WITHIN, "a stopped at its ttl", || {
+        h.count_events("a", "sigterm") == 1
+    })
+    .await;
+    let text = metrics(&h).await;
+    let stop = ["model=\"a\"", "reason=\"ttl\""];
+    assert!(
+        has_line(&text, "corral_instance_stops_total", &stop, "1"),
+        "{text}"
+    );
     h.stop().await;
 }
