@@ -108,26 +108,22 @@ impl Run {
         spec: &ProcessSpec,
         stop: &mut watch::Receiver<Option<StopOrder>>,
     ) -> Option<StopReason> {
-        let (mut rest, sleep) = {
+        let (rest, sleep) = {
             let st = self.inner.lock();
             let inst = st.instances.get(&self.id);
-            let rest = inst.map(|i| i.rest.subscribe());
-            (rest, inst.and_then(|i| i.model.sleep.clone()))
+            let sleep = inst.and_then(|i| i.model.sleep.clone());
+            (inst.map(|i| i.rest.subscribe()), sleep)
+        };
+        let (Some(mut rx), Some(sleep)) = (rest, sleep) else {
+            let event = next_event(process, stop, None).await;
+            return self.end(process, spec, event).await;
         };
         loop {
-            let asked = rest
-                .as_mut()
-                .filter(|_| sleep.is_some())
-                .map(|rx| (rx, true));
-            match next_event(process, stop, asked).await {
+            match next_event(process, stop, Some((&mut rx, true))).await {
                 Event::Rest => {}
                 other => return self.end(process, spec, other).await,
             }
-            let (rx, sleep) = (
-                rest.as_mut().expect("asked"),
-                sleep.as_ref().expect("asked"),
-            );
-            if let Err(broke) = self.rest(process, spec, stop, rx, sleep).await {
+            if let Err(broke) = self.rest(process, spec, stop, &mut rx, &sleep).await {
                 return self.broke(process, spec, broke).await;
             }
         }
@@ -164,11 +160,9 @@ impl Run {
         spec: &ProcessSpec,
         broke: Broke,
     ) -> Option<StopReason> {
-        let Broke::Failed(why) = broke else {
-            let Broke::Ended(reason) = broke else {
-                unreachable!()
-            };
-            return reason;
+        let why = match broke {
+            Broke::Ended(reason) => return reason,
+            Broke::Failed(why) => why,
         };
         let reason = match self
             .inner
