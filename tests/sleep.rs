@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::process::*;
 use support::*;
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -463,4 +464,47 @@ async fn a_sleeper_is_stopped_when_its_ttl_ends() {
         "{text}"
     );
     h.stop().await;
+}
+
+/// A `cmd` model running vLLM's imitation with its sleep routes on; `sleep` adds its calls.
+fn vllm_cmd(port: u16, sleep: bool) -> String {
+    let calls =
+        "    sleepEndpoints: [{endpoint: /sleep}]\n    wakeEndpoints: [{endpoint: /wake_up}]\n";
+    format!(
+        "startPort: {port}\nmodels:\n  a:\n    cmd: ${{env.ENGINE}} --imitate vllm serve /m --port ${{PORT}} --enable-sleep-mode --events-file ${{env.DIR}}/a.events\n    env: [\"${{env.MARKER}}\", VLLM_SERVER_DEV_MODE=1]\n{}{}",
+        if sleep { calls } else { "" },
+        fake_model("b", "", "")
+    )
+}
+
+/// A reload that gives a running model its sleep calls (its command unchanged, so its process
+/// stays) takes effect at its next swap: the calls are read when the sleep is asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleep_calls_a_reload_added_are_used_by_the_running_engine() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_range(8);
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, vllm_cmd(port, false)).unwrap();
+    let p = spawn_corral_with(dir, &path, state.path(), &[]);
+    let chat_url = format!("{}/v1/chat/completions", p.url);
+    assert_eq!(post_json(&chat_url, &chat("a")).await.status, 200);
+    std::fs::write(&path, vllm_cmd(port, true)).unwrap();
+    signal(&p.child, nix::sys::signal::Signal::SIGHUP);
+    let reloaded = |text: &str| has_line(text, "corral_config_reloads_total", &["success"], "1");
+    let deadline = std::time::Instant::now() + WITHIN;
+    while !reloaded(&get(&format!("{}/metrics", p.url)).await.text()) {
+        assert!(std::time::Instant::now() < deadline, "never reloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = chat("b");
+    let swap = tokio::time::timeout(WITHIN, post_json(&chat_url, &b));
+    assert_eq!(swap.await.expect("the swap went through").status, 200);
+    let events = read_events(&p.dir.path().join("a.events"));
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "sleep_call")
+        .collect();
+    assert_eq!(calls.len(), 1, "{events:?}");
+    assert_eq!(calls[0]["path"], "/sleep");
 }

@@ -101,20 +101,21 @@ impl Run {
     }
 
     /// Serves, sleeping and waking as the fleet asks, until the process exits (`None`) or is told
-    /// to stop (the reason).
+    /// to stop (the reason). The calls are read when a sleep is asked for: a reload may have
+    /// changed them since the start.
     pub(super) async fn serve(
         &self,
         process: &Process,
         spec: &ProcessSpec,
         stop: &mut watch::Receiver<Option<StopOrder>>,
     ) -> Option<StopReason> {
-        let (rest, sleep) = {
-            let st = self.inner.lock();
-            let inst = st.instances.get(&self.id);
-            let sleep = inst.and_then(|i| i.model.sleep.clone());
-            (inst.map(|i| i.rest.subscribe()), sleep)
-        };
-        let (Some(mut rx), Some(sleep)) = (rest, sleep) else {
+        let rest = self
+            .inner
+            .lock()
+            .instances
+            .get(&self.id)
+            .map(|i| i.rest.subscribe());
+        let Some(mut rx) = rest else {
             let event = next_event(process, stop, None).await;
             return self.end(process, spec, event).await;
         };
@@ -123,7 +124,17 @@ impl Run {
                 Event::Rest => {}
                 other => return self.end(process, spec, other).await,
             }
-            if let Err(broke) = self.rest(process, spec, stop, &mut rx, &sleep).await {
+            let sleep = self
+                .inner
+                .lock()
+                .instances
+                .get(&self.id)
+                .and_then(|i| i.model.sleep.clone());
+            let rested = match sleep {
+                Some(sleep) => self.rest(process, spec, stop, &mut rx, &sleep).await,
+                None => Err(Broke::Failed("its model no longer sleeps".into())),
+            };
+            if let Err(broke) = rested {
                 return self.broke(process, spec, broke).await;
             }
         }
