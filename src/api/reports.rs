@@ -27,6 +27,7 @@ pub fn running(app: &App) -> Response<Body> {
                 "ttl": m.ttl.map_or(0, |t| t.as_secs()), "name": m.name.clone().unwrap_or_default(),
                 "description": m.description.clone().unwrap_or_default(), "pool": s.pool,
                 "inFlight": s.in_flight, "slots": s.slots, "failures": s.failures, "circuitOpen": s.circuit_open,
+                "engineSleeping": s.engine_sleeping,
                 "devices": s.devices.iter().map(|(name, bytes)| json!({"device": name, "bytes": bytes})).collect::<Vec<_>>()}))
         })
         .collect();

@@ -245,6 +245,19 @@ pub fn load_bandwidth(top: &MapReader<'_>) -> Result<u64, ConfigError> {
     Ok(bytes)
 }
 
+/// `hostMemory`: a size such as `64GiB`, or a number of bytes.
+pub fn host_memory(top: &MapReader<'_>) -> Result<Option<u64>, ConfigError> {
+    let bytes = match top.get("hostMemory").map(|n| &n.value) {
+        None => return Ok(None),
+        Some(Value::Int(b)) if *b > 0 => Some(*b as u64),
+        Some(Value::Str(s)) => parse_bytes(s).ok().filter(|b| *b > 0),
+        Some(_) => None,
+    };
+    bytes
+        .map(Some)
+        .ok_or_else(|| top.err("hostMemory", "must be a size such as 64GiB"))
+}
+
 pub fn seconds(r: &MapReader<'_>, key: &str) -> Result<Option<Duration>, ConfigError> {
     match r.int(key)? {
         None => Ok(None),

@@ -13,6 +13,7 @@ mod memory;
 mod read;
 pub(crate) mod reload_guard;
 mod server;
+pub mod sleep;
 mod top_keys;
 pub(crate) mod yaml;
 
@@ -270,6 +271,9 @@ pub struct Config {
     pub health_check_timeout: Duration,
     /// Devices whose memory corral places models on; empty turns memory placement off.
     pub devices: Vec<Device>,
+    /// Host memory sleepers that keep their weights may hold in all (`hostMemory`); `None`: what
+    /// the host has available when a sleep is decided.
+    pub host_memory: Option<u64>,
     /// Bytes per second a load is expected to read at least; sets each model's load deadline.
     pub load_bandwidth: u64,
     /// How often nvidia-smi is read again for the memory other programs use on the devices
@@ -468,6 +472,8 @@ pub struct ModelConfig {
     pub disable_keep_alives: bool,
     pub ignore_websockets: bool,
     pub capabilities: Capabilities,
+    /// How it sleeps and wakes instead of stopping (`sleepMode`); `None` when it does not.
+    pub sleep: Option<Arc<sleep::SleepSpec>>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -48,4 +48,5 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "openMetrics",
     "allowedHosts",
     "ollamaApi",
+    "hostMemory",
 ];

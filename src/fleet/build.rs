@@ -116,6 +116,8 @@ fn stopped_instance(
         oom_retried: false,
         retire: Retire::No,
         keep_alive: None,
+        rest: tokio::sync::watch::channel(false).0,
+        engine_sleeping: false,
     }
 }
 

@@ -16,6 +16,13 @@ pub struct FleetCounters {
     pub starts: IntCounterVec,
     /// Spawn to ready: label model.
     pub load_duration: HistogramVec,
+    /// Sleeps by result: labels model, instance, result (`ok`, `failed`).
+    pub sleeps: IntCounterVec,
+    /// Wakes by result: labels model, instance, result (`ok`, `failed`).
+    pub wakes: IntCounterVec,
+    /// Wake calls sent to ready again: label model. A wake is the fast half of a swap, beside
+    /// `load_duration`'s cold starts.
+    pub wake_duration: HistogramVec,
     /// Stops by reason: labels model, instance, reason (see [`stop_label`]).
     pub stops: IntCounterVec,
     /// Starts of an instance that ran before: labels model, instance.

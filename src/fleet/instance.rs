@@ -63,6 +63,12 @@ pub struct Instance {
     pub oom_retried: bool,
     /// Set by a reload that changed or removed this instance while it ran.
     pub retire: super::Retire,
+    /// Tells this run's task to put the engine to sleep (`true`) or wake it (`false`); the phase
+    /// says the same, set under the lock with it.
+    pub rest: tokio::sync::watch::Sender<bool>,
+    /// llama-server's own idle sleep (`--sleep-idle-seconds`), as its `/props` last said: it still
+    /// serves, waking by itself.
+    pub engine_sleeping: bool,
     /// An idle time a request set for this run of the instance (Ollama's `keep_alive`), in place
     /// of the model's `ttl`: the generation it was set in, and the time (`None`: never unload).
     pub keep_alive: Option<(u64, Option<Duration>)>,

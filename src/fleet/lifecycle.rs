@@ -30,6 +30,8 @@ pub enum ModelStatus {
     Active,
     /// Some instances are ready, others starting or failed.
     Degraded,
+    /// Its engine sleeps, its device memory freed: the next request wakes it.
+    Sleeping,
     /// Nothing runs.
     Inactive,
     /// Its last start failed and nothing runs; the reason says why.
@@ -84,6 +86,9 @@ pub fn status_of(members: &[&Snapshot], queued: usize) -> Status {
     }
     if starting {
         return with(ModelStatus::Deploying, None);
+    }
+    if members.iter().any(|s| s.state == PhaseName::Sleeping) {
+        return with(ModelStatus::Sleeping, None);
     }
     if let Some(e) = first_error() {
         return with(ModelStatus::Error, Some(e));
@@ -272,6 +277,16 @@ mod tests {
         );
         let retrying = [failed("x"), member(PhaseName::Starting)];
         assert_eq!(status(&retrying, 0).0, ModelStatus::Deploying);
+    }
+
+    #[test]
+    fn a_sleeping_engine_makes_a_sleeping_model_and_its_wake_a_deploying_one() {
+        assert_eq!(
+            status(&[member(PhaseName::Sleeping)], 0).0,
+            ModelStatus::Sleeping
+        );
+        let pool = [member(PhaseName::Sleeping), member(PhaseName::Ready)];
+        assert_eq!(status(&pool, 0).0, ModelStatus::Active);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!
 //! The files: `acquire.rs` (a request for one instance) and `pool.rs` (for a pool, its queue in
 //! `queue.rs`), `prepare.rs` (what each try decides), `placement.rs` and `ledger/` (device
-//! memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, and `snapshot.rs` with `queries.rs`
+//! memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, `sleep.rs` (sleep instead of a stop,
+//! and the wake; the task's side in `rest.rs`), and `snapshot.rs` with `queries.rs`
 //! for what the outside reads. Decisions are pure plans over views of the state, carried out by
 //! those files: `swap_plan.rs` (which instances a swap stops), `room_plan.rs` (where memory goes
 //! and what stops for it), `grow_plan.rs` (which pool members start). `instance.rs` is an
@@ -44,8 +45,10 @@ mod queries;
 mod queue;
 mod readback;
 mod reload;
+mod rest;
 mod room_plan;
 mod run;
+mod sleep;
 mod snapshot;
 mod start;
 mod stop;

@@ -30,6 +30,9 @@ pub enum PhaseName {
     Stopped,
     Starting,
     Ready,
+    /// Its engine freed the device and keeps its process (or is on its way there); a request
+    /// wakes it.
+    Sleeping,
     Stopping,
 }
 
@@ -49,6 +52,7 @@ impl PhaseName {
             PhaseName::Stopped => "stopped",
             PhaseName::Starting => "starting",
             PhaseName::Ready => "ready",
+            PhaseName::Sleeping => "sleeping",
             PhaseName::Stopping => "stopping",
         }
     }
@@ -85,8 +89,26 @@ pub enum Phase {
         process: Spawned,
         since: SystemTime,
     },
+    /// Put to sleep instead of stopped: falling asleep, asleep (its device memory freed) or
+    /// waking. Still takes stop orders.
+    Sleeping {
+        stop: StopSender,
+        process: Spawned,
+        step: Rest,
+    },
     /// Told to stop and on its way out: another order would change nothing.
     Stopping { process: Spawned },
+}
+
+/// Where a sleeping instance is between ready and ready again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rest {
+    /// Its sleep calls are on their way: it serves nothing and still holds its memory.
+    Falling,
+    /// Asleep: its device memory is free but for a residue.
+    Asleep,
+    /// Its wake calls are on their way, under the wake deadline: requests wait, as for a load.
+    Waking,
 }
 
 impl Phase {
@@ -98,8 +120,58 @@ impl Phase {
             Phase::Starting { .. } => PhaseName::Starting,
             Phase::Ready { stop, .. } if stop.borrow().is_some() => PhaseName::Stopping,
             Phase::Ready { .. } => PhaseName::Ready,
+            Phase::Sleeping { stop, .. } if stop.borrow().is_some() => PhaseName::Stopping,
+            Phase::Sleeping {
+                step: Rest::Waking, ..
+            } => PhaseName::Starting,
+            Phase::Sleeping { .. } => PhaseName::Sleeping,
             Phase::Stopping { .. } => PhaseName::Stopping,
         }
+    }
+
+    /// Where a sleeping instance is, not told to stop; `None` for any other.
+    pub fn rest(&self) -> Option<Rest> {
+        match self {
+            Phase::Sleeping { step, stop, .. } if stop.borrow().is_none() => Some(*step),
+            _ => None,
+        }
+    }
+
+    /// Asleep, its device memory free: it holds no place in a swap, and a request wakes it.
+    pub fn is_asleep(&self) -> bool {
+        self.rest() == Some(Rest::Asleep)
+    }
+
+    /// A ready instance is put to sleep: it serves nothing from now on.
+    pub fn fall_asleep(&mut self) {
+        *self = match std::mem::take(self) {
+            Phase::Ready { stop, process, .. } => Phase::Sleeping {
+                stop,
+                process,
+                step: Rest::Falling,
+            },
+            other => other,
+        };
+    }
+
+    /// A sleeping instance moves on to `next` (asleep once its calls are done, waking when a
+    /// request wants it).
+    pub fn rest_step(&mut self, next: Rest) {
+        if let Phase::Sleeping { step, .. } = self {
+            *step = next;
+        }
+    }
+
+    /// A woken instance serves again, ready from `since`.
+    pub fn awake(&mut self, since: SystemTime) {
+        *self = match std::mem::take(self) {
+            Phase::Sleeping { stop, process, .. } => Phase::Ready {
+                stop,
+                process,
+                since,
+            },
+            other => other,
+        };
     }
 
     pub fn is_stopped(&self) -> bool {
@@ -115,7 +187,9 @@ impl Phase {
     pub fn process(&self) -> Option<&Spawned> {
         match self {
             Phase::Starting { process, .. } => process.as_ref(),
-            Phase::Ready { process, .. } | Phase::Stopping { process } => Some(process),
+            Phase::Ready { process, .. }
+            | Phase::Sleeping { process, .. }
+            | Phase::Stopping { process } => Some(process),
             Phase::Stopped => None,
         }
     }
@@ -187,10 +261,13 @@ impl Phase {
         };
     }
 
-    /// A ready instance took its stop order: stopping, with its process until it exits.
+    /// A ready (or sleeping) instance took its stop order: stopping, with its process until it
+    /// exits.
     pub fn stopping(&mut self) {
         *self = match std::mem::take(self) {
-            Phase::Ready { process, .. } => Phase::Stopping { process },
+            Phase::Ready { process, .. } | Phase::Sleeping { process, .. } => {
+                Phase::Stopping { process }
+            }
             other => other,
         };
     }
@@ -216,7 +293,9 @@ impl Phase {
     /// The channel stop orders go on: only a starting or ready instance takes one.
     fn stop_sender(&self) -> Option<&StopSender> {
         match self {
-            Phase::Starting { stop, .. } | Phase::Ready { stop, .. } => Some(stop),
+            Phase::Starting { stop, .. }
+            | Phase::Ready { stop, .. }
+            | Phase::Sleeping { stop, .. } => Some(stop),
             Phase::Stopped | Phase::Stopping { .. } => None,
         }
     }
@@ -314,5 +393,45 @@ mod tests {
         stopping.ready(spawned(3), SystemTime::now());
         assert_eq!(stopping.name(), PhaseName::Stopping);
         assert_eq!(stopping.process().map(|p| p.pid), Some(2));
+    }
+
+    #[test]
+    fn a_ready_instance_sleeps_wakes_and_takes_stop_orders_while_asleep() {
+        let (stop, _orders) = watch::channel(None);
+        let mut phase = Phase::Ready {
+            stop,
+            process: spawned(7),
+            since: SystemTime::UNIX_EPOCH,
+        };
+        phase.fall_asleep();
+        assert_eq!(
+            (phase.name(), phase.rest()),
+            (PhaseName::Sleeping, Some(Rest::Falling))
+        );
+        assert!(!phase.is_ready() && !phase.is_asleep());
+        phase.rest_step(Rest::Asleep);
+        assert!(phase.is_asleep());
+        assert_eq!(phase.process().map(|p| p.pid), Some(7), "the process stays");
+        phase.rest_step(Rest::Waking);
+        assert_eq!(
+            phase.name(),
+            PhaseName::Starting,
+            "a wake is waited for as a load"
+        );
+        let since = SystemTime::now();
+        phase.awake(since);
+        assert_eq!(
+            (phase.name(), phase.ready_since()),
+            (PhaseName::Ready, Some(since))
+        );
+        phase.fall_asleep();
+        phase.rest_step(Rest::Asleep);
+        phase.order_stop(StopOrder {
+            grace: Duration::ZERO,
+            reason: StopReason::Ttl,
+        });
+        assert_eq!((phase.name(), phase.rest()), (PhaseName::Stopping, None));
+        phase.stopping();
+        assert!(matches!(phase, Phase::Stopping { .. }));
     }
 }

@@ -1,10 +1,13 @@
 //! Device-memory placement carried out: the make-room plan (`room_plan.rs`) made from the fleet's
 //! state and applied to it, and telling whether an instance could run without evicting anything.
 
+use super::phase::Rest;
 use super::prepare::{load_of, Prepared};
 use super::room_plan::{holders_of, plan_room, Ask, Occupant, RoomPlan};
+use super::sleep::residue;
 use super::{ledger, Fleet, State, StopReason};
 use crate::config::catalog::swap;
+use crate::config::sleep::SLEEP_RESIDUE;
 
 impl Fleet {
     /// With devices configured, finds room for `id` or says why not; `None` means it may start
@@ -19,9 +22,8 @@ impl Fleet {
             RoomPlan::Evict(victims) => {
                 let grace = st.config.health_check_timeout;
                 for v in victims {
-                    tracing::info!(instance = %v, "stopping to make room for {id}");
-                    let inst = st.instances.get_mut(&v).expect("holder");
-                    inst.order_stop(grace, StopReason::Memory);
+                    tracing::info!(instance = %v, "making room for {id}");
+                    self.put_away(st, &v, grace, StopReason::Memory);
                 }
                 Some(Prepared::Waiting)
             }
@@ -66,7 +68,7 @@ impl Fleet {
         let running = st
             .instances
             .iter()
-            .filter(|(_, i)| !i.phase.is_stopped())
+            .filter(|(_, i)| !i.phase.is_stopped() && !i.phase.is_asleep())
             .map(|(k, _)| k.as_str());
         swap::conflicts(&st.config, &st.catalog, id, running).is_empty()
     }
@@ -88,10 +90,11 @@ fn room_for(st: &State, id: &str) -> RoomPlan {
 /// The make-room decision for `id` on what is known of the devices now.
 fn plan_for(st: &State, id: &str) -> RoomPlan {
     let inst = &st.instances[id];
+    let pinned = devices_kept(st, id);
     let ask = Ask {
         id,
         need: &inst.need,
-        pinned: &inst.model.memory.devices,
+        pinned: pinned.as_deref().unwrap_or(&inst.model.memory.devices),
         pack: inst.model.memory.pack,
         sharding: super::pinning::sharding(&inst.spec.argv),
     };
@@ -103,19 +106,39 @@ fn plan_for(st: &State, id: &str) -> RoomPlan {
     )
 }
 
-/// Every instance but `except`, as the make-room decision sees it.
+/// The devices an asleep instance's process lives on, by name: a wake cannot move it.
+fn devices_kept(st: &State, id: &str) -> Option<Vec<String>> {
+    let inst = &st.instances[id];
+    let on = ledger::devices_of(&inst.placed);
+    let names = on.iter().filter_map(|d| st.config.devices.get(*d));
+    let names: Vec<String> = names.map(|d| d.name.clone()).collect();
+    (inst.phase.is_asleep() && !names.is_empty()).then_some(names)
+}
+
+/// Every instance but `except`, as the make-room decision sees it: one falling asleep gives its
+/// memory back soon, as a stopping one does, and an asleep one holds only its residue.
 fn occupants(st: &State, except: Option<&str>) -> Vec<Occupant> {
     st.instances
         .values()
         .filter(|i| Some(&*i.id) != except)
-        .map(|i| Occupant {
-            id: i.id.to_string(),
-            phase: i.phase.name(),
-            load: load_of(st, &i.id),
-            stopping: i.is_stopping(),
-            placed: i.placed.clone(),
-            bytes: i.need.bytes,
-            last_used: i.last_used,
+        .map(|i| {
+            let rest = i.phase.rest();
+            let asleep = rest == Some(Rest::Asleep);
+            Occupant {
+                id: i.id.to_string(),
+                phase: i.phase.name(),
+                load: load_of(st, &i.id),
+                stopping: i.is_stopping() || rest == Some(Rest::Falling),
+                placed: match asleep {
+                    true => residue(&i.placed),
+                    false => i.placed.clone(),
+                },
+                bytes: match asleep {
+                    true => i.need.bytes.min(SLEEP_RESIDUE),
+                    false => i.need.bytes,
+                },
+                last_used: i.last_used,
+            }
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 //! Shared by the direct path (`acquire.rs`) and the pool path (`pool.rs`).
 
 use super::lease::Turn;
+use super::phase::Rest;
 use super::room_plan::Load;
 use super::swap_plan::{plan_swap, Conflict, SwapPlan};
 use super::{Fleet, PhaseName, Retire, State, StopReason};
@@ -34,7 +35,16 @@ impl Fleet {
                 Some(_) => {}
             }
         }
-        let phase = st.instances[id].phase.name();
+        let rest = st.instances[id].phase.rest();
+        if rest == Some(Rest::Falling) {
+            return Prepared::Waiting; // woken once asleep
+        }
+        // an asleep instance is brought back as a stopped one is, by a wake instead of a start
+        let asleep = rest == Some(Rest::Asleep);
+        let phase = match asleep {
+            true => PhaseName::Stopped,
+            false => st.instances[id].phase.name(),
+        };
         let conflicts = conflicts_seen(st, id);
         let outranked =
             phase == PhaseName::Stopped && turn.is_some_and(|t| self.outranked(st, id, t));
@@ -45,6 +55,7 @@ impl Fleet {
             SwapPlan::Swap { start: true, .. } => {
                 return match self.make_room(st, id) {
                     Some(blocked) => blocked,
+                    None if asleep => Prepared::Starting(self.wake(st, id)),
                     None => Prepared::Started(self.start(st, id)),
                 };
             }
@@ -52,10 +63,7 @@ impl Fleet {
         };
         let grace = st.config.health_check_timeout;
         for c in &stops {
-            st.instances
-                .get_mut(c)
-                .expect("known")
-                .order_stop(grace, StopReason::Swap);
+            self.put_away(st, c, grace, StopReason::Swap);
         }
         match phase {
             PhaseName::Starting => Prepared::Starting(st.instances[id].generation),
@@ -117,12 +125,13 @@ pub(super) fn load_of(st: &State, id: &str) -> Load {
     }
 }
 
-/// The running instances that conflict with `id`, as the swap decision sees them.
+/// The running instances that conflict with `id`, as the swap decision sees them: an asleep one
+/// holds no place (its memory is the ledger's business), one falling asleep is on its way out.
 fn conflicts_seen(st: &State, id: &str) -> Vec<Conflict> {
     let running = st
         .instances
         .iter()
-        .filter(|(_, i)| !i.phase.is_stopped())
+        .filter(|(_, i)| !i.phase.is_stopped() && !i.phase.is_asleep())
         .map(|(k, _)| k.as_str());
     swap::conflicts(&st.config, &st.catalog, id, running)
         .into_iter()
@@ -131,7 +140,7 @@ fn conflicts_seen(st: &State, id: &str) -> Vec<Conflict> {
             Conflict {
                 busy: busy(st, &c),
                 phase: i.phase.name(),
-                stopping: i.is_stopping(),
+                stopping: i.is_stopping() || i.phase.rest().is_some(),
                 id: c,
             }
         })

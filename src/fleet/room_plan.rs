@@ -38,7 +38,11 @@ impl Load {
     pub fn busy(&self, phase: PhaseName) -> bool {
         self.in_flight > 0
             || self.reserved > 0
-            || (self.pool_waiting && matches!(phase, PhaseName::Starting | PhaseName::Ready))
+            || (self.pool_waiting
+                && matches!(
+                    phase,
+                    PhaseName::Starting | PhaseName::Ready | PhaseName::Sleeping
+                ))
     }
 }
 

@@ -15,14 +15,14 @@ use crate::engines::{Cause, EngineKind};
 use crate::supervisor::{Process, ProcessSpec, Sinks, StartError};
 
 /// One start of one instance.
-struct Run {
-    inner: Arc<Inner>,
-    id: String,
-    model: String,
+pub(super) struct Run {
+    pub(super) inner: Arc<Inner>,
+    pub(super) id: String,
+    pub(super) model: String,
     generation: u64,
     started: Instant,
     /// The engine kind whose output and load reports corral reads (llama-server for a `cmd`).
-    kind: EngineKind,
+    pub(super) kind: EngineKind,
 }
 
 /// Owns one started process from spawn to reap, publishing each phase change.
@@ -70,11 +70,11 @@ pub(crate) async fn run(
         let (inner, id) = (run.inner.clone(), run.id.clone());
         tokio::spawn(poll_slots(inner, id, spec.clone(), run.kind, every))
     });
+    let watchers = poller.into_iter().chain(run.watch_idle_sleep(&spec));
+    let watchers: Vec<_> = watchers.collect();
     let ready_at = Instant::now();
     let reason = run.serve(&process, &spec, &mut stop).await;
-    if let Some(p) = poller {
-        p.abort();
-    }
+    watchers.iter().for_each(|w| w.abort());
     run.stopped(Some(ready_at.elapsed()), reason);
 }
 
@@ -220,28 +220,6 @@ impl Run {
         })
     }
 
-    /// Serves until the process exits on its own (`None`) or is told to stop (the reason).
-    async fn serve(
-        &self,
-        process: &Process,
-        spec: &ProcessSpec,
-        stop: &mut watch::Receiver<Option<StopOrder>>,
-    ) -> Option<StopReason> {
-        tokio::select! {
-            status = process.exited() => {
-                tracing::warn!(instance = %self.id, "upstream process exited unexpectedly ({status})");
-                process.stop(spec, Duration::ZERO, &self.inner.spawner).await;
-                None
-            }
-            order = next_order(stop) => {
-                self.inner.update(&self.id, |i| i.phase.stopping());
-                tracing::info!(instance = %self.id, "stopping ({:?})", order.reason);
-                process.stop(spec, order.grace, &self.inner.spawner).await;
-                Some(order.reason)
-            }
-        }
-    }
-
     /// Counts and publishes the stop, and leaves the instance stopped; a crash or a broken
     /// replica counts towards the backoff, a stable run clears it.
     fn stopped(&self, uptime: Option<Duration>, reason: Option<StopReason>) {
@@ -254,6 +232,8 @@ impl Run {
             .publish("destroyed", &self.model, destroyed);
         self.inner.update(&self.id, |i| {
             i.phase = Phase::Stopped;
+            i.rest.send_replace(false); // the next run starts awake
+            i.engine_sleeping = false;
             i.external_busy = 0;
             match reason {
                 None => i.record_failure(uptime),
@@ -334,7 +314,7 @@ fn explain(err: StartError, kind: EngineKind) -> StartError {
     }
 }
 
-async fn next_order(stop: &mut watch::Receiver<Option<StopOrder>>) -> StopOrder {
+pub(super) async fn next_order(stop: &mut watch::Receiver<Option<StopOrder>>) -> StopOrder {
     loop {
         if let Some(order) = *stop.borrow_and_update() {
             return order;

@@ -40,6 +40,8 @@ pub struct Snapshot {
     pub ready_since: Option<std::time::SystemTime>,
     /// The loading progress its engine last reported, while it starts.
     pub loading: Option<crate::supervisor::LoadingProgress>,
+    /// A ready llama-server that put itself to sleep while idle (`is_sleeping` in its `/props`).
+    pub engine_sleeping: bool,
 }
 
 /// What instances that are not stopped hold on one device: charged (the estimate, or the engine's
@@ -100,6 +102,7 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
             argv: i.phase.process().map(|p| p.argv.clone()),
             ready_since: i.phase.ready_since(),
             loading: i.phase.loading().cloned(),
+            engine_sleeping: i.engine_sleeping && i.phase.is_ready(),
         })
         .collect()
 }

@@ -96,7 +96,7 @@ impl Fleet {
                     .pool
                     .as_ref()
                     .is_some_and(|p| st.pools.get(p).is_some_and(|p| !p.queue.is_empty()));
-                if inst.phase.is_ready()
+                if (inst.phase.is_ready() || inst.phase.is_asleep())
                     && inst.reserved == 0
                     && inst.in_flight == 0
                     && !queued

@@ -16,6 +16,10 @@ pub enum StopReason {
     Unreachable,
     /// A pool member taken out after answering server errors in a row.
     Ejected,
+    /// Its sleep calls failed or took too long: stopped instead.
+    SleepFailed,
+    /// Its wake calls failed or took too long: stopped, to start cold.
+    WakeFailed,
 }
 
 impl StopReason {
@@ -30,6 +34,8 @@ impl StopReason {
             StopReason::Shutdown => "shutdown",
             StopReason::Unreachable => "unreachable",
             StopReason::Ejected => "ejected",
+            StopReason::SleepFailed => "sleep_failed",
+            StopReason::WakeFailed => "wake_failed",
         }
     }
 

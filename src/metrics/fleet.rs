@@ -1,13 +1,17 @@
 //! The families the fleet counts itself (starts, stops, loads, ejections, overruns, prefix hits).
 
-use prometheus::Registry;
+use prometheus::{HistogramVec, IntCounterVec, Registry};
 
 use super::{counter, histogram, LOAD_BUCKETS};
 use crate::fleet::counters::{stop_labels, FleetCounters};
 
 pub(super) fn fleet_counters(r: &Registry) -> FleetCounters {
+    let (sleeps, wakes, wake_duration) = sleep_counters(r);
     let stops_help = format!("Instance stops, by reason ({}).", stop_labels().join(", "));
     FleetCounters {
+        sleeps,
+        wakes,
+        wake_duration,
         starts: counter(
             r,
             "corral_instance_starts_total",
@@ -58,4 +62,29 @@ pub(super) fn fleet_counters(r: &Registry) -> FleetCounters {
             &["model"],
         ),
     }
+}
+
+/// Sleeps, wakes and how long wakes take.
+fn sleep_counters(r: &Registry) -> (IntCounterVec, IntCounterVec, HistogramVec) {
+    (
+        counter(
+            r,
+            "corral_sleeps_total",
+            "Instances put to sleep instead of stopped, by result (ok, failed: stopped instead).",
+            &["model", "instance", "result"],
+        ),
+        counter(
+            r,
+            "corral_wakes_total",
+            "Sleeping instances woken, by result (ok, failed: started cold instead).",
+            &["model", "instance", "result"],
+        ),
+        histogram(
+            r,
+            "corral_wake_duration_seconds",
+            "Time from the first wake call to ready again: a swap back to a sleeping model.",
+            &["model"],
+            LOAD_BUCKETS,
+        ),
+    )
 }

@@ -183,6 +183,8 @@ mod tests {
                 "shutdown",
                 "unreachable",
                 "ejected",
+                "sleep_failed",
+                "wake_failed",
                 "crash"
             ]
         );

@@ -9,6 +9,7 @@
 mod capture;
 pub mod progress;
 pub mod reaper;
+pub mod sleep_calls;
 mod spawner;
 pub mod sweep;
 mod withheld;

@@ -61,6 +61,18 @@ pub struct Config {
     /// "loading tensors"}`, F the fraction of `--loading-ms` passed, in `--progress-ms` steps)
     /// instead of llama-server's 503 "Loading model".
     pub health_progress: bool,
+    /// How long a wake from sleep takes (`--wake-ms`).
+    pub wake_ms: u64,
+    /// vLLM's `--enable-sleep-mode`: its sleep routes exist (with `VLLM_SERVER_DEV_MODE=1`).
+    pub enable_sleep_mode: bool,
+    /// SGLang's `--enable-memory-saver`: its memory release routes exist.
+    pub enable_memory_saver: bool,
+    /// llama-server's `--sleep-idle-seconds`: asleep after this long without a request.
+    pub sleep_idle_seconds: Option<u64>,
+    /// Sleep calls answer 500 (`--fail-sleep`).
+    pub fail_sleep: bool,
+    /// Wake calls answer 500 (`--fail-wake`).
+    pub fail_wake: bool,
     /// Human readable warnings about ignored arguments, printed at startup.
     pub warnings: Vec<String>,
 }
@@ -107,6 +119,12 @@ impl Default for Config {
             fail_port: false,
             cors: false,
             health_progress: false,
+            wake_ms: 0,
+            enable_sleep_mode: false,
+            enable_memory_saver: false,
+            sleep_idle_seconds: None,
+            fail_sleep: false,
+            fail_wake: false,
             warnings: Vec::new(),
         }
     }
@@ -161,6 +179,14 @@ usage: fakellm --port N [options]   (an imitation of llama.cpp's llama-server)
   --health-progress        while loading, /health answers 503 with {\"progress\": F, \"message\": ..}:
                            F is the share of --loading-ms passed, moving in --progress-ms steps
                            (0 for ever with --never-healthy and no --loading-ms)
+  --enable-sleep-mode      (vllm) serve /sleep, /wake_up, /is_sleeping, /collective_rpc and
+                           /reset_prefix_cache, given VLLM_SERVER_DEV_MODE=1, as vLLM does
+  --enable-memory-saver    (sglang) serve /release_memory_occupation, /resume_memory_occupation
+  --wake-ms MS             a wake from sleep takes MS (default 0)
+  --sleep-idle-seconds N   (llama-server) asleep after N s without a request: /props says
+                           is_sleeping, and the next request wakes it (in --wake-ms)
+  --fail-sleep             sleep calls answer 500
+  --fail-wake              wake calls answer 500
 
 Unknown flags are ignored with a warning.
 
@@ -201,6 +227,8 @@ const VALUE_FLAGS: &[&str] = &[
     "--threads",
     "--embedding-dim",
     "--fail-oom-once",
+    "--wake-ms",
+    "--sleep-idle-seconds",
 ];
 
 const BOOL_FLAGS: &[&str] = &[
@@ -216,6 +244,10 @@ const BOOL_FLAGS: &[&str] = &[
     "-kvu",
     "--kv-unified",
     "--health-progress",
+    "--enable-sleep-mode",
+    "--enable-memory-saver",
+    "--fail-sleep",
+    "--fail-wake",
 ];
 
 fn looks_like_value(tok: &str) -> bool {
@@ -279,6 +311,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--cors" => cfg.cors = true,
                 "-kvu" | "--kv-unified" => cfg.kv_unified = true,
                 "--health-progress" => cfg.health_progress = true,
+                "--enable-sleep-mode" => cfg.enable_sleep_mode = true,
+                "--enable-memory-saver" => cfg.enable_memory_saver = true,
+                "--fail-sleep" => cfg.fail_sleep = true,
+                "--fail-wake" => cfg.fail_wake = true,
                 _ => unreachable!(),
             }
             continue;
@@ -305,6 +341,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 "--props-n-ctx" => cfg.props_n_ctx = Some(num(flag, &v)?),
                 "--loading-ms" => cfg.loading_ms = num(flag, &v)?,
                 "--progress-ms" => cfg.progress_ms = num(flag, &v)?,
+                "--wake-ms" => cfg.wake_ms = num(flag, &v)?,
+                "--sleep-idle-seconds" => {
+                    let n: i64 = num(flag, &v)?;
+                    cfg.sleep_idle_seconds = u64::try_from(n).ok().filter(|n| *n > 0);
+                }
                 "--exit-after-ms" => cfg.exit_after_ms = Some(num(flag, &v)?),
                 "--idle-close-ms" => cfg.idle_close_ms = Some(num(flag, &v)?),
                 "--slots-lag-ms" => cfg.slots_lag_ms = num(flag, &v)?,

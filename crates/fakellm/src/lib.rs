@@ -20,6 +20,7 @@ pub mod imitate;
 mod kind;
 pub mod multipart;
 mod server;
+mod sleep;
 
 use std::time::Duration;
 

@@ -56,6 +56,10 @@ pub(crate) struct State {
     props_body: Bytes,
     prompt_tokens_total: AtomicU64,
     predicted_total: AtomicU64,
+    /// Asleep or awake (vLLM's sleep mode, SGLang's memory release).
+    rest: crate::sleep::Rest,
+    /// llama-server's own idle sleep (`--sleep-idle-seconds`).
+    idle: crate::sleep::Idle,
 }
 
 /// Runs the whole server; returns the exit code.
@@ -191,6 +195,8 @@ pub(crate) async fn run(cfg: Config, args: Vec<String>) -> i32 {
         props_body,
         prompt_tokens_total: AtomicU64::new(0),
         predicted_total: AtomicU64::new(0),
+        rest: Default::default(),
+        idle: Default::default(),
         cfg,
     });
 
@@ -804,6 +810,26 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
         }
         return full(&st, 503, JSON, Bytes::from_static(LOADING_BODY), tracker);
     }
+    let events = st.events.as_deref();
+    let query = parts.uri.query();
+    if let Some((status, b)) =
+        crate::sleep::route(&st.cfg, &st.rest, events, &parts.method, path, query, &body).await
+    {
+        return full(&st, status, JSON, Bytes::from(b.to_string()), tracker);
+    }
+    let needs_weights = matches!(
+        rt,
+        Route::Inference | Route::Embeddings | Route::Rerank | Route::Multipart
+    );
+    if needs_weights && st.rest.refuses() {
+        let asleep = error_json(503, "the model is sleeping");
+        return full(&st, 503, JSON, asleep, tracker);
+    }
+    if needs_weights && idle_wake(&st).await {
+        if let Some(ev) = events {
+            ev.emit("woke", &[]);
+        }
+    }
     if parts.method == Method::GET {
         let used = st.busy.iter().any(|b| b.load(Ordering::Acquire))
             || st.prompt_tokens_total.load(Ordering::Relaxed) > 0;
@@ -815,7 +841,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
     match rt {
         Route::Health => full(&st, 200, JSON, Bytes::from_static(HEALTH_OK), tracker),
         Route::Models => full(&st, 200, JSON, st.models_body.clone(), tracker),
-        Route::Props => full(&st, 200, JSON, st.props_body.clone(), tracker),
+        Route::Props => full(&st, 200, JSON, props(&st), tracker),
         Route::Slots => {
             let n = st.cfg.slots as u64;
             let per = st.cfg.ctx_size / n.max(1);
@@ -935,6 +961,29 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<FBody> {
             full(&st, 200, JSON, Bytes::from(s), tracker)
         }
     }
+}
+
+/// `/props`, with `is_sleeping` where the engine sleeps by itself when idle.
+fn props(st: &State) -> Bytes {
+    if st.cfg.sleep_idle_seconds.is_none() {
+        return st.props_body.clone();
+    }
+    let now = st.born.elapsed().as_millis() as u64;
+    let others = st.active.load(Ordering::Acquire) > 1; // this request is one
+    let mut v: Value = serde_json::from_slice(&st.props_body).unwrap_or_default();
+    v["is_sleeping"] = json!(st.idle.asleep(&st.cfg, now, others));
+    Bytes::from(v.to_string())
+}
+
+/// Marks the model used; wakes it first (in `--wake-ms`) when it slept. True when it slept.
+async fn idle_wake(st: &State) -> bool {
+    let now = st.born.elapsed().as_millis() as u64;
+    let others = st.active.load(Ordering::Acquire) > 1;
+    let slept = st.idle.used(&st.cfg, now, others);
+    if slept {
+        tokio::time::sleep(Duration::from_millis(st.cfg.wake_ms)).await;
+    }
+    slept
 }
 
 fn invalid_json(st: &State, e: &str, t: Tracker) -> Response<FBody> {

@@ -22,9 +22,7 @@ pub enum RouterState {
     Unloaded,
     Loading,
     Loaded,
-    /// An engine that freed its weights while idle and wakes on the next request; no engine
-    /// corral runs is put to sleep yet, so nothing maps here.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// An engine that freed its weights while idle and wakes on the next request.
     Sleeping,
     Downloading,
 }
@@ -51,7 +49,9 @@ pub fn instance_state(s: &Snapshot) -> RouterState {
     match s.state {
         PhaseName::Starting if s.download.is_some() => RouterState::Downloading,
         PhaseName::Starting => RouterState::Loading,
+        PhaseName::Ready if s.engine_sleeping => RouterState::Sleeping,
         PhaseName::Ready => RouterState::Loaded,
+        PhaseName::Sleeping => RouterState::Sleeping,
         PhaseName::Stopped | PhaseName::Stopping => RouterState::Unloaded,
     }
 }

@@ -35,7 +35,12 @@ fn each_phase_maps_to_a_router_state() {
     assert_eq!(of(instance("m", PhaseName::Ready)), "loaded");
     assert_eq!(of(instance("m", PhaseName::Stopping)), "unloaded");
     assert_eq!(of(downloading("m", "w.gguf", 1)), "downloading");
-    assert_eq!(RouterState::Sleeping.as_str(), "sleeping");
+    assert_eq!(of(instance("m", PhaseName::Sleeping)), "sleeping");
+    let idle_asleep = Snapshot {
+        engine_sleeping: true,
+        ..instance("m", PhaseName::Ready)
+    };
+    assert_eq!(of(idle_asleep), "sleeping");
     assert!(RouterState::Sleeping.is_running());
 }
 

@@ -47,6 +47,12 @@ pub(super) const MODEL_KEYS: &[&str] = &[
     "task",
     "quantization",
     "params",
+    // sleep and wake (see `sleep.rs`)
+    "sleepMode",
+    "sleepEndpoints",
+    "wakeEndpoints",
+    "sleepLevel",
+    "wakeTimeout",
 ];
 
 /// `timeouts` of a model or a peer.

@@ -17,6 +17,7 @@ mod peers;
 mod profiles;
 mod routing;
 mod settings;
+mod sleep;
 
 #[cfg(test)]
 mod names_tests;
@@ -63,6 +64,7 @@ struct Serving {
 /// The sections about corral's process as a whole, read last.
 struct Process {
     load_bandwidth: u64,
+    host_memory: Option<u64>,
     device_refresh: Option<Duration>,
     load_stall: Duration,
     server: ServerSettings,
@@ -104,6 +106,7 @@ fn decode_process(
 ) -> Result<Process, ConfigError> {
     Ok(Process {
         load_bandwidth: super::memory::load_bandwidth(top)?,
+        host_memory: super::memory::host_memory(top)?,
         device_refresh: super::memory::device_refresh(top)?,
         load_stall: super::memory::seconds(top, "loadStallTimeout")?
             .unwrap_or(Duration::from_secs(30)),
@@ -121,6 +124,7 @@ fn assemble(s: Settings<'_>, v: Serving, p: Process) -> Config {
         router: v.routing.router,
         devices: v.devices,
         load_bandwidth: p.load_bandwidth,
+        host_memory: p.host_memory,
         device_refresh: p.device_refresh,
         load_stall: p.load_stall,
         health_check_timeout: secs(s.health),

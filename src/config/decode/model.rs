@@ -34,8 +34,10 @@ pub(super) fn decode_model(
     warnings: &mut Vec<String>,
 ) -> Result<ModelConfig, ConfigError> {
     let m = model_reader(id, node, warnings)?;
-    let engine = decode_model_engine(id, &m, &d.engines, warnings)?;
+    let mut engine = decode_model_engine(id, &m, &d.engines, warnings)?;
+    let sleep = super::sleep::decode_sleep(&m, engine.as_mut(), warnings)?;
     let launch = decode_launch(&m, engine.as_ref())?;
+    super::sleep::warn_cmd(&m, engine.is_none(), sleep.as_ref(), &launch, warnings);
     let lifetime = decode_lifetime(id, &m, d)?;
     let about = decode_about(&m, warnings)?;
     let compat = m.child("compat", &["ignoreWebsockets"], warnings)?;
@@ -78,6 +80,7 @@ pub(super) fn decode_model(
         ignore_websockets: compat.boolean("ignoreWebsockets")?.unwrap_or(false)
             || id == COMFYUI_AUTO,
         capabilities: about.capabilities,
+        sleep: sleep.map(Arc::new),
     })
 }
 

@@ -11,6 +11,7 @@
 mod evict;
 #[cfg(test)]
 mod fixtures;
+pub mod host;
 mod need;
 mod place;
 mod report;

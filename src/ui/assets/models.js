@@ -6,7 +6,8 @@ import { h, fill, bytes, seconds, bar, throttle } from '/ui/dom.js';
 import { LogView } from '/ui/logs.js';
 import { activityTable } from '/ui/activity.js';
 
-const RANK = { ready: 3, starting: 2, stopping: 1, stopped: 0 };
+// a sleeping engine keeps its process and wakes fast: above one stopping or stopped
+const RANK = { ready: 4, starting: 3, sleeping: 2, stopping: 1, stopped: 0 };
 
 /** A model's state is its best instance's: one ready replica makes the model ready. */
 function overall(instances) {
@@ -139,8 +140,8 @@ function badge(state, instances) {
     failures ? h('div', { class: 'small muted' }, `${failures} failures in a row`) : null];
 }
 
-/** The model's lifecycle status (pending, downloading, deploying, active, degraded, inactive,
- * error), with the reason for an error or a degraded pool. */
+/** The model's lifecycle status (pending, downloading, deploying, active, degraded, sleeping,
+ * inactive, error), with the reason for an error or a degraded pool. */
 function lifecycle(model) {
   if (!model?.status) return null;
   const text = model.reason ? `${model.status}: ${model.reason}` : model.status;
