@@ -104,6 +104,7 @@ impl MemberRequest<'_> {
 }
 
 /// A request as it goes to the member `lease` holds.
+#[inline(always)]
 fn outgoing(
     lease: &crate::fleet::Lease,
     parts: http::request::Parts,

@@ -39,6 +39,9 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// Inlined: the model routes and the requests other APIs translate call it from two
+    /// instantiations of the request's future, and a call would move the record twice.
+    #[inline(always)]
     pub(crate) fn new(
         gateway: &Gateway,
         method: &Method,
@@ -112,6 +115,9 @@ impl Seen {
 }
 
 /// Records a model request: per model when the model is known, else as unknown.
+/// Inlined for the same reason as [`Seen::new`]: called out of line, the record is moved into
+/// the call.
+#[inline(always)]
 pub(crate) fn metered(
     gateway: &Arc<Gateway>,
     route: &'static str,
