@@ -115,6 +115,7 @@ impl Seen {
 }
 
 /// Records a model request: per model when the model is known, else as unknown.
+///
 /// Inlined for the same reason as [`Seen::new`]: called out of line, the record is moved into
 /// the call.
 #[inline(always)]
