@@ -235,6 +235,32 @@ async fn the_event_stream_tells_loading_then_loaded() {
     h.stop().await;
 }
 
+/// An engine that reports its loading progress (`checkEndpoint` answers `{"progress", "message"}`)
+/// has each new value told as a `model_status` event, as llama.cpp's router tells its loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_tells_each_loading_progress() {
+    let flags = "--loading-ms 1500 --progress-ms 300 --health-progress";
+    let h = Harness::start(&format!("models:\n{}", fake_model("m", flags, ""))).await;
+    let body = open_events(&format!("{}/models/sse", h.url)).await;
+    let r = post_json(&format!("{}/models/load", h.url), &model_body("m")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = read_events(body, |e| e.iter().any(|e| e["data"]["status"] == "loaded")).await;
+    let values: Vec<f64> = events
+        .iter()
+        .filter(|e| e["event"] == "model_status" && e["data"]["status"] == "loading")
+        .filter_map(|e| e["data"]["progress"]["value"].as_f64())
+        .collect();
+    assert!(values.len() >= 2, "each new value is told: {events:#?}");
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    let first = events
+        .iter()
+        .find(|e| e["data"]["progress"].is_object())
+        .unwrap();
+    assert_eq!(first["data"]["progress"]["current"], "text_model");
+    assert_eq!(first["data"]["progress"]["message"], "loading tensors");
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn autoload_false_refuses_a_model_that_does_not_run() {
     let h = Harness::start(&format!("models:\n{}", fake_model("m", "", ""))).await;

@@ -104,10 +104,33 @@ pub fn status_of(members: &[&Snapshot]) -> Value {
         status.insert("failed".into(), json!(true));
         status.insert("exit_code".into(), json!(exit_code(reason)));
     }
-    if state == RouterState::Downloading {
-        status.insert("progress".into(), download_progress(members));
+    let progress = match state {
+        RouterState::Downloading => download_progress(members),
+        RouterState::Loading => loading_progress(members),
+        _ => Value::Null,
+    };
+    if !progress.is_null() {
+        status.insert("progress".into(), progress);
     }
     Value::Object(status)
+}
+
+/// How far a starting engine says its load has come, in the shape of llama.cpp's loading
+/// progress (one stage: corral's engines report one value for their whole load), with the
+/// engine's message; null until an engine reports a value (`checkEndpoint` progress).
+pub fn loading_progress(members: &[&Snapshot]) -> Value {
+    let Some(told) = members.iter().find_map(|s| s.loading.as_ref()) else {
+        return Value::Null;
+    };
+    let Some(value) = told.progress else {
+        return Value::Null;
+    };
+    json!({
+        "stages": ["text_model"],
+        "current": "text_model",
+        "value": value,
+        "message": told.message,
+    })
 }
 
 /// Each file being fetched, as `{"<file>": {"done": bytes, "total": bytes}}`.

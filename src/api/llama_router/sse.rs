@@ -1,5 +1,6 @@
 //! `GET /models/sse`: llama.cpp's router events, each `data: {"model", "event", "data"}`:
-//! `model_status` when a model's state changes (`{"status": "loading"}`, then `"loaded"`, ...),
+//! `model_status` when a model's state changes (`{"status": "loading"}`, then `"loaded"`, ...)
+//! and, while it loads, each new loading progress its engine reports (`"progress"`),
 //! and `download_progress` with each file's `{done, total}` while its weights download. They are
 //! read from the fleet's change signal, the one `/api/events` follows.
 
@@ -11,7 +12,7 @@ use http::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::{download_progress, model_state, RouterState};
+use super::{download_progress, loading_progress, model_state, RouterState};
 use crate::api::App;
 use crate::fleet::Snapshot;
 use crate::proxy::body::Body;
@@ -21,6 +22,8 @@ use crate::proxy::body::Body;
 pub struct Told {
     pub state: RouterState,
     pub download: Value,
+    /// The loading progress, while it loads and its engine reports one.
+    pub loading: Value,
 }
 
 /// Every configured model's state, by model id.
@@ -30,11 +33,17 @@ pub fn states(model_ids: &[&str], snapshot: &[Snapshot]) -> BTreeMap<String, Tol
         .map(|id| {
             let members: Vec<&Snapshot> = snapshot.iter().filter(|s| s.model == *id).collect();
             let state = model_state(&members);
-            let download = match state {
-                RouterState::Downloading => download_progress(&members),
-                _ => Value::Null,
+            let (download, loading) = match state {
+                RouterState::Downloading => (download_progress(&members), Value::Null),
+                RouterState::Loading => (Value::Null, loading_progress(&members)),
+                _ => (Value::Null, Value::Null),
             };
-            (id.to_string(), Told { state, download })
+            let told = Told {
+                state,
+                download,
+                loading,
+            };
+            (id.to_string(), told)
         })
         .collect()
 }
@@ -44,8 +53,12 @@ pub fn changes(before: &BTreeMap<String, Told>, now: &BTreeMap<String, Told>) ->
     let mut events = Vec::new();
     for (model, told) in now {
         let last = before.get(model);
-        if last.map(|l| l.state) != Some(told.state) {
-            let data = json!({"status": told.state.as_str()});
+        let progressed = !told.loading.is_null() && last.map(|l| &l.loading) != Some(&told.loading);
+        if last.map(|l| l.state) != Some(told.state) || progressed {
+            let mut data = json!({"status": told.state.as_str()});
+            if !told.loading.is_null() {
+                data["progress"] = told.loading.clone();
+            }
             events.push(json!({"model": model, "event": "model_status", "data": data}));
         }
         if !told.download.is_null() && last.map(|l| &l.download) != Some(&told.download) {
