@@ -259,15 +259,21 @@ fn spawn_grandchild(cfg: &Config, events: Option<&Events>) {
 }
 
 /// `--health-progress`: the share of `--loading-ms` passed, in whole `--progress-ms` steps, as a
-/// loading report (never 1: the load is done at 1).
+/// loading report. Never 1, the load being done at 1: past the loading time but not yet marked
+/// loaded (a busy machine wakes the loader late), it stays at the last step before 1.
 fn loading_report(st: &State) -> Bytes {
     let cfg = &st.cfg;
-    let mut elapsed = st.born.elapsed().as_millis() as u64;
-    if let Some(step) = elapsed.checked_div(cfg.progress_ms) {
-        elapsed = step * cfg.progress_ms;
+    let elapsed = st.born.elapsed().as_millis() as u64;
+    let last = cfg.loading_ms.saturating_sub(1);
+    let mut at = elapsed.min(last);
+    if let Some(step) = at.checked_div(cfg.progress_ms) {
+        at = step * cfg.progress_ms;
     }
-    let fraction = (elapsed as f64 / cfg.loading_ms.max(1) as f64).min(0.99);
-    let fraction = if cfg.loading_ms == 0 { 0.0 } else { fraction };
+    let fraction = if cfg.loading_ms == 0 {
+        0.0
+    } else {
+        at as f64 / cfg.loading_ms as f64
+    };
     let report = json!({"progress": fraction, "message": "loading tensors"});
     Bytes::from(report.to_string())
 }
