@@ -114,6 +114,7 @@ pub enum Rest {
 impl Phase {
     /// A ready instance told to stop is stopping from the order on, before its task has taken
     /// it: a request sent there then would be cut off by the stop.
+    #[inline]
     pub fn name(&self) -> PhaseName {
         match self {
             Phase::Stopped => PhaseName::Stopped,

@@ -174,7 +174,7 @@ impl Capture {
     /// is cut to half of it and its kept part copied, so the capture never holds more than that
     /// of it (a slice would hold it all), and the response has room too. All of it within the
     /// room the captures in flight leave.
-    #[inline]
+    #[inline(always)]
     pub fn request_body(&mut self, body: &Bytes) {
         debug_assert_eq!(
             self.data.len(),
