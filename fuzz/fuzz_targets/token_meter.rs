@@ -65,6 +65,7 @@ fuzz_target!(|data: &[u8]| {
         "/v1/chat/completions".into(),
         http::StatusCode::from_u16(status).unwrap(),
         content_type,
+        std::net::SocketAddr::from(([127, 0, 0, 1], 9)),
     );
     let received = runtime()
         .block_on(metered.collect())
