@@ -1458,6 +1458,16 @@ fn parse_multipart(headers: &HeaderMap, body: &[u8]) -> Result<MultipartInfo, St
     Ok(info)
 }
 
+/// The context one request can use, as llama-server's `/props` reports it: the context shared by
+/// the slots, unless the KV cache is unified (or `--props-n-ctx` says otherwise).
+fn request_context(cfg: &Config) -> u64 {
+    cfg.props_n_ctx.unwrap_or(if cfg.kv_unified {
+        cfg.ctx_size
+    } else {
+        cfg.ctx_size / cfg.slots.max(1) as u64
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1528,14 +1538,4 @@ mod tests {
         assert_eq!(route(&Method::POST, "/reranking"), Route::Rerank);
         assert_eq!(route(&Method::PUT, "/v1/chat/completions"), Route::Echo);
     }
-}
-
-/// The context one request can use, as llama-server's `/props` reports it: the context shared by
-/// the slots, unless the KV cache is unified (or `--props-n-ctx` says otherwise).
-fn request_context(cfg: &Config) -> u64 {
-    cfg.props_n_ctx.unwrap_or(if cfg.kv_unified {
-        cfg.ctx_size
-    } else {
-        cfg.ctx_size / cfg.slots.max(1) as u64
-    })
 }
