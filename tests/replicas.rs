@@ -123,9 +123,8 @@ async fn queue_bounds_give_429_and_503() {
         "startReplicas: all\nqueueDepth: 1\nqueueTimeout: 1",
     )
     .await;
-    // one long request at a time, each placed before the next is sent: two sent at once may find
-    // the first still choosing its replica (it counts as waiting), and the second is then refused
-    // by the queue bound this test is about
+    // one long request at a time, each placed before the next is sent, so that both replicas are
+    // known busy before the queue is tried
     let mut busy = Vec::new();
     for placed in 1..=2 {
         let url = url.clone();

@@ -31,6 +31,21 @@ fn busy_holder(candidates: &[pick::Candidate], holder: usize) -> bool {
     candidates.iter().any(|c| c.index == holder && c.free == 0)
 }
 
+/// The slots the pool's ready members have free now (a ready member of a round-robin pool always
+/// takes one more).
+fn free_slots(st: &State, pool: &str) -> usize {
+    let Some(p) = st.pools.get(pool) else {
+        return 0;
+    };
+    let round_robin = p.settings.balance == Balance::RoundRobin;
+    p.members
+        .iter()
+        .map(|m| &st.instances[m])
+        .filter(|i| i.phase.is_ready())
+        .map(|i| if round_robin { 1 } else { i.free_slots() })
+        .sum()
+}
+
 impl Fleet {
     pub(super) async fn acquire_pool(
         &self,
@@ -85,12 +100,18 @@ impl Fleet {
 
     /// Takes a place at the back of the pool's queue, or refuses at once (429) when the queue is
     /// full, so a burst beyond what the pool can absorb is told to come back instead of waiting.
-    fn enqueue(&self, pool: &str) -> Result<Ticket, Error> {
+    /// The queue's places are those of requests that wait: one a free slot takes at once does not
+    /// count against `queueDepth`, even while it is still choosing its replica.
+    pub(super) fn enqueue(&self, pool: &str) -> Result<Ticket, Error> {
         let mut st = self.inner.lock();
         let st = &mut *st;
+        let free = free_slots(st, pool);
         let p = st.pools.get_mut(pool).ok_or(Error::UnknownModel)?;
         let ticket = st.next_ticket + 1;
-        if !p.queue.join(ticket, p.settings.queue_depth) {
+        if !p
+            .queue
+            .join(ticket, p.settings.queue_depth.saturating_add(free))
+        {
             return Err(Error::Busy {
                 status: 429,
                 message: format!(
@@ -321,5 +342,28 @@ fn no_replica_error(
         status: 503,
         message,
         retry_after: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fleet::testing::{fleet, make_ready};
+
+    /// Two requests for a pool whose two replicas are idle are both let in with `queueDepth: 1`:
+    /// neither waits, so neither counts against the depth, however close together they come.
+    /// Past the free slots, the depth holds.
+    #[tokio::test]
+    async fn requests_that_free_slots_take_do_not_fill_the_queue() {
+        let fleet = fleet(
+            "models:\n  chat:\n    cmd: srv --port ${PORT} -np 1\n    replicas: 2\n    queueDepth: 1\n",
+        );
+        let _a = make_ready(&fleet, "chat-0");
+        let _b = make_ready(&fleet, "chat-1");
+        let first = fleet.enqueue("chat").expect("a free slot takes it");
+        let second = fleet.enqueue("chat").expect("the other free slot takes it");
+        let waiting = fleet.enqueue("chat").expect("one may wait");
+        let refused = fleet.enqueue("chat").map(|_| ()).unwrap_err();
+        assert!(refused.to_string().contains("queue is full"), "{refused}");
+        drop((first, second, waiting));
     }
 }
