@@ -107,6 +107,8 @@ async fn exchange(
         let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
         tokio::spawn(conn);
         for req in requests {
+            // an HTTP/1 connection takes the next request once the last answer is done with
+            send.ready().await.unwrap();
             let resp = send.send_request(req).await.unwrap();
             let (status, version) = (resp.status().as_u16(), resp.version());
             out.push((status, version, resp.collect().await.unwrap().to_bytes()));
