@@ -1096,10 +1096,11 @@ def main(argv: list[str]) -> int:
 
 
 def self_test() -> int:
-    """Runs the tests in scripts/architecture_tests/."""
+    """Runs this script's tests, in tests/python/architecture_rules.py."""
     import unittest
 
-    suite = unittest.defaultTestLoader.discover(str(Path(__file__).parent / "architecture_tests"))
+    tests = Path(__file__).resolve().parent.parent / "tests" / "python"
+    suite = unittest.defaultTestLoader.discover(str(tests), pattern="architecture_rules.py")
     result = unittest.TextTestRunner(verbosity=1).run(suite)
     return 0 if result.wasSuccessful() else 1
 

@@ -1,7 +1,7 @@
 """Tests of scripts/architecture.py on small trees written to temporary folders.
 
-Run with `python3 scripts/architecture.py --self-test` (or `python3 -m unittest discover -s
-scripts/architecture_tests`).
+Run with `python3 scripts/architecture.py --self-test` (or `python3 -m unittest
+tests/python/architecture_rules.py` from the repository's root).
 """
 
 import contextlib
@@ -14,7 +14,7 @@ import textwrap
 import unittest
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "architecture.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "architecture.py"
 SPEC = importlib.util.spec_from_file_location("architecture", SCRIPT)
 arch = importlib.util.module_from_spec(SPEC)
 sys.modules["architecture"] = arch  # dataclasses look their module up there
