@@ -75,8 +75,9 @@ pub fn profiles(app: &App) -> Value {
     json!({"active": app.profiles.active(), "profiles": profiles})
 }
 
-/// `PUT /api/profiles/active` with `{"name": "profile"}`, or `{"name": null}` for none.
-pub async fn set_profile<B>(app: &Arc<App>, req: Request<B>) -> Result<Response<Body>, Error>
+/// The JSON body of a management request: small (64 KiB at most), charged to the body budget
+/// while it is read.
+pub(crate) async fn json_body<B>(app: &App, req: Request<B>) -> Result<Value, Error>
 where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -85,8 +86,16 @@ where
     let declared = crate::routing::extract::declared_length(&parts.headers);
     let (bytes, _charge) =
         crate::routing::extract::read_body(declared, body, 64 * 1024, &app.budget).await?;
-    let v: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))
+}
+
+/// `PUT /api/profiles/active` with `{"name": "profile"}`, or `{"name": null}` for none.
+pub async fn set_profile<B>(app: &Arc<App>, req: Request<B>) -> Result<Response<Body>, Error>
+where
+    B: http_body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let v = json_body(app, req).await?;
     let name = match v.get("name") {
         Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),

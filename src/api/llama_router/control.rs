@@ -20,12 +20,7 @@ where
     B: http_body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let (parts, body) = req.into_parts();
-    let declared = crate::routing::extract::declared_length(&parts.headers);
-    let (bytes, _charge) =
-        crate::routing::extract::read_body(declared, body, 64 * 1024, &app.budget).await?;
-    let v: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::BadRequest(format!("invalid JSON: {e}")))?;
+    let v = crate::api::control::json_body(app, req).await?;
     match v.get("model") {
         Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
         _ => Err(Error::BadRequest(
