@@ -48,6 +48,16 @@ async fn ask(h: &Harness, model: &str) -> Resp {
     post_json(&format!("{}/v1/chat/completions", h.url), &chat(model)).await
 }
 
+/// corral over `models` (after no top-level keys), with `a` served and then `b`, whose swap put
+/// `a` away; the snapshot folder lives as long as the returned guard.
+async fn swapped_a_for_b(models: &[(&str, &str, &str)]) -> (tempfile::TempDir, Harness) {
+    let dir = snapshot();
+    let h = Harness::start(&config(dir.path(), "", models)).await;
+    assert_eq!(ask(&h, "a").await.status, 200);
+    assert_eq!(ask(&h, "b").await.status, 200);
+    (dir, h)
+}
+
 /// Each instance's state as `/running` shows it.
 async fn states(h: &Harness) -> Vec<(String, String)> {
     let list = get(&format!("{}/running", h.url)).await.json();
@@ -101,11 +111,7 @@ fn has_line(text: &str, name: &str, labels: &[&str], value: &str) -> bool {
 /// `/api/models` show it sleeping; the swap back wakes the same process, with no new spawn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swap_sleeps_the_idle_engine_and_the_swap_back_wakes_the_same_process() {
-    let dir = snapshot();
-    let models = [("a", "--wake-ms 50", ""), ("b", "", "")];
-    let h = Harness::start(&config(dir.path(), "", &models)).await;
-    assert_eq!(ask(&h, "a").await.status, 200);
-    assert_eq!(ask(&h, "b").await.status, 200);
+    let (_dir, h) = swapped_a_for_b(&[("a", "--wake-ms 50", ""), ("b", "", "")]).await;
     assert_eq!(sleep_calls(&h, "a"), ["/sleep 200"]);
     let asleep = states(&h).await;
     assert_eq!(
@@ -205,11 +211,8 @@ async fn a_level_two_sleeper_wakes_with_its_weights_reloaded() {
 /// and the next request for the engine starts it cold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_sleep_stops_the_engine() {
-    let dir = snapshot();
-    let models = [("a", "--fail-sleep", ""), ("b", "", "sleepMode: disable")];
-    let h = Harness::start(&config(dir.path(), "", &models)).await;
-    assert_eq!(ask(&h, "a").await.status, 200);
-    assert_eq!(ask(&h, "b").await.status, 200);
+    let (_dir, h) =
+        swapped_a_for_b(&[("a", "--fail-sleep", ""), ("b", "", "sleepMode: disable")]).await;
     assert_eq!(sleep_calls(&h, "a"), ["/sleep 500"]);
     assert_eq!(states(&h).await, [("b".into(), "ready".into())]);
     let text = metrics(&h).await;
@@ -231,11 +234,7 @@ async fn a_failed_sleep_stops_the_engine() {
 /// served by the new process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_wake_starts_the_engine_cold() {
-    let dir = snapshot();
-    let models = [("a", "--fail-wake", ""), ("b", "", "")];
-    let h = Harness::start(&config(dir.path(), "", &models)).await;
-    assert_eq!(ask(&h, "a").await.status, 200);
-    assert_eq!(ask(&h, "b").await.status, 200);
+    let (_dir, h) = swapped_a_for_b(&[("a", "--fail-wake", ""), ("b", "", "")]).await;
     let back = ask(&h, "a").await;
     assert_eq!(back.status, 200, "{}", back.text());
     assert_eq!(
@@ -374,11 +373,8 @@ fn check_warns_about_a_vllm_command_without_sleep_mode_and_refuses_bad_keys() {
 /// request waiting for it is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_past_its_deadline_starts_the_engine_cold() {
-    let dir = snapshot();
-    let models = [("a", "--wake-ms 5000", "wakeTimeout: 1"), ("b", "", "")];
-    let h = Harness::start(&config(dir.path(), "", &models)).await;
-    assert_eq!(ask(&h, "a").await.status, 200);
-    assert_eq!(ask(&h, "b").await.status, 200);
+    let (_dir, h) =
+        swapped_a_for_b(&[("a", "--wake-ms 5000", "wakeTimeout: 1"), ("b", "", "")]).await;
     let began = std::time::Instant::now();
     let back = ask(&h, "a").await;
     assert_eq!(back.status, 200, "{}", back.text());
@@ -447,11 +443,7 @@ async fn llama_servers_own_idle_sleep_is_shown() {
 /// A sleeper is stopped once its `ttl` ends, as an idle ready engine is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sleeper_is_stopped_when_its_ttl_ends() {
-    let dir = snapshot();
-    let models = [("a", "", "ttl: 1"), ("b", "", "")];
-    let h = Harness::start(&config(dir.path(), "", &models)).await;
-    assert_eq!(ask(&h, "a").await.status, 200);
-    assert_eq!(ask(&h, "b").await.status, 200);
+    let (_dir, h) = swapped_a_for_b(&[("a", "", "ttl: 1"), ("b", "", "")]).await;
     assert_eq!(sleep_calls(&h, "a"), ["/sleep 200"]);
     eventually(WITHIN, "a stopped at its ttl", || {
         h.count_events("a", "sigterm") == 1
