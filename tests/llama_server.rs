@@ -189,43 +189,6 @@ fn is_finite_number(v: &Value) -> bool {
     v.as_f64().is_some_and(f64::is_finite)
 }
 
-/// Runs `tests/python/<script>` with `args` on `python` (no proxy, 90 s at most); it must exit 0
-/// and print one JSON line last, which is returned.
-async fn run_python(python: &str, script: &str, args: &[&str]) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(script);
-    let mut cmd = tokio::process::Command::new(python);
-    cmd.arg(&path)
-        .args(args)
-        .env("NO_PROXY", "*")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .kill_on_drop(true);
-    for var in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ] {
-        cmd.env_remove(var);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("{script} did not finish in 90s"))
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{script} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}):\n{stdout}\n{stderr}"))
-}
-
 // === 1. the openai SDK ===
 
 /// The most entries of the sorted `times` that fall within any window of `width` seconds.

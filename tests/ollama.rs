@@ -540,42 +540,6 @@ fn check_accepts_the_switch_and_says_when_it_is_off() {
 
 // === the official Python client ===
 
-/// Runs `tests/python/<script>` and returns the JSON line it prints.
-async fn run_python(python: &str, script: &str, args: &[&str]) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(script);
-    let mut cmd = tokio::process::Command::new(python);
-    cmd.arg(&path)
-        .args(args)
-        .env("NO_PROXY", "*")
-        .env("PYTHONDONTWRITEBYTECODE", "1");
-    for var in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("{script} did not finish in 120s"))
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{script} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-}
-
 /// What the client must have seen of either engine.
 fn assert_client_report(report: &Value, chat: &str, embed: &str) {
     let listed: Vec<&str> = report["listed"]

@@ -517,23 +517,12 @@ async fn the_openai_sdk_retrieves_one_model() {
         fake_model("m", "-c 4096 -np 2", "")
     ))
     .await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/models_retrieve.py");
-    let out = tokio::process::Command::new(python)
-        .arg(script)
-        .args([h.url.as_str(), "m", "nope"])
-        .env("NO_PROXY", "*")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let report = run_python(
+        &python,
+        "models_retrieve.py",
+        &[h.url.as_str(), "m", "nope"],
+    )
+    .await;
     assert_eq!(report["id"], "m", "{report}");
     assert_eq!(report["object"], "model", "{report}");
     assert_eq!(report["context_length"], 2048, "{report}");

@@ -397,6 +397,43 @@ pub async fn stream_frames(url: &str, body: &Value) -> (Resp, Vec<(Duration, Byt
     )
 }
 
+/// Runs `tests/python/<script>` with `args` on `python` (no proxy, 120 s at most); it must exit 0
+/// and print one JSON line last, which is returned.
+pub async fn run_python(python: &str, script: &str, args: &[&str]) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(&path)
+        .args(args)
+        .env("NO_PROXY", "*")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .kill_on_drop(true);
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish in 120s"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
 /// `CORRAL_PYTHON` (the venv of scripts/setup-python.sh), or `None` after a loud skip line;
 /// unset under CI fails.
 pub fn python() -> Option<String> {
