@@ -432,3 +432,57 @@ async fn a_model_that_chooses_its_gpu_is_told_no_split_of_others() {
     );
     assert_eq!(visible(&events_dir, "big"), ["1"], "its own choice stands");
 }
+
+/// An asleep engine is charged what the GPUs are read to show it still holding, not the fixed
+/// residue: read to hold 6 GiB beside the model that took its card, it leaves the card holding
+/// more than it can, and is stopped for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asleep_engine_is_charged_what_the_gpu_shows_it_holding() {
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = "  a:\n    cmd: ${env.ENGINE} --imitate vllm serve /m --enable-sleep-mode --port ${PORT} --events-file ${env.DIR}/a.events\n    env: [\"${env.MARKER}\", VLLM_SERVER_DEV_MODE=1]\n    memory: 20GiB\n    sleepEndpoints: [{endpoint: /sleep?level=1}]\n    wakeEndpoints: [{endpoint: /wake_up}]\n";
+    let models = format!(
+        "{sleeper}{}{}",
+        fake_model("b", "", "memory: 20GiB"),
+        fake_model("c", "", "memory: 20GiB")
+    );
+    let (p, events, _state) = corral_on_two_gpus(dir, &models);
+    let url = format!("{}/v1/chat/completions", p.url);
+    for model in ["a", "b", "c"] {
+        let answer = post_json(&url, &chat(model)).await;
+        assert_eq!(answer.status, 200, "{model}: {}", answer.text());
+    }
+    let a_events = || read_events(&events.join("a.events"));
+    assert!(
+        a_events().iter().any(|e| e["event"] == "sleep_call"),
+        "a slept to make room for c"
+    );
+    assert!(!a_events().iter().any(|e| e["event"] == "sigterm"));
+    let pid = a_events()
+        .iter()
+        .find(|e| e["event"] == "spawned")
+        .and_then(|e| e["pid"].as_u64())
+        .unwrap();
+    let rows = format!("GPU-aaaa-0000, {pid}, 6144\n");
+    std::fs::write(events.join(COMPUTE_APPS), rows).unwrap();
+    eventually(
+        std::time::Duration::from_secs(15),
+        "the sleeper stopped once read to hold 6 GiB",
+        || a_events().iter().any(|e| e["event"] == "sigterm"),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let running = get(&format!("{}/running", p.url)).await.json();
+        let models: BTreeSet<String> = running["running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["model"].as_str().unwrap().to_string())
+            .collect();
+        if models == BTreeSet::from(["b".into(), "c".into()]) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{running}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -293,14 +293,15 @@ async fn progress_keeps_a_slow_load_alive() {
 }
 
 /// `corral check` shows where each model would be placed on its own: one device, a split in
-/// proportion to the room, a pinned split, or why it never fits.
+/// proportion to the room, a pinned split, or why it never fits; and the host memory a model
+/// keeps on the CPU.
 #[test]
 fn check_shows_where_each_model_would_be_placed() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.yaml");
     std::fs::write(
         &config,
-        "devices:\n  - {name: g0, capacity: 24GiB}\n  - {name: g1, capacity: 24GiB}\nmodels:\n  one: {cmd: 'srv --port ${PORT}', memory: 12GiB}\n  split: {cmd: 'srv --port ${PORT}', memory: 30GiB}\n  pinned: {cmd: 'srv --port ${PORT}', memory: {bytes: 8GiB, devices: [g0, g1]}}\n  huge: {cmd: 'srv --port ${PORT}', memory: 60GiB}\n",
+        "devices:\n  - {name: g0, capacity: 24GiB}\n  - {name: g1, capacity: 24GiB}\nmodels:\n  one: {cmd: 'srv --port ${PORT}', memory: 12GiB}\n  split: {cmd: 'srv --port ${PORT}', memory: 30GiB}\n  pinned: {cmd: 'srv --port ${PORT}', memory: {bytes: 8GiB, host: 3GiB, devices: [g0, g1]}}\n  huge: {cmd: 'srv --port ${PORT}', memory: 60GiB}\n",
     )
     .unwrap();
     let out = std::process::Command::new(CORRAL)
@@ -309,16 +310,26 @@ fn check_shows_where_each_model_would_be_placed() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    let placed = |model: &str| {
+    let line = |model: &str, key: &str| {
         text.split(&format!("model {model}\n"))
             .nth(1)
             .unwrap()
             .lines()
-            .find(|l| l.contains("placed:"))
-            .unwrap()
-            .trim()
-            .to_string()
+            .take_while(|l| !l.starts_with("model "))
+            .map(str::trim)
+            .find(|l| l.starts_with(key))
+            .map(str::to_string)
     };
+    let placed = |model: &str| line(model, "placed:").unwrap();
+    assert_eq!(
+        line("pinned", "host:").as_deref(),
+        Some("host:       3.00 GiB")
+    );
+    assert_eq!(
+        line("one", "host:"),
+        None,
+        "no host part given or estimated"
+    );
     assert_eq!(placed("one"), "placed:     g0 12.00 GiB");
     assert_eq!(placed("split"), "placed:     g0 15.00 GiB + g1 15.00 GiB");
     assert_eq!(placed("pinned"), "placed:     g0 4.00 GiB + g1 4.00 GiB");

@@ -1,7 +1,7 @@
 //! Sleep and wake against the fake engine's imitation of vLLM's sleep mode: a swap puts the idle
 //! engine to sleep and keeps its process, the swap back wakes that same process, a failed sleep
 //! stops it, a failed wake starts it cold, a busy engine is never put to sleep, and level 1
-//! sleepers are charged host memory.
+//! sleepers are charged host memory, which a start that needs it takes back.
 
 mod support;
 
@@ -336,6 +336,97 @@ async fn host_memory_is_charged_to_level_one_sleepers_and_the_oldest_makes_room(
     let stop = ["model=\"a\"", "reason=\"memory\""];
     assert!(
         has_line(&text, "corral_instance_stops_total", &stop, "1"),
+        "{text}"
+    );
+    h.stop().await;
+}
+
+/// A start that needs host memory (`memory.host`) stops a level-1 sleeper holding it, oldest
+/// first, where `hostMemory` has no room for both; with room, the sleeper stays; a start the limit
+/// could never hold is refused with what to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_needs_host_memory_stops_a_sleeper_for_it() {
+    let dir = snapshot();
+    let models = [
+        ("a", "", "memory: 1GiB"),
+        (
+            "cpu",
+            "",
+            "sleepMode: disable\nmemory: {bytes: 64MiB, host: 1GiB}",
+        ),
+        (
+            "huge",
+            "",
+            "sleepMode: disable\nmemory: {bytes: 64MiB, host: 8GiB}",
+        ),
+    ];
+    for (limit, a_after) in [("1536MiB", None), ("4GiB", Some("sleeping"))] {
+        let top = format!("hostMemory: {limit}\n");
+        let h = Harness::start(&config(dir.path(), &top, &models)).await;
+        assert_eq!(ask(&h, "a").await.status, 200);
+        assert_eq!(ask(&h, "cpu").await.status, 200, "{limit}");
+        let mut want = vec![("cpu".to_string(), "ready".to_string())];
+        if let Some(state) = a_after {
+            want.insert(0, ("a".into(), state.into()));
+        }
+        assert_eq!(states(&h).await, want, "hostMemory {limit}");
+        let text = metrics(&h).await;
+        let stopped = ["model=\"a\"", "reason=\"memory\""];
+        let a_stopped = has_line(&text, "corral_instance_stops_total", &stopped, "1");
+        assert_eq!(a_stopped, a_after.is_none(), "hostMemory {limit}: {text}");
+        // the CPU model's 1 GiB, and the sleeper's weights while it sleeps
+        let charged = if a_after.is_some() {
+            2u64 << 30
+        } else {
+            1 << 30
+        };
+        assert!(
+            has_line(
+                &text,
+                "corral_host_memory_charged_bytes",
+                &[],
+                &charged.to_string()
+            ),
+            "{text}"
+        );
+        let huge = ask(&h, "huge").await;
+        assert_eq!(huge.status, 503, "{}", huge.text());
+        let why = huge.text();
+        assert!(
+            why.contains("8.00 GiB of host memory") && why.contains("hostMemory is"),
+            "{why}"
+        );
+        h.stop().await;
+    }
+}
+
+/// A pool replica that memory pressure would stop sleeps instead, and the pool's next request
+/// wakes that same process before it starts any replica cold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_replica_sleeps_under_pressure_and_is_woken_before_a_cold_start() {
+    let dir = snapshot();
+    let top = "devices:\n  - {name: cuda0, capacity: 24GiB, reserve: 0}\n";
+    let models = [
+        ("chat", "", "replicas: 2\nmemory: 10GiB"),
+        ("big", "", "sleepMode: disable\nmemory: 20GiB"),
+    ];
+    let h = Harness::start(&config(dir.path(), top, &models)).await;
+    assert_eq!(ask(&h, "chat").await.status, 200);
+    assert_eq!(ask(&h, "big").await.status, 200);
+    let slept = states(&h).await;
+    let chat: Vec<&(String, String)> = slept.iter().filter(|(m, _)| m != "big").collect();
+    assert_eq!(chat.len(), 1, "one replica ran: {slept:?}");
+    assert_eq!(chat[0].1, "sleeping", "{slept:?}");
+    assert_eq!(sleep_calls(&h, "chat"), ["/sleep 200"]);
+
+    let back = ask(&h, "chat").await;
+    assert_eq!(back.status, 200, "{}", back.text());
+    assert_eq!(pids(&h, "chat").len(), 1, "woken, no replica started cold");
+    assert_eq!(sleep_calls(&h, "chat"), ["/sleep 200", "/wake_up 200"]);
+    let text = metrics(&h).await;
+    let big_stopped = ["model=\"big\"", "reason=\"memory\""];
+    assert!(
+        has_line(&text, "corral_instance_stops_total", &big_stopped, "1"),
         "{text}"
     );
     h.stop().await;

@@ -56,7 +56,7 @@ fn instance(app: &App, s: &Snapshot) -> Value {
         "download": s.download, "loading": s.loading,
         "inFlight": s.in_flight, "slots": s.slots, "free": s.free,
         "failures": s.failures, "circuitOpen": s.circuit_open,
-        "memory": s.memory, "measured": s.measured, "devices": s.devices,
+        "memory": s.memory, "measured": s.measured, "devices": s.devices, "host": s.host,
         "loadDeadline": s.load_deadline.as_secs_f64(),
         "loadElapsed": loading_for.map(|d| d.as_secs_f64()),
         "cmd": cmd,

@@ -151,6 +151,9 @@ fn render_loads(out: &mut String, config: &Config, m: &ModelConfig) {
         if !config.devices.is_empty() {
             let _ = writeln!(out, "  placed:     {}", placed_alone(config, m, need.bytes));
         }
+        if need.host > 0 {
+            let _ = writeln!(out, "  host:       {}", corral::format_bytes(need.host));
+        }
     }
 }
 

@@ -66,6 +66,9 @@ pub struct MemorySpec {
     pub quant: Option<String>,
     /// KV cache to add to a parameter-based estimate.
     pub kv_bytes: u64,
+    /// Host memory it holds while it runs (weights or KV kept on the CPU); overrides the
+    /// estimate's.
+    pub host: Option<u64>,
     /// Devices the model must use (split evenly across them); empty means any one device.
     pub devices: Vec<String>,
     /// `placement: pack`: put it on the fullest device it fits on, keeping whole devices free for
@@ -297,7 +300,7 @@ fn memory_mapping(
     let r = MapReader::new(
         node,
         &m.key("memory"),
-        &["bytes", "params", "quant", "kvBytes", "devices"],
+        &["bytes", "params", "quant", "kvBytes", "host", "devices"],
         warnings,
     )?;
     let (params, quant) = params_and_quant(&r)?;
@@ -307,6 +310,7 @@ fn memory_mapping(
         params,
         quant,
         kv_bytes: bytes_value(&r, "kvBytes")?.unwrap_or(0),
+        host: bytes_value(&r, "host")?,
         pack: false,
     })
 }

@@ -113,6 +113,7 @@ fn stopped_instance(
         need,
         placed: Vec::new(),
         measured: None,
+        asleep_use: None,
         oom_retried: false,
         retire: Retire::No,
         keep_alive: None,

@@ -76,6 +76,40 @@ fn used_by_others(
     used
 }
 
+/// What each asleep instance's processes (`(id, pid)`) use on each device in a reading: the
+/// residue its engine keeps while it sleeps. An instance none of whose processes the reading
+/// lists is left out (a tool in another PID namespace names none of them), so its charge stays
+/// the fixed residue rather than nothing.
+fn asleep_use(
+    devices: &[Device],
+    rows: &[ProcessUse],
+    asleep: &[(String, u32)],
+    parent: impl Fn(u32) -> Option<u32>,
+) -> Vec<(String, ledger::Charges)> {
+    let mut out = Vec::new();
+    for (id, pid) in asleep {
+        let own = HashSet::from([*pid]);
+        let mut charges: ledger::Charges = Vec::new();
+        let mut listed = false;
+        for row in rows.iter().filter(|r| descends_from(r.pid, &own, &parent)) {
+            listed = true;
+            let Some(d) = devices.iter().position(|d| {
+                d.vendor == row.vendor && d.select_as.as_deref() == Some(row.device.as_str())
+            }) else {
+                continue;
+            };
+            match charges.iter_mut().find(|(c, _)| *c == d) {
+                Some((_, bytes)) => *bytes += row.bytes,
+                None => charges.push((d, row.bytes)),
+            }
+        }
+        if listed {
+            out.push((id.clone(), charges));
+        }
+    }
+    out
+}
+
 impl Fleet {
     /// Re-reads what other programs use on the GPUs every `deviceRefresh` seconds (from the config
     /// in force at each tick, so a reload can turn it on or off). Runs until aborted.
@@ -105,6 +139,7 @@ impl Fleet {
                     let is_engine = |pid| descends_from(pid, &engines, parent_of);
                     let visible = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
                     let used = used_by_others(&devices, &rows, visible, is_engine);
+                    self.note_asleep_use(&devices, &rows);
                     self.note_outside_use(used);
                 }
                 None => {
@@ -119,6 +154,29 @@ impl Fleet {
                 }
             }
             tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Records what each asleep instance's engine still holds on its devices, as read, in place
+    /// of the fixed residue; the shedding that follows the reading stops sleepers that leave a
+    /// device holding more than it can.
+    fn note_asleep_use(&self, devices: &[Device], rows: &[ProcessUse]) {
+        let asleep: Vec<(String, u32)> = {
+            let st = self.inner.lock();
+            let asleep = st.instances.values().filter(|i| i.phase.is_asleep());
+            asleep
+                .filter_map(|i| Some((i.id.to_string(), i.phase.process()?.pid)))
+                .collect()
+        };
+        if asleep.is_empty() {
+            return;
+        }
+        let seen = asleep_use(devices, rows, &asleep, parent_of);
+        let mut st = self.inner.lock();
+        for (id, charges) in seen {
+            if let Some(inst) = st.instances.get_mut(&id).filter(|i| i.phase.is_asleep()) {
+                inst.asleep_use = Some(charges);
+            }
         }
     }
 
@@ -232,6 +290,29 @@ mod tests {
         // in another PID namespace nothing can be told apart: nothing counts
         let unseen = used_by_others(&devices, &rows, |pid| pid == 200, |pid| pid == 200);
         assert_eq!(unseen, [0, 0, 0]);
+    }
+
+    #[test]
+    fn an_asleep_engine_is_charged_what_its_processes_are_read_to_hold() {
+        let devices = [gpu("GPU-a"), gpu("GPU-b")];
+        let rows = [
+            row(Vendor::Nvidia, "GPU-a", 10, GIB),
+            row(Vendor::Nvidia, "GPU-a", 11, GIB / 2),
+            row(Vendor::Nvidia, "GPU-b", 11, GIB / 4),
+            row(Vendor::Nvidia, "GPU-a", 20, 9 * GIB),
+        ];
+        // 11 is a worker of engine 10; 30 sleeps with nothing listed; 20 is another program
+        let parent = |pid| match pid {
+            11 => Some(10),
+            _ => Some(1),
+        };
+        let asleep = [("a".to_string(), 10), ("quiet".to_string(), 30)];
+        let seen = asleep_use(&devices, &rows, &asleep, parent);
+        assert_eq!(
+            seen,
+            [("a".to_string(), vec![(0, GIB + GIB / 2), (1, GIB / 4)])],
+            "an engine the reading does not list keeps the fixed residue"
+        );
     }
 
     #[test]

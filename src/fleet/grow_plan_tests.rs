@@ -15,6 +15,7 @@ fn member(id: &str, phase: PhaseName, free: usize, slots: usize) -> Member {
         slots,
         backing_off: false,
         usable: true,
+        asleep: false,
     }
 }
 
@@ -34,6 +35,19 @@ fn free_slots_that_cover_the_queue_start_nothing() {
     ];
     assert_eq!(plan_growth(&members, 2, false), Growth::Wait);
     assert_eq!(plan_growth(&members, 3, false), starts(&["b"], 0, Some(1)));
+}
+
+#[test]
+fn asleep_members_are_woken_before_stopped_ones_start_cold() {
+    let asleep = Member {
+        asleep: true,
+        ..member("b", PhaseName::Stopped, 0, 2)
+    };
+    let members = [member("a", PhaseName::Stopped, 0, 2), asleep];
+    assert_eq!(
+        plan_growth(&members, 1, false),
+        starts(&["b", "a"], 0, Some(1))
+    );
 }
 
 #[test]

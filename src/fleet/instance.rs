@@ -66,6 +66,9 @@ pub struct Instance {
     /// Tells this run's task to put the engine to sleep (`true`) or wake it (`false`); the phase
     /// says the same, set under the lock with it.
     pub rest: tokio::sync::watch::Sender<bool>,
+    /// What its engine holds on each device while asleep, as the last reading of the GPUs
+    /// showed; `None` until one has (the fixed residue is charged), and reset at each sleep.
+    pub asleep_use: Option<super::ledger::Charges>,
     /// llama-server's own idle sleep (`--sleep-idle-seconds`), as its `/props` last said: it still
     /// serves, waking by itself.
     pub engine_sleeping: bool,

@@ -13,7 +13,7 @@
 //!
 //! The files: `acquire.rs` (a request for one instance) and `pool.rs` (for a pool, its queue in
 //! `queue.rs`), `prepare.rs` (what each try decides), `placement.rs` and `ledger/` (device
-//! memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, `sleep.rs` (sleep instead of a stop,
+//! memory), `host_room.rs` (host memory), `start.rs`, `stop.rs`, `eject.rs`, `reload.rs`, `sleep.rs` (sleep instead of a stop,
 //! and the wake; the task's side in `rest.rs`), and `snapshot.rs` with `queries.rs`
 //! for what the outside reads. Decisions are pure plans over views of the state, carried out by
 //! those files: `swap_plan.rs` (which instances a swap stops), `room_plan.rs` (where memory goes
@@ -27,6 +27,7 @@ pub mod counters;
 mod eject;
 mod gpu_use;
 mod grow_plan;
+mod host_room;
 pub mod instance;
 mod keep_alive;
 mod lease;

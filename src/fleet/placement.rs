@@ -1,23 +1,26 @@
 //! Device-memory placement carried out: the make-room plan (`room_plan.rs`) made from the fleet's
 //! state and applied to it, and telling whether an instance could run without evicting anything.
 
+use super::ledger::host::HostPlan;
 use super::phase::Rest;
 use super::prepare::{load_of, Prepared};
 use super::room_plan::{holders_of, plan_room, Ask, Occupant, RoomPlan};
 use super::sleep::residue;
-use super::{ledger, Fleet, State, StopReason};
+use super::{host_room, ledger, Fleet, State, StopReason};
 use crate::config::catalog::swap;
-use crate::config::sleep::SLEEP_RESIDUE;
 
 impl Fleet {
-    /// With devices configured, finds room for `id` or says why not; `None` means it may start
-    /// (placed, or with nothing to place).
+    /// Finds room for `id` on its devices (where configured) and in host memory, or says why
+    /// not; `None` means it may start (placed, or with nothing to place).
     pub(super) fn make_room(&self, st: &mut State, id: &str) -> Option<Prepared> {
         match room_for(st, id) {
-            RoomPlan::Unplaced => None,
+            RoomPlan::Unplaced => self.make_host_room(st, id),
             RoomPlan::Place(on) => {
-                st.instances.get_mut(id).expect("known").placed = on;
-                None
+                let blocked = self.make_host_room(st, id);
+                if blocked.is_none() {
+                    st.instances.get_mut(id).expect("known").placed = on;
+                }
+                blocked
             }
             RoomPlan::Evict(victims) => {
                 let grace = st.config.health_check_timeout;
@@ -36,6 +39,14 @@ impl Fleet {
     /// Places `id` where it fits beside what runs now, stopping nothing; false when it does not
     /// fit so (or must wait for memory on its way back).
     pub(super) fn place_beside(&self, st: &mut State, id: &str) -> bool {
+        let host_ok = match host_room::plan_for(st, id, st.instances[id].need.host) {
+            HostPlan::Fits => true,
+            HostPlan::Short(_) => st.config.host_memory.is_none(),
+            HostPlan::Wait | HostPlan::Stop(_) => false,
+        };
+        if !host_ok {
+            return false;
+        }
         match room_for(st, id) {
             RoomPlan::Unplaced => true,
             RoomPlan::Place(on) => {
@@ -115,6 +126,12 @@ fn devices_kept(st: &State, id: &str) -> Option<Vec<String>> {
     (inst.phase.is_asleep() && !names.is_empty()).then_some(names)
 }
 
+/// What an asleep instance holds on its devices: what the GPUs were last read to show its engine
+/// holding, else the fixed residue.
+pub(super) fn asleep_charges(i: &super::instance::Instance) -> ledger::Charges {
+    i.asleep_use.clone().unwrap_or_else(|| residue(&i.placed))
+}
+
 /// Every instance but `except`, as the make-room decision sees it: one falling asleep gives its
 /// memory back soon, as a stopping one does, and an asleep one holds only its residue.
 fn occupants(st: &State, except: Option<&str>) -> Vec<Occupant> {
@@ -130,11 +147,11 @@ fn occupants(st: &State, except: Option<&str>) -> Vec<Occupant> {
                 load: load_of(st, &i.id),
                 stopping: i.is_stopping() || rest == Some(Rest::Falling),
                 placed: match asleep {
-                    true => residue(&i.placed),
+                    true => asleep_charges(i),
                     false => i.placed.clone(),
                 },
                 bytes: match asleep {
-                    true => i.need.bytes.min(SLEEP_RESIDUE),
+                    true => asleep_charges(i).iter().map(|(_, b)| b).sum(),
                     false => i.need.bytes,
                 },
                 last_used: i.last_used,

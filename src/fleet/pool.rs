@@ -11,7 +11,7 @@ use super::instance::Instance;
 use super::lease::{Lease, Ticket};
 use super::prefix::{Holder, Prefix};
 use super::prepare::Prepared;
-use super::{pick, Fleet, Retire, State};
+use super::{pick, Fleet, PhaseName, Retire, State};
 use crate::config::Balance;
 use crate::proxy::error::Error;
 
@@ -242,7 +242,8 @@ impl Fleet {
             Growth::Start(starts) => starts,
         };
         starts.carry_out(|m| match self.prepare(st, m, None) {
-            Prepared::Started(g) => {
+            // a stopped member starts; an asleep one wakes
+            Prepared::Started(g) | Prepared::Starting(g) => {
                 awaited.insert(m.to_string(), g);
                 Some(st.instances[m].slots)
             }
@@ -288,9 +289,15 @@ fn member_view(
         .iter()
         .map(|m| {
             let i = &st.instances[m];
+            let asleep = i.phase.is_asleep();
             Member {
                 id: m.clone(),
-                phase: i.phase.name(),
+                // an asleep member is brought back as a stopped one is, by a wake
+                phase: match asleep {
+                    true => PhaseName::Stopped,
+                    false => i.phase.name(),
+                },
+                asleep,
                 // a draining member's free slots are not the queue's
                 free: if Some(m.as_str()) == draining {
                     0

@@ -25,6 +25,7 @@ fn need(gib: u64) -> Need {
     Need {
         bytes: gib * GIB,
         weights: 0,
+        host: 0,
         source: "memory.bytes".into(),
     }
 }

@@ -4,7 +4,8 @@
 
 use serde::Serialize;
 
-use super::{Download, Fleet, PhaseName, State};
+use super::placement::asleep_charges;
+use super::{host_room, Download, Fleet, PhaseName, State};
 
 /// One instance's state, as `/running` and the events show it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -23,9 +24,13 @@ pub struct Snapshot {
     pub pid: Option<u32>,
     pub failures: u32,
     pub circuit_open: bool,
-    /// Device memory charged while it runs: the estimate, or the engine's report once loaded.
+    /// Device memory charged while it runs: the estimate, or the engine's report once loaded;
+    /// asleep, the residue its engine keeps.
     pub memory: u64,
+    /// What the engine reported holding (asleep: what the GPUs were read to show it holding).
     pub measured: Option<u64>,
+    /// Host memory it holds: what it keeps on the CPU, and asleep at level 1 its weights.
+    pub host: u64,
     /// The devices it is charged on, by name, with the bytes placed on each.
     pub devices: Vec<(String, u64)>,
     pub load_deadline: std::time::Duration,
@@ -91,6 +96,7 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
             circuit_open: i.circuit_open(),
             memory: i.need.bytes,
             measured: i.measured,
+            host: host_room::held(st, &i.id),
             devices: i
                 .placed
                 .iter()
@@ -104,7 +110,32 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
             loading: i.phase.loading().cloned(),
             engine_sleeping: i.engine_sleeping && i.phase.is_ready(),
         })
+        .map(
+            |snap| match st.instances[&*snap.instance].phase.is_asleep() {
+                true => asleep(st, snap),
+                false => snap,
+            },
+        )
         .collect()
+}
+
+/// An asleep instance's snapshot charged what it holds asleep: its residue on its devices.
+fn asleep(st: &State, snap: Snapshot) -> Snapshot {
+    let inst = &st.instances[&*snap.instance];
+    let charges = asleep_charges(inst);
+    let names = &st.config.devices;
+    Snapshot {
+        memory: charges.iter().map(|(_, b)| b).sum(),
+        measured: inst
+            .asleep_use
+            .as_ref()
+            .map(|seen| seen.iter().map(|(_, b)| b).sum()),
+        devices: charges
+            .iter()
+            .filter_map(|(d, bytes)| Some((names.get(*d)?.name.clone(), *bytes)))
+            .collect(),
+        ..snap
+    }
 }
 
 impl Fleet {

@@ -77,8 +77,8 @@ impl Fleet {
         }
     }
 
-    /// Unloads ready instances idle for longer than their TTL, and carries a reload's changes out
-    /// (`reload.rs`). Runs until aborted.
+    /// Unloads ready instances idle for longer than their TTL, carries a reload's changes out
+    /// (`reload.rs`) and stops sleepers when the host runs low on memory. Runs until aborted.
     pub async fn run_ttl(self) {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -90,6 +90,7 @@ impl Fleet {
             if retiring {
                 self.retire_idle(st);
             }
+            self.relieve_host(st);
             for inst in st.instances.values_mut() {
                 let Some(ttl) = inst.ttl() else { continue };
                 let queued = inst

@@ -269,6 +269,7 @@ impl Inner {
                 Sized::Weights(bytes) => super::ledger::Need {
                     bytes: *bytes,
                     weights: *bytes,
+                    host: model.memory.host.unwrap_or(0),
                     source: "the weights in its safetensors headers".into(),
                 },
             };

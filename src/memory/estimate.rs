@@ -37,6 +37,9 @@ pub struct Estimate {
     /// Tensors of the `--mmproj` file (all on the GPU).
     pub mmproj_bytes: u64,
     pub total_bytes: u64,
+    /// Host memory it holds beside: the weights left on the CPU (the input embeddings always)
+    /// and the KV cache of layers not offloaded, or all of it with `-nkvo`.
+    pub host_bytes: u64,
     /// All weights in the model files, wherever they end up.
     pub file_weights_bytes: u64,
     /// Repeating layers (`block_count`).
@@ -59,10 +62,10 @@ pub fn estimate_llama(args: &LlamaArgs) -> Result<Estimate, String> {
     let types = cache_types(args)?;
     let mut notes = Vec::new();
     let placement = Placement::new(args, shape.n_layer, &mut notes);
-    let weights = gpu_weights(&model, placement, &mut notes);
+    let (weights, cpu_weights) = split_weights(&model, placement, &mut notes);
     let cells = context(args, h, &mut notes).map_err(|e| format!("{}: {e}", path.display()))?;
     let on_gpu = |il| placement.on_gpu(il);
-    let kv = kv_on_gpu(args, h, shape, types, cells, on_gpu, &mut notes);
+    let (kv, kv_all) = kv_on_gpu(args, h, shape, types, cells, on_gpu, &mut notes);
     let compute = compute_buffer(args, &model, shape, cells, types.1, &mut notes)?;
     let mmproj = mmproj_bytes(args, &mut notes)?;
     notes.push(
@@ -74,6 +77,7 @@ pub fn estimate_llama(args: &LlamaArgs) -> Result<Estimate, String> {
         gpu_layers: placement.gpu_layers(),
         ctx: cells.n_ctx,
         parallel: cells.parallel,
+        host_bytes: cpu_weights.saturating_add(kv_all - kv),
         ..Estimate::of_gpu_parts(weights, kv, compute, mmproj, notes)
     })
 }
@@ -106,6 +110,7 @@ impl Estimate {
                 .saturating_add(kv)
                 .saturating_add(compute)
                 .saturating_add(mmproj),
+            host_bytes: 0,
             file_weights_bytes: 0,
             layers: 0,
             gpu_layers: 0,
@@ -157,17 +162,20 @@ impl Placement {
     }
 }
 
-/// Bytes of the tensors placed on the GPU; with tied embeddings (no `output.weight`) the
-/// embedding is copied there too as the output head.
-fn gpu_weights(model: &Model, placement: Placement, notes: &mut Vec<String>) -> u64 {
+/// Bytes of the tensors placed on the GPU and of those left on the CPU; with tied embeddings (no
+/// `output.weight`) the embedding is copied to the GPU too as the output head.
+fn split_weights(model: &Model, placement: Placement, notes: &mut Vec<String>) -> (u64, u64) {
     let n_layer = placement.n_layer;
-    let mut weights: u64 = 0;
+    let (mut weights, mut cpu): (u64, u64) = (0, 0);
     for t in &model.tensors {
         let gpu = match layer_of(&t.name) {
             Some(il) => placement.on_gpu(il),
             None => !is_input(&t.name) && placement.on_gpu(n_layer),
         };
-        weights = weights.saturating_add(if gpu { t.n_bytes } else { 0 });
+        match gpu {
+            true => weights = weights.saturating_add(t.n_bytes),
+            false => cpu = cpu.saturating_add(t.n_bytes),
+        }
     }
     let find = |name: &str| model.tensors.iter().find(|t| t.name == name);
     if placement.on_gpu(n_layer) && find("output.weight").is_none() {
@@ -178,7 +186,7 @@ fn gpu_weights(model: &Model, placement: Placement, notes: &mut Vec<String>) -> 
             );
         }
     }
-    weights
+    (weights, cpu)
 }
 
 /// The repeating layer a tensor belongs to (`blk.<n>.…`).

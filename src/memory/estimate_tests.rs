@@ -135,11 +135,18 @@ fn ngl_offloads_the_last_layers_and_the_head() {
             "{ngl}: KV follows the layers"
         );
         assert_eq!(e.file_weights_bytes, EMBD + all);
+        let cpu_kv = (4 - layers) * 256 * 256;
+        assert_eq!(
+            e.host_bytes,
+            EMBD + all - weights + cpu_kv,
+            "{ngl}: the CPU keeps the input embeddings, the other weights and their KV"
+        );
         assert_eq!(e.layers, 4);
         let sum = e.weights_bytes + e.kv_bytes + e.compute_bytes + e.mmproj_bytes;
         assert_eq!(e.total_bytes, sum);
     }
-    assert_eq!(est(&m, "-c 256 -nkvo").unwrap().kv_bytes, 0);
+    let nkvo = est(&m, "-c 256 -nkvo").unwrap();
+    assert_eq!((nkvo.kv_bytes, nkvo.host_bytes), (0, EMBD + 4 * 256 * 256));
     let auto = est(&m, "").unwrap();
     assert!(
         auto.notes.iter().any(|n| n.contains("-ngl auto")),

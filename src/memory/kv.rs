@@ -191,8 +191,8 @@ impl KvHeads {
     }
 }
 
-/// The KV bytes on the GPU: those of the layers `on_gpu` selects, none with `-nkvo`; with
-/// notes on what stays in host memory and what the estimate cannot see.
+/// The KV bytes on the GPU (those of the layers `on_gpu` selects, none with `-nkvo`) and in all;
+/// with notes on what stays in host memory and what the estimate cannot see.
 pub(super) fn kv_on_gpu(
     args: &LlamaArgs,
     h: &Header,
@@ -201,7 +201,7 @@ pub(super) fn kv_on_gpu(
     cells: Cells,
     on_gpu: impl Fn(u64) -> bool,
     notes: &mut Vec<String>,
-) -> u64 {
+) -> (u64, u64) {
     let (kv, kv_all) = kv_cache(
         h,
         shape.n_layer,
@@ -211,7 +211,7 @@ pub(super) fn kv_on_gpu(
         |il| on_gpu(il) && !args.no_kv_offload,
     );
     note_kv(h, (type_k, type_v), kv, kv_all, notes);
-    kv
+    (kv, kv_all)
 }
 
 /// What stays in host memory, what the estimate cannot see, and the cache types when not f16.

@@ -94,6 +94,11 @@ fn byte_rows(e: &Estimate) -> String {
         s += &row("mmproj", e.mmproj_bytes, String::new());
     }
     s += &row("total", e.total_bytes, "GPU memory".into());
+    s += &row(
+        "host",
+        e.host_bytes,
+        "weights left on the CPU and KV not offloaded".into(),
+    );
     s
 }
 
@@ -342,6 +347,7 @@ mod tests {
             compute_bytes: 300 * MIB,
             mmproj_bytes: 600 * MIB,
             total_bytes: 4 * GIB + 1156 * MIB,
+            host_bytes: 700 * MIB,
             file_weights_bytes: 5 * GIB,
             layers: 32,
             gpu_layers: 32,
@@ -359,6 +365,7 @@ mod tests {
             "5.13 GiB",
             "32 of 32",
             "ctx 8192 in 4",
+            "700.00 MiB",
             "note: hello",
         ] {
             assert!(out.contains(want), "missing {want:?} in\n{out}");

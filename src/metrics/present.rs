@@ -24,6 +24,7 @@ pub(super) struct PresentGauges {
     memory_charged: IntGaugeVec,
     memory_used_by_others: IntGaugeVec,
     memory_measured: IntGaugeVec,
+    host_charged: prometheus::IntGauge,
     instance_estimate: IntGaugeVec,
     instance_measured: IntGaugeVec,
     /// The instances, models, pools and devices the gauges were last set for.
@@ -61,7 +62,8 @@ impl PresentGauges {
             memory_charged: gauge(r, "corral_device_memory_charged_bytes", "Memory charged to instances on a device.", &["device"]),
             memory_used_by_others: gauge(r, "corral_device_memory_used_by_others_bytes", "Memory that programs other than corral's engines use on a device (NVML, nvidia-smi or rocm-smi).", &["device"]),
             memory_measured: gauge(r, "corral_device_memory_measured_bytes", "Memory the engines reported allocating on a device.", &["device"]),
-            instance_estimate: gauge(r, "corral_instance_memory_estimate_bytes", "Estimated device memory of an instance.", &["model", "instance"]),
+            host_charged: registered(r, prometheus::IntGauge::new("corral_host_memory_charged_bytes", "Host memory charged to instances: what engines keep on the CPU, and level-1 sleepers' weights.").expect("valid metric")),
+            instance_estimate: gauge(r, "corral_instance_memory_estimate_bytes", "Estimated device memory of an instance (asleep: its residue).", &["model", "instance"]),
             instance_measured: gauge(r, "corral_instance_memory_measured_bytes", "Device memory an instance reported after loading.", &["model", "instance"]),
             instances: LabelSets::default(),
             models: LabelSets::default(),
@@ -184,6 +186,8 @@ impl PresentGauges {
         devices: &[crate::config::Device],
         used_by_others: &[u64],
     ) {
+        self.host_charged
+            .set(snapshot.iter().map(|s| s.host).sum::<u64>() as i64);
         for (i, d) in devices.iter().enumerate() {
             self.memory_used_by_others
                 .with_label_values(&[&d.name])
