@@ -166,6 +166,14 @@ async fn a_swap_sleeps_the_idle_engine_and_the_swap_back_wakes_the_same_process(
         ),
         "{text}"
     );
+    for (how, count) in [("cold", "1"), ("wake", "1")] {
+        let how = format!("how=\"{how}\"");
+        let labels = ["model=\"a\"", how.as_str()];
+        assert!(
+            has_line(&text, "corral_swap_duration_seconds_count", &labels, count),
+            "{how}: {text}"
+        );
+    }
     let status = ["model=\"b\"", "status=\"sleeping\""];
     assert!(
         has_line(&text, "corral_model_status", &status, "1"),

@@ -23,6 +23,8 @@ pub struct FleetCounters {
     /// Wake calls sent to ready again: label model. A wake is the fast half of a swap, beside
     /// `load_duration`'s cold starts.
     pub wake_duration: HistogramVec,
+    /// Either way a model comes in, side by side: labels model, how (`cold`, `wake`).
+    pub swap_duration: HistogramVec,
     /// Stops by reason: labels model, instance, reason (see [`stop_label`]).
     pub stops: IntCounterVec,
     /// Starts of an instance that ran before: labels model, instance.

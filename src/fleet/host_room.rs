@@ -4,7 +4,7 @@
 
 use super::ledger::host::{charged, plan_host, HostHolder, HostPlan};
 use super::phase::{Phase, Rest};
-use super::prepare::Prepared;
+use super::prepare::{busy, Prepared};
 use super::{Fleet, State, StopReason};
 use crate::memory::format_bytes;
 use crate::memory::host::HostMemory;
@@ -42,7 +42,8 @@ fn holders(st: &State, except: Option<&str>) -> Vec<HostHolder> {
         .map(|i| HostHolder {
             id: i.id.to_string(),
             bytes: held(st, &i.id),
-            asleep: i.phase.rest() == Some(Rest::Asleep),
+            // one a request waits to wake is not given up for memory
+            asleep: i.phase.rest() == Some(Rest::Asleep) && !busy(st, &i.id),
             stopping: i.is_stopping(),
             last_used: i.last_used,
         })

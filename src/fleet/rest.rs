@@ -269,6 +269,10 @@ impl Run {
             .wake_duration
             .with_label_values(&labels)
             .observe(took.as_secs_f64());
+        counters
+            .swap_duration
+            .with_label_values(&[self.model.as_str(), "wake"])
+            .observe(took.as_secs_f64());
         let woke = json!({"instance": self.id, "seconds": took.as_secs_f64()});
         self.inner.lifecycle.publish("woke", &self.model, woke);
         self.inner.update(&self.id, |i| {

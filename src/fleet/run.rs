@@ -187,6 +187,10 @@ impl Run {
             .load_duration
             .with_label_values(&[&self.model])
             .observe(took);
+        counters
+            .swap_duration
+            .with_label_values(&[&self.model, "cold"])
+            .observe(took);
         let reported_slots = match &spec.health_url {
             Some(_) if self.slots_unknown() => self.inner.health.total_slots(spec).await,
             _ => None,

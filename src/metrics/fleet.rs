@@ -6,12 +6,13 @@ use super::{counter, histogram, LOAD_BUCKETS};
 use crate::fleet::counters::{stop_labels, FleetCounters};
 
 pub(super) fn fleet_counters(r: &Registry) -> FleetCounters {
-    let (sleeps, wakes, wake_duration) = sleep_counters(r);
+    let (sleeps, wakes, wake_duration, swap_duration) = sleep_counters(r);
     let stops_help = format!("Instance stops, by reason ({}).", stop_labels().join(", "));
     FleetCounters {
         sleeps,
         wakes,
         wake_duration,
+        swap_duration,
         starts: counter(
             r,
             "corral_instance_starts_total",
@@ -64,8 +65,8 @@ pub(super) fn fleet_counters(r: &Registry) -> FleetCounters {
     }
 }
 
-/// Sleeps, wakes and how long wakes take.
-fn sleep_counters(r: &Registry) -> (IntCounterVec, IntCounterVec, HistogramVec) {
+/// Sleeps, wakes, how long wakes take, and how long either half of a swap takes.
+fn sleep_counters(r: &Registry) -> (IntCounterVec, IntCounterVec, HistogramVec, HistogramVec) {
     (
         counter(
             r,
@@ -84,6 +85,13 @@ fn sleep_counters(r: &Registry) -> (IntCounterVec, IntCounterVec, HistogramVec) 
             "corral_wake_duration_seconds",
             "Time from the first wake call to ready again: a swap back to a sleeping model.",
             &["model"],
+            LOAD_BUCKETS,
+        ),
+        histogram(
+            r,
+            "corral_swap_duration_seconds",
+            "Time for a model to come in: how=cold from spawn to ready, how=wake from the first wake call to ready.",
+            &["model", "how"],
             LOAD_BUCKETS,
         ),
     )

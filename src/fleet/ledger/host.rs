@@ -11,7 +11,7 @@ pub struct HostHolder {
     pub id: String,
     /// What it holds in host memory now.
     pub bytes: u64,
-    /// Asleep and not told to stop: it may be stopped to make room.
+    /// Asleep, not told to stop and wanted by no request: it may be stopped to make room.
     pub asleep: bool,
     /// Told to stop: its memory comes back when it exits.
     pub stopping: bool,
