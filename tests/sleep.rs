@@ -397,6 +397,17 @@ async fn a_start_that_needs_host_memory_stops_a_sleeper_for_it() {
             ),
             "{text}"
         );
+        let state = get(&format!("{}/api/state", h.url)).await.json();
+        let host = &state["host"];
+        assert_eq!(host["charged"].as_u64(), Some(charged), "{host}");
+        let cpu = state["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == "cpu")
+            .cloned()
+            .unwrap();
+        assert_eq!(cpu["host"].as_u64(), Some(1 << 30), "{cpu}");
         let huge = ask(&h, "huge").await;
         assert_eq!(huge.status, 503, "{}", huge.text());
         let why = huge.text();

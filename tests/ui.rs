@@ -31,7 +31,7 @@ fn models() -> String {
 
 fn config() -> String {
     format!(
-        "devices:\n  - {{name: gpu0, capacity: 8GiB}}\nmodels:\n{}",
+        "hostMemory: 16GiB\ndevices:\n  - {{name: gpu0, capacity: 8GiB}}\nmodels:\n{}",
         models()
     )
 }

@@ -12,7 +12,7 @@ use crate::api::App;
 use crate::config::Device;
 use crate::fleet::{PhaseName, Snapshot};
 
-/// The whole state: models, their instances, pools with their queues, and device memory.
+/// The whole state: models, their instances, pools with their queues, and device and host memory.
 pub fn state(app: &App) -> Value {
     let snapshot = app.fleet.snapshot();
     json!({
@@ -20,6 +20,7 @@ pub fn state(app: &App) -> Value {
         "instances": snapshot.iter().map(|s| instance(app, s)).collect::<Vec<_>>(),
         "pools": pools(app),
         "devices": app.config.devices.iter().map(|d| device(d, &snapshot)).collect::<Vec<_>>(),
+        "host": host(app, &snapshot),
     })
 }
 
@@ -81,6 +82,15 @@ fn device(d: &Device, snapshot: &[Snapshot]) -> Value {
     let (charged, measured) = crate::fleet::device_totals(snapshot, &d.name);
     json!({"name": d.name, "capacity": d.capacity, "reserve": d.reserve,
         "usable": d.usable(), "charged": charged, "measured": measured})
+}
+
+/// Host memory: what the instances are charged there against `hostMemory` (`null` when unset)
+/// and what the host reports.
+fn host(app: &App, snapshot: &[Snapshot]) -> Value {
+    let charged: u64 = snapshot.iter().map(|s| s.host).sum();
+    let reading = crate::memory::host::read();
+    json!({"limit": app.config.host_memory, "charged": charged,
+        "available": reading.available, "total": reading.total})
 }
 
 /// How long ago a process started, from `/proc`: a load's elapsed time, measured from the spawn

@@ -163,8 +163,12 @@ def check_load_and_unload(page, url, shots):
     """The Load and Unload buttons change what /running says, and the page follows."""
     page.open("/ui/models")
     page.wait("m1 listed as stopped", lambda: model_state(page, "m1") == "stopped")
-    if "gpu0" not in page.text("section[aria-label='Device memory']"):
-        fail("the device memory panel does not show gpu0")
+    panel = page.text("section[aria-label='Memory']")
+    if "gpu0" not in panel:
+        fail("the memory panel does not show gpu0")
+    host = page.text("section[aria-label='Memory'] [data-host]")
+    if "hostMemory 16.0 GiB" not in host or "charged" not in host:
+        fail(f"the memory panel's host row does not show the hostMemory budget: {host!r}")
     page.press('button[aria-label="Load m1"]')
     page.wait("/running to list m1 ready", lambda: running(url).get("m1") == "ready")
     page.wait("the page to show m1 ready", lambda: model_state(page, "m1") == "ready")

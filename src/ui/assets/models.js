@@ -88,13 +88,18 @@ function drawList(body, view) {
       h('span', { class: 'muted' }, `${state.models.length} models, ${running} instances running`),
       h('button', { class: 'danger', 'data-focus': 'unload-all', onclick: () => view.act('Unload all', '/api/models/unload') }, 'Unload all')),
     view.status,
-    state.devices.length ? devicesPanel(state.devices) : null,
+    state.devices.length || hostShown(state.host) ? memoryPanel(state.devices, state.host) : null,
     h('section', { class: 'panel' }, modelsTable(view, rows(state))));
 }
 
-function devicesPanel(devices) {
-  return h('section', { class: 'panel', 'aria-label': 'Device memory' },
-    h('h2', {}, 'Device memory'),
+// Host memory earns a row once it is budgeted (hostMemory) or anything is charged there.
+function hostShown(host) {
+  return host && (host.limit != null || host.charged > 0);
+}
+
+function memoryPanel(devices, host) {
+  return h('section', { class: 'panel', 'aria-label': 'Memory' },
+    h('h2', {}, 'Memory'),
     h('p', { class: 'legend small muted' }, h('span', {}, 'charged'), h('span', { class: 'measured' }, 'measured by the engines')),
     devices.map((d) => {
       const usable = d.usable || 1;
@@ -103,7 +108,18 @@ function devicesPanel(devices) {
         bar([[d.charged / usable, d.charged > usable ? 'over' : ''], [d.measured / usable, 'measured']],
           `${d.name}: ${bytes(d.charged)} charged of ${bytes(d.usable)}`),
         h('span', { class: 'small' }, `${bytes(d.charged)} charged · ${bytes(d.measured)} measured · ${bytes(d.usable)} usable of ${bytes(d.capacity)}`));
-    }));
+    }),
+    hostShown(host) ? hostRow(host) : null);
+}
+
+// What engines keep on the CPU and level-1 sleepers' weights, against hostMemory (else the host's total).
+function hostRow(host) {
+  const budget = host.limit ?? host.total ?? 1;
+  const of = host.limit != null ? `hostMemory ${bytes(host.limit)}` : `${bytes(host.total)} in all`;
+  return h('div', { class: 'device', 'data-host': '' },
+    h('strong', {}, 'host'),
+    bar([[host.charged / (budget || 1), host.charged > budget ? 'over' : '']], `host: ${bytes(host.charged)} charged of ${bytes(budget)}`),
+    h('span', { class: 'small' }, `${bytes(host.charged)} charged · ${bytes(host.available)} available · ${of}`));
 }
 
 function modelsTable(view, list) {
@@ -212,7 +228,7 @@ function drawDetails(body, view, id) {
     h('h2', {}, i.id, ' ', h('span', { class: `badge ${i.state}` }, i.state)),
     h('dl', { class: 'facts' },
       fact('Slots', i.state === 'ready' ? `${i.slots - i.free} busy of ${i.slots}` : '–'),
-      fact('Memory', `${bytes(i.memory)} charged, ${i.measured == null ? 'not measured' : `${bytes(i.measured)} measured`}${i.devices.length ? ` on ${i.devices.join(', ')}` : ''}`),
+      fact('Memory', `${bytes(i.memory)} charged, ${i.measured == null ? 'not measured' : `${bytes(i.measured)} measured`}${i.devices.length ? ` on ${i.devices.join(', ')}` : ''}${i.host ? `; ${bytes(i.host)} in host memory` : ''}`),
       fact('Load deadline', seconds(i.loadDeadline)),
       fact('Failures', `${i.failures}${i.circuitOpen ? ' (held out)' : ''}`)),
     i.state === 'starting' ? progress(view, i) : null,
