@@ -3,7 +3,8 @@
 //! sees. So a task re-reads each process's GPU memory every `deviceRefresh` seconds (NVML or
 //! nvidia-smi for NVIDIA, rocm-smi for AMD), counts what is not an engine of corral's (nor a child
 //! of one) as held on that device, and stops idle instances when that leaves a device holding more
-//! than it can. Requests never wait on a reading: they read the last figures under the fleet's
+//! than it can. The same reading tells what an asleep engine still holds, charged in place of the
+//! fixed residue. Requests never wait on a reading: they read the last figures under the fleet's
 //! lock.
 
 use std::collections::HashSet;
