@@ -99,6 +99,13 @@ async fn metrics(h: &Harness) -> String {
     get(&format!("{}/metrics", h.url)).await.text()
 }
 
+/// True when `model`'s instances were stopped once for `reason`.
+fn stopped_once(text: &str, model: &str, reason: &str) -> bool {
+    let (model, reason) = (format!("model=\"{model}\""), format!("reason=\"{reason}\""));
+    let labels = [model.as_str(), reason.as_str()];
+    has_line(text, "corral_instance_stops_total", &labels, "1")
+}
+
 fn has_line(text: &str, name: &str, labels: &[&str], value: &str) -> bool {
     text.lines().any(|l| {
         l.starts_with(name)
@@ -224,11 +231,7 @@ async fn a_failed_sleep_stops_the_engine() {
     assert_eq!(sleep_calls(&h, "a"), ["/sleep 500"]);
     assert_eq!(states(&h).await, [("b".into(), "ready".into())]);
     let text = metrics(&h).await;
-    let stop = ["model=\"a\"", "reason=\"sleep_failed\""];
-    assert!(
-        has_line(&text, "corral_instance_stops_total", &stop, "1"),
-        "{text}"
-    );
+    assert!(stopped_once(&text, "a", "sleep_failed"), "{text}");
     assert!(
         has_line(&text, "corral_sleeps_total", &["result=\"failed\""], "1"),
         "{text}"
@@ -261,11 +264,7 @@ async fn a_failed_wake_starts_the_engine_cold() {
         ),
         "{text}"
     );
-    let stop = ["model=\"a\"", "reason=\"wake_failed\""];
-    assert!(
-        has_line(&text, "corral_instance_stops_total", &stop, "1"),
-        "{text}"
-    );
+    assert!(stopped_once(&text, "a", "wake_failed"), "{text}");
     h.stop().await;
 }
 
@@ -341,11 +340,7 @@ async fn host_memory_is_charged_to_level_one_sleepers_and_the_oldest_makes_room(
         ]
     );
     let text = metrics(&h).await;
-    let stop = ["model=\"a\"", "reason=\"memory\""];
-    assert!(
-        has_line(&text, "corral_instance_stops_total", &stop, "1"),
-        "{text}"
-    );
+    assert!(stopped_once(&text, "a", "memory"), "{text}");
     h.stop().await;
 }
 
@@ -379,8 +374,7 @@ async fn a_start_that_needs_host_memory_stops_a_sleeper_for_it() {
         }
         assert_eq!(states(&h).await, want, "hostMemory {limit}");
         let text = metrics(&h).await;
-        let stopped = ["model=\"a\"", "reason=\"memory\""];
-        let a_stopped = has_line(&text, "corral_instance_stops_total", &stopped, "1");
+        let a_stopped = stopped_once(&text, "a", "memory");
         assert_eq!(a_stopped, a_after.is_none(), "hostMemory {limit}: {text}");
         // the CPU model's 1 GiB, and the sleeper's weights while it sleeps
         let charged = if a_after.is_some() {
@@ -443,11 +437,7 @@ async fn a_pool_replica_sleeps_under_pressure_and_is_woken_before_a_cold_start()
     assert_eq!(pids(&h, "chat").len(), 1, "woken, no replica started cold");
     assert_eq!(sleep_calls(&h, "chat"), ["/sleep 200", "/wake_up 200"]);
     let text = metrics(&h).await;
-    let big_stopped = ["model=\"big\"", "reason=\"memory\""];
-    assert!(
-        has_line(&text, "corral_instance_stops_total", &big_stopped, "1"),
-        "{text}"
-    );
+    assert!(stopped_once(&text, "big", "memory"), "{text}");
     h.stop().await;
 }
 
@@ -560,11 +550,7 @@ async fn a_sleeper_is_stopped_when_its_ttl_ends() {
     })
     .await;
     let text = metrics(&h).await;
-    let stop = ["model=\"a\"", "reason=\"ttl\""];
-    assert!(
-        has_line(&text, "corral_instance_stops_total", &stop, "1"),
-        "{text}"
-    );
+    assert!(stopped_once(&text, "a", "ttl"), "{text}");
     h.stop().await;
 }
 

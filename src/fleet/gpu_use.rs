@@ -7,7 +7,7 @@
 //! fixed residue. Requests never wait on a reading: they read the last figures under the fleet's
 //! lock.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use super::{ledger, Fleet, StopReason};
@@ -40,21 +40,37 @@ fn parent_of(pid: u32) -> Option<u32> {
 
 /// True when `pid` is one of `engines` or runs under one.
 fn descends_from(pid: u32, engines: &HashSet<u32>, parent: impl Fn(u32) -> Option<u32>) -> bool {
+    ancestor_in(pid, |p| engines.contains(&p), parent).is_some()
+}
+
+/// `pid` itself or its nearest ancestor that `wanted` takes, if any.
+fn ancestor_in(
+    pid: u32,
+    wanted: impl Fn(u32) -> bool,
+    parent: impl Fn(u32) -> Option<u32>,
+) -> Option<u32> {
     let mut at = pid;
     for _ in 0..MAX_DEPTH {
-        if engines.contains(&at) {
-            return true;
+        if wanted(at) {
+            return Some(at);
         }
         match parent(at) {
             Some(p) if p > 1 && p != at => at = p,
-            _ => return false,
+            _ => return None,
         }
     }
-    false
+    None
 }
 
-/// Bytes used on each device by processes that are not engines: readings matched to devices by
-/// vendor and selector (`select_as` of `devices: auto`). A process corral cannot see is not
+/// The configured device a reading's row is of: matched by vendor and selector (`select_as` of
+/// `devices: auto`).
+fn device_of(devices: &[Device], row: &ProcessUse) -> Option<usize> {
+    devices
+        .iter()
+        .position(|d| d.vendor == row.vendor && d.select_as.as_deref() == Some(row.device.as_str()))
+}
+
+/// Bytes used on each device by processes that are not engines. A process corral cannot see is not
 /// counted: in a container with its own PID namespace the vendor's tools name host processes,
 /// corral's engines among them, and counting those would evict idle models for their own memory.
 fn used_by_others(
@@ -65,9 +81,7 @@ fn used_by_others(
 ) -> Vec<u64> {
     let mut used = vec![0; devices.len()];
     for row in rows {
-        let Some(d) = devices.iter().position(|d| {
-            d.vendor == row.vendor && d.select_as.as_deref() == Some(row.device.as_str())
-        }) else {
+        let Some(d) = device_of(devices, row) else {
             continue;
         };
         if visible(row.pid) && !is_engine(row.pid) {
@@ -87,28 +101,24 @@ fn asleep_use(
     asleep: &[(String, u32)],
     parent: impl Fn(u32) -> Option<u32>,
 ) -> Vec<(String, ledger::Charges)> {
-    let mut out = Vec::new();
-    for (id, pid) in asleep {
-        let own = HashSet::from([*pid]);
-        let mut charges: ledger::Charges = Vec::new();
-        let mut listed = false;
-        for row in rows.iter().filter(|r| descends_from(r.pid, &own, &parent)) {
-            listed = true;
-            let Some(d) = devices.iter().position(|d| {
-                d.vendor == row.vendor && d.select_as.as_deref() == Some(row.device.as_str())
-            }) else {
-                continue;
-            };
-            match charges.iter_mut().find(|(c, _)| *c == d) {
-                Some((_, bytes)) => *bytes += row.bytes,
-                None => charges.push((d, row.bytes)),
-            }
-        }
-        if listed {
-            out.push((id.clone(), charges));
+    let owners: HashMap<u32, &str> = asleep.iter().map(|(id, pid)| (*pid, id.as_str())).collect();
+    let mut seen: BTreeMap<&str, ledger::Charges> = BTreeMap::new();
+    for row in rows {
+        let Some(owner) = ancestor_in(row.pid, |p| owners.contains_key(&p), &parent) else {
+            continue;
+        };
+        let charges = seen.entry(owners[&owner]).or_default();
+        let Some(d) = device_of(devices, row) else {
+            continue;
+        };
+        match charges.iter_mut().find(|(c, _)| *c == d) {
+            Some((_, bytes)) => *bytes += row.bytes,
+            None => charges.push((d, row.bytes)),
         }
     }
-    out
+    seen.into_iter()
+        .map(|(id, charges)| (id.to_string(), charges))
+        .collect()
 }
 
 impl Fleet {

@@ -91,20 +91,16 @@ impl Fleet {
     /// Stops sleepers, oldest first, while the host's own available memory is under its floor:
     /// what they keep there is the first memory to give back when other programs need it.
     pub(super) fn relieve_host(&self, st: &State) {
-        let holders = holders(st, None);
-        if !holders.iter().any(|h| h.asleep) {
+        // every tick of the TTL loop: nothing is read or gathered while nothing sleeps
+        if !st.instances.values().any(|i| i.phase.is_asleep()) {
             return;
         }
         let host = crate::memory::host::read();
-        let grace = st.config.health_check_timeout;
-        for s in relief(host, &holders) {
-            tracing::warn!(
-                instance = %s,
-                "host memory is low ({} available of {}): stopping a sleeper",
-                format_bytes(host.available),
-                format_bytes(host.total)
-            );
-            st.instances[&s].order_stop(grace, StopReason::Memory);
+        let stops = relief(host, &holders(st, None));
+        if !stops.is_empty() {
+            let (available, total) = (format_bytes(host.available), format_bytes(host.total));
+            let why = format!("host memory is low ({available} available of {total})");
+            stop_sleepers(st, &stops, &why);
         }
     }
 
@@ -118,20 +114,20 @@ impl Fleet {
             HostPlan::Fits => None,
             HostPlan::Wait => Some(Prepared::Waiting),
             HostPlan::Stop(sleepers) => {
-                self.stop_sleepers(st, &sleepers, id);
+                stop_sleepers(st, &sleepers, &format!("making host room for {id}"));
                 Some(Prepared::Waiting)
             }
             HostPlan::Short(short) => short_of_host(st, id, short),
         }
     }
+}
 
-    /// Stops `sleepers` to make host room for `id`.
-    pub(super) fn stop_sleepers(&self, st: &State, sleepers: &[String], id: &str) {
-        let grace = st.config.health_check_timeout;
-        for s in sleepers {
-            tracing::info!(instance = %s, "stopping a sleeper to make host room for {id}");
-            st.instances[s].order_stop(grace, StopReason::Memory);
-        }
+/// Stops `sleepers` for host memory, saying `why`.
+pub(super) fn stop_sleepers(st: &State, sleepers: &[String], why: &str) {
+    let grace = st.config.health_check_timeout;
+    for s in sleepers {
+        tracing::info!(instance = %s, "stopping a sleeper: {why}");
+        st.instances[s].order_stop(grace, StopReason::Memory);
     }
 }
 

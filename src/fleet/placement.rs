@@ -140,20 +140,21 @@ fn occupants(st: &State, except: Option<&str>) -> Vec<Occupant> {
         .filter(|i| Some(&*i.id) != except)
         .map(|i| {
             let rest = i.phase.rest();
-            let asleep = rest == Some(Rest::Asleep);
+            let (placed, bytes) = match rest == Some(Rest::Asleep) {
+                true => {
+                    let residue = asleep_charges(i);
+                    let bytes = residue.iter().map(|(_, b)| b).sum();
+                    (residue, bytes)
+                }
+                false => (i.placed.clone(), i.need.bytes),
+            };
             Occupant {
                 id: i.id.to_string(),
                 phase: i.phase.name(),
                 load: load_of(st, &i.id),
                 stopping: i.is_stopping() || rest == Some(Rest::Falling),
-                placed: match asleep {
-                    true => asleep_charges(i),
-                    false => i.placed.clone(),
-                },
-                bytes: match asleep {
-                    true => asleep_charges(i).iter().map(|(_, b)| b).sum(),
-                    false => i.need.bytes,
-                },
+                placed,
+                bytes,
                 last_used: i.last_used,
             }
         })

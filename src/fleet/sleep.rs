@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::host_room::{held_asleep, plan_for};
+use super::host_room::{held_asleep, plan_for, stop_sleepers};
 use super::ledger::host::HostPlan;
 use super::phase::Rest;
 use super::prepare::busy;
@@ -23,7 +23,7 @@ impl Fleet {
             st.instances[id].order_stop(grace, reason);
             return;
         };
-        self.stop_sleepers(st, &sleepers, id);
+        stop_sleepers(st, &sleepers, &format!("making host room for {id}'s sleep"));
         tracing::info!(instance = id, "putting to sleep ({reason:?})");
         let inst = st.instances.get_mut(id).expect("known");
         inst.phase.fall_asleep();

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::ledger::Charges;
 use super::placement::asleep_charges;
 use super::{host_room, Download, Fleet, PhaseName, State};
 
@@ -97,11 +98,7 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
             memory: i.need.bytes,
             measured: i.measured,
             host: host_room::held(st, &i.id),
-            devices: i
-                .placed
-                .iter()
-                .filter_map(|(d, bytes)| Some((devices.get(*d)?.name.clone(), *bytes)))
-                .collect(),
+            devices: named(devices, &i.placed),
             load_deadline: i.spec.load_timeout,
             last_error: i.last_error.as_ref().map(|(_, e)| e.to_string()),
             download: i.phase.download().cloned(),
@@ -119,21 +116,25 @@ pub(super) fn snapshot_of(st: &State) -> Vec<Snapshot> {
         .collect()
 }
 
+/// Charges with their devices named.
+fn named(devices: &[crate::config::Device], charges: &Charges) -> Vec<(String, u64)> {
+    charges
+        .iter()
+        .filter_map(|(d, bytes)| Some((devices.get(*d)?.name.clone(), *bytes)))
+        .collect()
+}
+
 /// An asleep instance's snapshot charged what it holds asleep: its residue on its devices.
 fn asleep(st: &State, snap: Snapshot) -> Snapshot {
     let inst = &st.instances[&*snap.instance];
     let charges = asleep_charges(inst);
-    let names = &st.config.devices;
     Snapshot {
         memory: charges.iter().map(|(_, b)| b).sum(),
         measured: inst
             .asleep_use
             .as_ref()
             .map(|seen| seen.iter().map(|(_, b)| b).sum()),
-        devices: charges
-            .iter()
-            .filter_map(|(d, bytes)| Some((names.get(*d)?.name.clone(), *bytes)))
-            .collect(),
+        devices: named(&st.config.devices, &charges),
         ..snap
     }
 }
