@@ -72,6 +72,16 @@ pub(super) fn plan_for(st: &State, id: &str, bytes: u64) -> HostPlan {
     plan_host(free(st, &others, own), need, &others)
 }
 
+/// True when `id` may start in host memory stopping nothing: it fits, or it is short only of the
+/// host's own reading, which a start goes ahead against (see [`Fleet::make_host_room`]).
+pub(super) fn fits_beside(st: &State, id: &str) -> bool {
+    match plan_for(st, id, st.instances[id].need.host) {
+        HostPlan::Fits => true,
+        HostPlan::Short(_) => st.config.host_memory.is_none(),
+        HostPlan::Wait | HostPlan::Stop(_) => false,
+    }
+}
+
 /// The share of the host's memory kept available: below it, sleepers give theirs back.
 const HOST_FLOOR_DIVISOR: u64 = 20;
 

@@ -1,7 +1,6 @@
 //! Device-memory placement carried out: the make-room plan (`room_plan.rs`) made from the fleet's
 //! state and applied to it, and telling whether an instance could run without evicting anything.
 
-use super::ledger::host::HostPlan;
 use super::phase::Rest;
 use super::prepare::{load_of, Prepared};
 use super::room_plan::{holders_of, plan_room, Ask, Occupant, RoomPlan};
@@ -39,12 +38,7 @@ impl Fleet {
     /// Places `id` where it fits beside what runs now, stopping nothing; false when it does not
     /// fit so (or must wait for memory on its way back).
     pub(super) fn place_beside(&self, st: &mut State, id: &str) -> bool {
-        let host_ok = match host_room::plan_for(st, id, st.instances[id].need.host) {
-            HostPlan::Fits => true,
-            HostPlan::Short(_) => st.config.host_memory.is_none(),
-            HostPlan::Wait | HostPlan::Stop(_) => false,
-        };
-        if !host_ok {
+        if !host_room::fits_beside(st, id) {
             return false;
         }
         match room_for(st, id) {
